@@ -1,0 +1,287 @@
+"""The analytic engine: one training step in closed form.
+
+step time = pipeline time (per-stage forward + backward + recompute + tensor-parallel and pipeline communication,
+laid out by the schedule's closed form, bubble included) + exposed data-parallel/ZeRO communication (what the
+overlap with backward does not hide) + the optimizer step. Memory is the analytic memory model per stage; the worst
+stage is reported. Every cost comes from ``plansim.costs`` (kernels, collectives, memory), which the discrete-event
+engine uses too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.layers import LayerCost, layer_activations, layer_costs
+from plansim.costs.memory import model_state_bytes, stage_activation_bytes
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster, Link
+from plansim.result import Result
+from plansim.schedules import get_schedule
+from plansim.stages import stage_layers
+from plansim.strategy import Strategy, check_strategy
+from plansim.units import GB, dtype_bytes
+from plansim.workload import ModelSpec, build_graph
+
+__all__ = ["simulate_analytic"]
+
+# Fused Adam reads and writes fp32 master weights, momentum and variance (3 x 8 bytes), reads the gradient and
+# writes the low-precision weights: a memory-bound kernel (bytes per parameter, gradient bytes added separately).
+_ADAM_BYTES_MIXED = 3 * 8 + 2
+_ADAM_BYTES_FP32 = 3 * 8
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One pipeline stage, one rank: per-micro-batch times (s), per-step bytes, and memory (bytes)."""
+
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    comm_s: float
+    tp_bytes: float
+    params: int
+    activations: float
+    recompute_matmul_flops: float
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward compute of one micro-batch."""
+        return self.fwd_s + self.bwd_s
+
+    @property
+    def time_s(self) -> float:
+        """Forward + backward + recompute + blocking communication of one micro-batch."""
+        return self.compute_s + self.recompute_s + self.comm_s
+
+
+def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> Result:
+    """Price one training step of ``model`` on ``cluster`` under ``strategy`` in closed form.
+
+    Raises ``PlansimError`` when the strategy cannot run (each violation named); a strategy that runs but does not
+    fit in memory is a result with ``fits=False`` and a reason.
+    """
+    s = strategy.with_gpus(cluster.num_gpus)
+    problems = check_strategy(s, model, cluster)
+    if problems:
+        raise PlansimError("; ".join(problems))
+    dp = s.dp or 1
+    m = s.num_microbatches
+    act_bytes = dtype_bytes(s.dtype)
+    graph = build_graph(model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel,
+                        act_bytes=act_bytes)
+    kernels = KernelCostModel(cluster.gpu, s.dtype, load_kernel_table(cluster.gpu.name))
+    tp_link = cluster.group_link(s.tp, 1)
+    costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
+    layout = stage_layers(model.layers, s.pp, s.virtual_stages)
+    p2p_bytes = graph.graph["layer_input_bytes"] / (s.tp if s.tp > 1 and not s.sequence_parallel else 1)
+    p2p_s = 0.0
+    if s.pp > 1:
+        link = cluster.p2p_link(0, s.tp * dp)
+        p2p_s = link.latency_s + p2p_bytes / link.bandwidth_Bps
+    stages = [
+        _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, p2p_s)
+        for idx, layers in enumerate(layout)
+    ]
+    return _assemble(model, cluster, s, graph, costs, stages, p2p_bytes)
+
+
+def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: object) -> tuple[float, float]:
+    """(seconds, bytes one rank sends) of one collective among ``p`` ranks on ``link``."""
+    if p <= 1 or n_bytes <= 0:
+        return 0.0, 0.0
+    seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)  # type: ignore[arg-type]
+    local = kw.get("local")
+    return seconds, bytes_sent_per_rank(coll, algorithm, p, n_bytes, local=local)  # type: ignore[arg-type]
+
+
+def _stage_cost(
+    layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, layer_input: float, idx: int,
+    p2p_s: float,
+) -> StageCost:
+    blocks = [costs[i] for i in layers if 0 <= i < model.layers]
+    ends = [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
+    every = blocks + ends
+    recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
+    params = sum(c.params for c in every)
+    if idx == s.pp - 1 and s.pp > 1 and model.tied_embeddings:
+        # Megatron-LM keeps a copy of the tied word embeddings on the last stage for the output layer.
+        params += model.vocab * model.hidden // s.tp
+    in_flight = get_schedule(s.schedule).in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
+    activations = stage_activation_bytes(
+        s.remat, [layer_activations(c, layer_input) for c in blocks], in_flight, sum(c.saved_bytes for c in ends)
+    )
+    hops = (2 if 0 < idx < s.pp - 1 else 1) * s.virtual_stages if s.pp > 1 else 0
+    return StageCost(
+        fwd_s=sum(c.fwd_s for c in every),
+        bwd_s=sum(c.bwd_s for c in every),
+        recompute_s=recompute_s,
+        comm_s=sum(c.tp_fwd_s + c.tp_bwd_s for c in every) + recompute_tp_s + hops * p2p_s,
+        tp_bytes=sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
+        + (sum(c.tp_fwd_bytes for c in blocks) if s.remat in ("full", "sqrt") else 0.0),
+        params=params,
+        activations=activations,
+        recompute_matmul_flops=recompute_flops,
+    )
+
+
+def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
+    """(compute s, tensor-parallel comm s, matmul FLOPs) rebuilt per micro-batch by ``remat`` on these blocks.
+
+    Full and sqrt(N) recompute run each block's forward once more, its collectives included (Chen et al. 2016;
+    Korthikanti et al. 2022 sec 5); selective recompute reruns only the attention core, which has no collective.
+    """
+    if remat in ("full", "sqrt"):
+        return (sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks),
+                sum(c.fwd_matmul_flops for c in blocks))
+    if remat == "selective":
+        return sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks)
+    return 0.0, 0.0, 0.0
+
+
+@dataclass(frozen=True)
+class DataParallelComm:
+    """Per step: exposed seconds, bytes one GPU sends for gradient reduction (dp) and for parameter gathers (zero)."""
+
+    exposed_s: float
+    dp_bytes: float
+    zero_bytes: float
+
+
+def _dp_links(cluster: Cluster, s: Strategy, dp: int) -> dict[str, object]:
+    """The data-parallel group's link (ranks tp apart) and, for hierarchical, the node-local split."""
+    link = cluster.group_link(dp, s.tp)
+    if s.dp_algorithm != "hierarchical":
+        return {"link": link, "kw": {}}
+    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
+    while dp % local:
+        local -= 1
+    intra = cluster.group_link(local, s.tp)
+    inter = cluster.group_link(dp // local, s.tp * local)
+    return {"link": intra, "kw": {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}}
+
+
+def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float, fwd_s: float) -> DataParallelComm:
+    """Gradient reduction and ZeRO gathers of one stage, and how much of them backward does not hide.
+
+    ZeRO-0: one all-reduce per step (Li et al. 2020, PyTorch DDP: bucketed, launched as backward produces
+    gradients). ZeRO-1: reduce-scatter per step + all-gather of the updated weights; ZeRO-2: reduce-scatter per
+    micro-batch; ZeRO-3: all-gather weights in forward and again in backward, reduce-scatter per micro-batch
+    (Rajbhandari et al. 2020, sec 7: 2x and 3x the parameter volume). Overlap: a reduction can hide behind the
+    backward of the micro-batch that produced it except its last bucket; gathers hide behind the compute they feed.
+    """
+    dp = s.dp or 1
+    if dp <= 1:
+        return DataParallelComm(0.0, 0.0, 0.0)
+    m = s.num_microbatches
+    grad_bytes = stage.params * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
+    weight_bytes = stage.params * dtype_bytes(s.dtype)
+    links = _dp_links(cluster, s, dp)
+    link, kw = links["link"], links["kw"]
+    assert isinstance(link, Link) and isinstance(kw, dict)
+    shard_alg = "butterfly" if s.dp_algorithm == "butterfly" else "ring"
+    base = cluster.group_link(dp, s.tp)
+    buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
+
+    def hidden(t: float, window: float) -> float:
+        return max(t - window, t / buckets) if s.overlap_grad_reduce else t
+
+    if s.zero == 0:
+        t, sent = _price("all_reduce", s.dp_algorithm, dp, grad_bytes, link, **kw)
+        return DataParallelComm(hidden(t, backward_s), sent, 0.0)
+    t_rs, rs_sent = _price("reduce_scatter", shard_alg, dp, grad_bytes, base)
+    t_ag, ag_sent = _price("all_gather", shard_alg, dp, weight_bytes, base)
+    if s.zero == 1:
+        return DataParallelComm(hidden(t_rs, backward_s) + t_ag, rs_sent, ag_sent)
+    if s.zero == 2:
+        return DataParallelComm(m * hidden(t_rs, backward_s) + t_ag, m * rs_sent, ag_sent)
+    exposed = m * (max(0.0, t_ag - fwd_s) + max(0.0, t_ag + t_rs - backward_s))
+    return DataParallelComm(exposed, m * rs_sent, 2 * m * ag_sent)
+
+
+def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
+    """One fused Adam step over this rank's parameters (its 1/dp share under ZeRO >= 1): memory-bound."""
+    local = params / ((s.dp or 1) if s.zero >= 1 else 1)
+    grad_b = 4 if s.fp32_grad_accum or not s.mixed_precision else 2
+    per_param = (_ADAM_BYTES_MIXED if s.mixed_precision else _ADAM_BYTES_FP32) + grad_b
+    return kernels.kernel_time("elementwise", 0.0, local * per_param)
+
+
+def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
+    states = model_state_bytes(stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision,
+                               fp32_grad_accum=s.fp32_grad_accum)
+    return {
+        "weights": round(states.weights),
+        "gradients": round(states.gradients),
+        "optimizer": round(states.optimizer),
+        "activations": round(stage.activations),
+        "workspace": int(cluster.gpu.workspace_reserve_bytes),
+    }
+
+
+def _assemble(model: ModelSpec, cluster: Cluster, s: Strategy, graph: object, costs: dict[int, LayerCost],
+              stages: list[StageCost], p2p_bytes: float) -> Result:
+    from plansim.workload import model_flops
+
+    dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
+    kernels = KernelCostModel(cluster.gpu, s.dtype, load_kernel_table(cluster.gpu.name))
+    sched = get_schedule(s.schedule)
+    times = [st.time_s for st in stages]
+    pipe_s = sched.step_time(times, m, s.virtual_stages)
+    b = max(range(len(stages)), key=lambda i: times[i])
+    bottleneck = stages[b]
+    comms = []
+    for st in stages:
+        comms.append(_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s))
+    dpc = max(comms, key=lambda c: c.exposed_s)
+    opt_s = max(_optimizer_s(kernels, s, st.params) for st in stages)
+    step = pipe_s + dpc.exposed_s + opt_s
+    tp_comm_s = bottleneck.comm_s
+    breakdown = {
+        "compute": m * bottleneck.compute_s,
+        "recompute": m * bottleneck.recompute_s,
+        "exposed_comm": m * tp_comm_s + dpc.exposed_s,
+        "bubble": pipe_s - m * bottleneck.time_s,
+        "optimizer": opt_s,
+    }
+    mem = [_memory(cluster, s, st) for st in stages]
+    peaks = [sum(x.values()) for x in mem]
+    worst = max(range(len(stages)), key=lambda i: peaks[i])
+    model_fl = model_flops(graph) * s.tp * dp * m  # type: ignore[arg-type]
+    hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
+    peak_fl = cluster.gpu.peak_flops(s.dtype)
+    fits = peaks[worst] <= cluster.gpu.memory_bytes
+    hops = max((2 if 0 < i < s.pp - 1 else 1) * s.virtual_stages for i in range(s.pp)) if s.pp > 1 else 0
+    return Result(
+        model=model.name,
+        hardware=cluster.name,
+        gpus=n,
+        strategy=s.model_dump(),
+        engine="analytic",
+        step_time_s=step,
+        tokens_per_s=s.batch * model.seq_len / step,
+        model_flops_per_step=model_fl,
+        hardware_flops_per_step=hw_fl,
+        model_tflops_per_gpu=model_fl / step / n / 1e12,
+        hardware_tflops_per_gpu=hw_fl / step / n / 1e12,
+        mfu=model_fl / step / n / peak_fl,
+        hfu=hw_fl / step / n / peak_fl,
+        fits=fits,
+        peak_memory_bytes=int(peaks[worst]),
+        memory_breakdown_bytes=mem[worst],
+        comm_bytes_per_gpu={"dp": dpc.dp_bytes, "tp": m * max(st.tp_bytes for st in stages),
+                            "pp": m * hops * p2p_bytes, "zero": dpc.zero_bytes},
+        time_breakdown_s=breakdown,
+        reason="" if fits else _no_fit_reason(worst, mem[worst], peaks[worst], cluster),
+        num_microbatches=m,
+        bubble_fraction=breakdown["bubble"] / pipe_s if pipe_s else 0.0,
+        stage_peak_memory_bytes=[int(p) for p in peaks],
+    )
+
+
+def _no_fit_reason(stage: int, mem: dict[str, int], peak: float, cluster: Cluster) -> str:
+    parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in mem.items())
+    return (f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "
+            f"{cluster.gpu.memory_bytes / GB:.1f} GB")

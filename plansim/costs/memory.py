@@ -1,0 +1,134 @@
+"""The analytic memory model: model states under ZeRO, activations under rematerialization, per pipeline stage.
+
+Model states (Rajbhandari et al. 2020, "ZeRO", sec 3.1 and 5): with mixed-precision Adam a parameter costs 2 bytes
+(fp16/bf16 weights) + 2 (gradients) + K=12 (fp32 master weights, momentum, variance). Stage 1 partitions the
+optimizer states over the N data-parallel ranks (4 + K/N bytes per parameter), stage 2 also the gradients
+(2 + (2+K)/N), stage 3 also the weights ((4+K)/N). In fp32 training weights and gradients take 4 bytes each and
+Adam's K is 8 (momentum, variance). Megatron-LM keeps fp32 gradient-accumulation buffers (``main_grad``): gradients
+then take 4 bytes.
+
+Activations (Korthikanti et al. 2022, sec 4): each op of the workload graph carries the bytes it saves for backward;
+a layer's activations are their sum, which reproduces that paper's Table 2. Rematerialization policies decide what
+is stored per micro-batch and what is rebuilt, one layer (or segment) at a time, during backward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "REMAT_ACTIVATIONS",
+    "LayerActivations",
+    "ModelStates",
+    "model_state_bytes",
+    "stage_activation_bytes",
+]
+
+ADAM_MIXED_K = 12  # fp32 master weights + momentum + variance, bytes per parameter (ZeRO sec 3.1)
+ADAM_FP32_K = 8  # momentum + variance in fp32
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """Bytes of model states on one device."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """Weights + gradients + optimizer states."""
+        return self.weights + self.gradients + self.optimizer
+
+
+def model_state_bytes(
+    params: float, dp: int, zero: int, *, mixed_precision: bool = True, fp32_grad_accum: bool = False
+) -> ModelStates:
+    """Model-state bytes per device for ``params`` parameters held by a device, under ZeRO across ``dp`` ranks.
+
+    >>> s = model_state_bytes(7.5e9, 64, 1)      # ZeRO paper sec 5, Figure 1: 31.4 GB
+    >>> round(s.total / 1e9, 1)
+    31.4
+    """
+    weight_b = 2 if mixed_precision else 4
+    grad_b = 4 if (fp32_grad_accum or not mixed_precision) else 2
+    k = ADAM_MIXED_K if mixed_precision else ADAM_FP32_K
+    weights = params * weight_b / (dp if zero >= 3 else 1)
+    gradients = params * grad_b / (dp if zero >= 2 else 1)
+    optimizer = params * k / (dp if zero >= 1 else 1)
+    return ModelStates(weights, gradients, optimizer)
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Saved-activation bytes of one layer for one micro-batch on one rank.
+
+    ``full`` is everything its ops save; ``selective`` what remains when the attention core is recomputed;
+    ``layer_input`` the layer's input, the only tensor kept under full recompute.
+    """
+
+    full: float
+    selective: float
+    layer_input: float
+
+
+@dataclass(frozen=True)
+class StageActivations:
+    """Bytes stored per micro-batch in flight, plus the working set rebuilt for one layer/segment in backward."""
+
+    stored_per_microbatch: float
+    working: float
+
+
+def _none(layers: Sequence[LayerActivations]) -> StageActivations:
+    return StageActivations(sum(a.full for a in layers), 0.0)
+
+
+def _selective(layers: Sequence[LayerActivations]) -> StageActivations:
+    """Korthikanti 2022 sec 5: keep all but the attention core, rebuild it for one layer at a time."""
+    return StageActivations(sum(a.selective for a in layers), max((a.full - a.selective for a in layers), default=0))
+
+
+def _full(layers: Sequence[LayerActivations]) -> StageActivations:
+    """Keep each layer's input; rebuild one layer's activations at a time (Korthikanti 2022 Table 2, last row)."""
+    return StageActivations(sum(a.layer_input for a in layers), max((a.full for a in layers), default=0))
+
+
+def _sqrt(layers: Sequence[LayerActivations]) -> StageActivations:
+    """Chen et al. 2016 ("Training Deep Nets with Sublinear Memory Cost", sec 4.1): checkpoint every k = ceil(sqrt n)
+    layers; keep the n/k segment inputs and rebuild one segment of k layers at a time."""
+    n = len(layers)
+    if n == 0:
+        return StageActivations(0.0, 0.0)
+    k = math.ceil(math.sqrt(n))
+    segments = [layers[i : i + k] for i in range(0, n, k)]
+    stored = sum(seg[0].layer_input for seg in segments)
+    return StageActivations(stored, max(sum(a.full for a in seg) for seg in segments))
+
+
+#: Remat policy name -> how a stage's layers' activations are stored and rebuilt.
+REMAT_ACTIVATIONS: dict[str, Callable[[Sequence[LayerActivations]], StageActivations]] = {
+    "none": _none,
+    "selective": _selective,
+    "full": _full,
+    "sqrt": _sqrt,
+}
+
+
+def stage_activation_bytes(
+    remat: str, layers: Sequence[LayerActivations], in_flight: float, unrecomputed: float = 0.0
+) -> float:
+    """Peak activation bytes on a stage: ``in_flight`` micro-batches stored plus one working set.
+
+    ``layers`` are the stage's recomputable layers (transformer blocks); ``unrecomputed`` is what the stage's other
+    ops (embedding, output layer, loss) save per micro-batch, which no policy recomputes.
+
+    >>> a = LayerActivations(full=34.0, selective=24.0, layer_input=2.0)
+    >>> stage_activation_bytes("full", [a] * 4, in_flight=2)   # 2 micro-batches x 4 inputs + one layer rebuilt
+    50.0
+    """
+    stage = REMAT_ACTIVATIONS[remat](layers)
+    return in_flight * (stage.stored_per_microbatch + unrecomputed) + stage.working

@@ -1,0 +1,49 @@
+"""A Result as a terminal report (rich), in human units: ms, GB, TFLOP/s."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from plansim.result import Result
+from plansim.units import GB
+
+__all__ = ["print_result"]
+
+
+def _headline(r: Result) -> Table:
+    t = Table(title=f"{r.model} on {r.gpus} x {r.hardware} ({r.engine})", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    fit = "[green]yes[/green]" if r.fits else f"[red]no[/red]: {r.reason}"
+    rows = [
+        ("step time", f"{r.step_time_s * 1e3:,.1f} ms"),
+        ("tokens/s", f"{r.tokens_per_s:,.0f}"),
+        ("model TFLOP/s per GPU (MFU)", f"{r.model_tflops_per_gpu:.1f} ({r.mfu:.1%})"),
+        ("hardware TFLOP/s per GPU (HFU)", f"{r.hardware_tflops_per_gpu:.1f} ({r.hfu:.1%})"),
+        ("micro-batches per step", str(r.num_microbatches)),
+        ("peak memory (worst GPU)", f"{r.peak_memory_bytes / GB:.2f} GB"),
+        ("fits", fit),
+    ]
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def _breakdown(title: str, values: dict[str, float], unit: str, scale: float) -> Table:
+    t = Table(title=title)
+    t.add_column("part")
+    t.add_column(unit, justify="right")
+    for key, value in values.items():
+        t.add_row(key, f"{value / scale:,.3f}")
+    return t
+
+
+def print_result(r: Result, console: Console | None = None) -> None:
+    """Print a result's headline figures and its time, memory and communication breakdowns."""
+    console = console or Console()
+    console.print(_headline(r))
+    console.print(_breakdown("time per step", r.time_breakdown_s, "ms", 1e-3))
+    console.print(_breakdown("memory on the worst GPU", {k: float(v) for k, v in r.memory_breakdown_bytes.items()},
+                             "GB", GB))
+    console.print(_breakdown("bytes sent per GPU per step", r.comm_bytes_per_gpu, "GB", GB))

@@ -1,0 +1,56 @@
+"""The one result type every engine returns; it converts to the JSON output contract and to a pandas row."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Result"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One training step's prediction for (model, hardware, gpus, strategy) by one engine.
+
+    Figures are SI: seconds, bytes, FLOPs. ``memory_breakdown_bytes`` and ``peak_memory_bytes`` are the worst
+    device's (the pipeline stage with the highest peak); ``comm_bytes_per_gpu`` counts bytes one GPU sends per step,
+    by kind (dp: gradient reduction, tp: tensor-parallel collectives, pp: pipeline send/recv, zero: ZeRO parameter
+    gathers). ``time_breakdown_s`` sums to ``step_time_s``.
+    """
+
+    model: str
+    hardware: str
+    gpus: int
+    strategy: dict[str, Any]
+    engine: str
+    step_time_s: float
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    fits: bool
+    peak_memory_bytes: int
+    memory_breakdown_bytes: dict[str, int]
+    comm_bytes_per_gpu: dict[str, float]
+    time_breakdown_s: dict[str, float]
+    reason: str = ""
+    num_microbatches: int = 1
+    bubble_fraction: float = 0.0
+    stage_peak_memory_bytes: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The output contract of ``plansim simulate --format json`` (see DESIGN.md), plus extra fields."""
+        return asdict(self)
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat dict (nested breakdowns as ``time_breakdown_s.compute`` ...) for one pandas DataFrame row."""
+        row: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if isinstance(value, dict):
+                row.update({f"{key}.{k}": v for k, v in value.items()})
+            elif not isinstance(value, list):
+                row[key] = value
+        return row

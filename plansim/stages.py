@@ -1,0 +1,36 @@
+"""Which layers each pipeline stage runs.
+
+Layers are split into ``pp * v`` contiguous chunks; chunk ``c`` runs on stage ``c % pp`` (Megatron-LM's interleaved
+assignment; with v = 1 stage s simply owns the s-th contiguous block). When ``layers`` is not divisible by ``pp``
+(v = 1 only), the first ``layers % pp`` stages take one extra layer. The input embedding (layer -1) goes with stage 0,
+the output layer (layer ``layers``) with the last stage.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EMBEDDING_LAYER", "stage_layers"]
+
+EMBEDDING_LAYER = -1
+
+
+def stage_layers(num_layers: int, pp: int, v: int = 1) -> list[list[int]]:
+    """Layer indices per stage, embedding (-1) first on stage 0 and the output layer last on the last stage.
+
+    >>> stage_layers(4, 2)
+    [[-1, 0, 1], [2, 3, 4]]
+    >>> stage_layers(4, 2, v=2)
+    [[-1, 0, 2], [1, 3, 4]]
+    >>> stage_layers(5, 2)
+    [[-1, 0, 1, 2], [3, 4, 5]]
+    """
+    chunks = pp * v
+    base, extra = divmod(num_layers, chunks)
+    bounds = [0]
+    for c in range(chunks):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    stages: list[list[int]] = [[] for _ in range(pp)]
+    for c in range(chunks):
+        stages[c % pp].extend(range(bounds[c], bounds[c + 1]))
+    stages[0].insert(0, EMBEDDING_LAYER)
+    stages[-1].append(num_layers)
+    return stages

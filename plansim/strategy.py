@@ -1,0 +1,207 @@
+"""The parallel strategy: how one training step is split over GPUs, and its checks against a model and a cluster.
+
+A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline (``dp=8,tp=2,pp=4,zero=1``).
+``check_strategy`` collects every violation against a model and a cluster; each message names the field and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from plansim.data import data_dir
+from plansim.errors import PlansimError, format_validation_error
+
+if TYPE_CHECKING:
+    from plansim.hardware import Cluster
+    from plansim.workload import ModelSpec
+
+__all__ = [
+    "DP_ALGORITHMS",
+    "DTYPES",
+    "REMAT_POLICIES",
+    "SCHEDULES",
+    "Strategy",
+    "check_strategy",
+    "list_strategies",
+    "load_strategy",
+]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+REMAT_POLICIES = ("none", "full", "selective", "sqrt")
+DTYPES = ("fp32", "fp16", "bf16")
+DP_ALGORITHMS = ("ring", "tree", "butterfly", "naive", "ps", "hierarchical")
+
+
+class Strategy(BaseModel):
+    """One parallel strategy. ``dp`` may be left out: it is then the GPU count over ``tp * pp``.
+
+    >>> s = Strategy.parse("dp=2,tp=4,pp=2,micro_batch=1,global_batch=16")
+    >>> (s.dp, s.tp, s.pp, s.num_microbatches)
+    (2, 4, 2, 8)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int | None = Field(default=None, ge=1, description="data-parallel degree")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (Megatron column/row split)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel stages")
+    sequence_parallel: bool = False
+    zero: Literal[0, 1, 2, 3] = 0
+    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per data-parallel replica")
+    global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
+    remat: Literal["none", "full", "selective", "sqrt"] = "none"
+    dtype: Literal["fp32", "fp16", "bf16"] = "bf16"
+    dp_algorithm: Literal["ring", "tree", "butterfly", "naive", "ps", "hierarchical"] = "ring"
+    fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
+    overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
+    grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
+
+    @model_validator(mode="after")
+    def _interleaving(self) -> Strategy:
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise ValueError(f"virtual_stages={self.virtual_stages} needs schedule=interleaved (or set virtual_stages=1)")
+        return self
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per step per replica: global_batch / (micro_batch * dp); 1 when global_batch is unset."""
+        dp = self.dp or 1
+        if self.global_batch is None:
+            return 1
+        return max(1, self.global_batch // (self.micro_batch * dp))
+
+    @property
+    def batch(self) -> int:
+        """Sequences per step over all replicas."""
+        return self.global_batch if self.global_batch is not None else self.micro_batch * (self.dp or 1)
+
+    @property
+    def mixed_precision(self) -> bool:
+        """fp16/bf16 compute with fp32 master weights (Micikevicius et al. 2018)."""
+        return self.dtype != "fp32"
+
+    def with_gpus(self, gpus: int) -> Strategy:
+        """Fill in ``dp`` from the GPU count when it was left out."""
+        if self.dp is not None:
+            return self
+        if gpus % (self.tp * self.pp):
+            raise PlansimError(
+                f"strategy: --gpus {gpus} is not a multiple of tp*pp={self.tp * self.pp}: set dp explicitly or change tp/pp"
+            )
+        return self.model_copy(update={"dp": gpus // (self.tp * self.pp)})
+
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """A strategy from inline ``key=value,...`` text, a YAML path, or the name of a file in ``strategies/``."""
+        text = text.strip()
+        if "=" in text:
+            return _validate(_parse_inline(text), "strategy")
+        return load_strategy(text)
+
+
+def _parse_inline(text: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PlansimError(f"strategy: '{item}' is not key=value: write e.g. dp=8,tp=2,pp=1")
+        fields[key.strip()] = yaml.safe_load(value.strip())
+    return fields
+
+
+def _validate(fields: object, source: str) -> Strategy:
+    if not isinstance(fields, dict):
+        raise PlansimError(f"{source}: expected a mapping of strategy fields such as 'dp: 8'")
+    try:
+        return Strategy.model_validate(fields)
+    except ValidationError as err:
+        raise PlansimError(format_validation_error(source, err)) from None
+
+
+def list_strategies() -> list[str]:
+    """Names of the strategy files shipped in ``strategies/``."""
+    return sorted(p.stem for p in data_dir("strategies").glob("*.yaml"))
+
+
+def load_strategy(name_or_path: str | Path) -> Strategy:
+    """Load a strategy from a YAML path or from ``strategies/<name>.yaml``."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        shipped = data_dir("strategies") / f"{name_or_path}.yaml"
+        if not shipped.is_file():
+            known = ", ".join(list_strategies())
+            raise PlansimError(
+                f"strategy: '{name_or_path}' is neither a file, key=value text nor a shipped strategy ({known})"
+            )
+        path = shipped
+    try:
+        fields = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise PlansimError(f"{path}: malformed YAML ({str(err).splitlines()[0]}): fix the syntax") from None
+    return _validate(fields, str(path))
+
+
+def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> list[str]:
+    """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix."""
+    s = strategy.with_gpus(cluster.num_gpus)
+    dp = s.dp or 1
+    problems: list[str] = []
+    if dp * s.tp * s.pp != cluster.num_gpus:
+        problems.append(
+            f"dp*tp*pp = {dp}*{s.tp}*{s.pp} = {dp * s.tp * s.pp} but --gpus is {cluster.num_gpus}: make them equal"
+        )
+    problems += _check_model_split(s, model)
+    problems += _check_batch(s, dp)
+    if s.zero >= 2 and s.pp > 1:
+        problems.append(f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
+                        "parallelism does not support (DeepSpeed); use zero=1 or pp=1")
+    if s.dp_algorithm == "butterfly" and dp & (dp - 1):
+        problems.append(f"dp_algorithm=butterfly needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
+    if s.tp > cluster.gpus_per_node:
+        problems.append(f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): "
+                        f"use tp <= {cluster.gpus_per_node}")
+    if not cluster.gpu.supports(s.dtype):
+        problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
+    return problems
+
+
+def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
+    problems = []
+    if model.family in ("gpt", "llama"):
+        if model.heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide heads={model.heads}: choose tp among the divisors of the heads")
+        elif model.kv_heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
+    if model.family == "cnn" and s.tp > 1:
+        problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
+    chunks = s.pp * s.virtual_stages
+    if model.layers < chunks:
+        problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
+    elif s.schedule == "interleaved" and model.layers % chunks:
+        problems.append(f"schedule=interleaved needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
+                        "change pp or virtual_stages")
+    if s.schedule == "interleaved" and s.pp == 1:
+        problems.append("schedule=interleaved needs pp > 1: use schedule=1f1b")
+    return problems
+
+
+def _check_batch(s: Strategy, dp: int) -> list[str]:
+    if s.global_batch is None:
+        return []
+    per_step = s.micro_batch * dp
+    if s.global_batch % per_step:
+        return [f"global_batch={s.global_batch} is not a multiple of micro_batch*dp={per_step}: "
+                f"use global_batch={max(per_step, s.global_batch // per_step * per_step)}"]
+    m = s.global_batch // per_step
+    if s.schedule == "interleaved" and m % s.pp:
+        return [f"schedule=interleaved needs the micro-batch count {m} to be a multiple of pp={s.pp} "
+                "(Megatron-LM): change global_batch"]
+    return []
