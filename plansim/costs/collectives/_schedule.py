@@ -1,0 +1,211 @@
+"""Schedules of point-to-point transfers, their alpha-beta price, and a data-moving simulator.
+
+A collective algorithm is a sequence of :class:`Step` s. Every transfer in a step starts at the same time; the step
+ends when the busiest node is done. Volumes and times are derived from the steps, never written separately.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from plansim.errors import PlansimError
+
+__all__ = ["Schedule", "Step", "Tier", "simulate"]
+
+Tier = Literal["intra", "inter"]
+TIERS: tuple[Tier, ...] = ("intra", "inter")
+
+
+def _locked(values: ArrayLike, dtype: type) -> NDArray:
+    """A read-only 1-D array of ``dtype``; copied only if the input could still be written through."""
+    arr: NDArray = np.asarray(values, dtype=dtype)
+    if arr.flags.writeable:
+        arr = arr.copy()
+        arr.setflags(write=False)
+    if arr.ndim != 1:
+        raise PlansimError(f"schedule step arrays must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One round of point-to-point transfers that all start together.
+
+    Transfer ``j`` moves the chunk ``[lo[j], hi[j])`` of node ``src[j]``'s buffer (fractions of the message, so the
+    chunk is ``(hi - lo) * n_bytes`` bytes) to node ``dst[j]``. With ``reduce`` the chunk is added into the
+    destination, otherwise it overwrites it. It lands at offset ``dst_lo[j]`` (default: the same offset ``lo[j]``);
+    only all-to-all, which transposes blocks, needs a different one. ``tier`` says which link prices the step.
+
+    Examples
+    --------
+    >>> s = Step(src=[0, 1], dst=[1, 0], lo=[0.5, 0.0], hi=[1.0, 0.5], reduce=True)
+    >>> s.loads(num_nodes=2)
+    (array([0.5, 0.5]), array([0.5, 0.5]))
+    """
+
+    src: NDArray[np.int64]
+    dst: NDArray[np.int64]
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
+    reduce: bool = False
+    tier: Tier = "intra"
+    dst_lo: NDArray[np.float64] | None = None
+
+    def __post_init__(self) -> None:
+        for name, dtype in (("src", np.int64), ("dst", np.int64), ("lo", np.float64), ("hi", np.float64)):
+            object.__setattr__(self, name, _locked(getattr(self, name), dtype))
+        if self.dst_lo is not None:
+            object.__setattr__(self, "dst_lo", _locked(self.dst_lo, np.float64))
+        sizes = {
+            len(a) for a in (self.src, self.dst, self.lo, self.hi, self.lo if self.dst_lo is None else self.dst_lo)
+        }
+        if len(sizes) != 1:
+            raise PlansimError(f"schedule step arrays must have one length, got lengths {sorted(sizes)}")
+        if self.tier not in TIERS:
+            raise PlansimError(f"schedule step tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+
+    def loads(self, num_nodes: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Fraction of the message each node sends and receives in this step (``(sent, received)``)."""
+        size = self.hi - self.lo
+        sent = np.bincount(self.src, weights=size, minlength=num_nodes).astype(np.float64)
+        received = np.bincount(self.dst, weights=size, minlength=num_nodes).astype(np.float64)
+        return sent, received
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A collective algorithm as steps of point-to-point transfers among ``num_nodes`` nodes.
+
+    Nodes ``0 .. p-1`` are the workers (GPUs); any node past them is a helper that holds no input, such as the
+    parameter server at index ``p``. With ``out_of_place`` every transfer reads the sender's original input (a
+    separate send buffer, as all-to-all needs) instead of its current buffer.
+
+    Pricing is the alpha-beta (Hockney) model as used by Thakur, Rabenseifner & Gropp 2005, "Optimization of
+    Collective Communication Operations in MPICH", IJHPCA 19(1), sec. 2: a step costs
+    ``alpha + max over nodes of max(bytes sent, bytes received) / bandwidth``. Links are full duplex, so a node
+    that sends and receives at once pays once; a node receiving from ``k`` peers pays for all ``k`` chunks.
+
+    Examples
+    --------
+    >>> s = Schedule("send_recv/direct", p=2, steps=(Step([0], [1], [0.0], [1.0]),))
+    >>> s.bytes_sent(100.0), s.total_bytes(100.0)
+    (array([100.,   0.]), 100.0)
+    >>> s.time(1e6, alpha_s=1e-6, bandwidth_Bps=1e9)
+    0.001001
+    """
+
+    name: str
+    p: int
+    steps: tuple[Step, ...]
+    num_nodes: int = 0
+    out_of_place: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_nodes == 0:
+            object.__setattr__(self, "num_nodes", self.p)
+        if self.num_nodes < self.p:
+            raise PlansimError(f"schedule {self.name}: num_nodes ({self.num_nodes}) is below p ({self.p})")
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.name!r}, p={self.p}, steps={len(self.steps)}, num_nodes={self.num_nodes})"
+
+    @property
+    def workers(self) -> NDArray[np.int64]:
+        """Indices of the ``p`` workers: always ``0 .. p-1``."""
+        return np.arange(self.p, dtype=np.int64)
+
+    @cached_property
+    def _totals(self) -> tuple[NDArray[np.float64], dict[Tier, tuple[int, float]]]:
+        """Fraction of the message each node sends in all, and per tier (number of steps, sum over steps of the
+        busiest node's fraction): everything the volumes and the alpha-beta time need, as both are linear in n."""
+        sent_total = np.zeros(self.num_nodes)
+        terms: dict[Tier, tuple[int, float]] = {tier: (0, 0.0) for tier in TIERS}
+        for step in self.steps:
+            sent, received = step.loads(self.num_nodes)
+            sent_total += sent
+            count, load = terms[step.tier]
+            terms[step.tier] = (count + 1, load + float(max(sent.max(), received.max())))
+        return sent_total, terms
+
+    def bytes_sent(self, n_bytes: float) -> NDArray[np.float64]:
+        """Bytes each node sends over the whole schedule (length ``num_nodes``)."""
+        return self._totals[0] * n_bytes
+
+    def total_bytes(self, n_bytes: float) -> float:
+        """Bytes sent by all nodes together."""
+        return float(self._totals[0].sum() * n_bytes)
+
+    def time(
+        self, n_bytes: float, alpha_s: float, bandwidth_Bps: float, inter: tuple[float, float] | None = None
+    ) -> float:
+        """Alpha-beta time in seconds; ``inter=(alpha_s, bandwidth_Bps)`` prices steps tagged ``"inter"``."""
+        links = {"intra": (alpha_s, bandwidth_Bps), "inter": inter if inter is not None else (alpha_s, bandwidth_Bps)}
+        total = 0.0
+        for tier, (count, load) in self._totals[1].items():
+            if not count:
+                continue
+            alpha, bandwidth = links[tier]
+            if bandwidth <= 0 or alpha < 0:
+                raise PlansimError(f"{tier} link needs bandwidth_Bps > 0 and alpha_s >= 0, got {bandwidth}, {alpha}")
+            total += count * alpha + load * n_bytes / bandwidth
+        return total
+
+
+def _bounds(fractions: NDArray[np.float64], length: int) -> NDArray[np.int64]:
+    """Element index of each fraction; equal fractions always map to the same index, so chunks tile exactly."""
+    return np.rint(fractions * length).astype(np.int64)
+
+
+def simulate(s: Schedule, inputs: list[NDArray]) -> list[NDArray[np.float64]]:
+    """Run the schedule on real data and return each worker's final buffer.
+
+    Every node holds a buffer as long as the inputs (helper nodes start at zero). Before each step the source
+    chunks are copied, so transfers within a step see the buffers as they were when the step began.
+
+    Parameters
+    ----------
+    s : Schedule
+        The schedule to run.
+    inputs : list of 1-D arrays
+        One buffer per worker, all the same length.
+
+    Returns
+    -------
+    list of 1-D float arrays
+        Each worker's buffer after the last step.
+
+    Examples
+    --------
+    >>> s = Schedule("all_reduce/pair", p=2, steps=(Step([0, 1], [1, 0], [0.0, 0.0], [1.0, 1.0], reduce=True),))
+    >>> [b.tolist() for b in simulate(s, [np.array([1.0, 2.0]), np.array([10.0, 20.0])])]
+    [[11.0, 22.0], [11.0, 22.0]]
+    """
+    if len(inputs) != s.p:
+        raise PlansimError(f"simulate: {s.name} has {s.p} workers, got {len(inputs)} input buffers")
+    length = len(inputs[0]) if inputs else 0
+    if any(np.ndim(x) != 1 or len(x) != length for x in inputs):
+        raise PlansimError("simulate: inputs must be 1-D arrays of one length")
+    buffers = [np.array(x, dtype=np.float64) for x in inputs]
+    buffers += [np.zeros(length) for _ in range(s.num_nodes - s.p)]
+    sources = [b.copy() for b in buffers] if s.out_of_place else buffers
+    for step in s.steps:
+        _apply(step, sources, buffers, length)
+    return buffers[: s.p]
+
+
+def _apply(step: Step, sources: list[NDArray], buffers: list[NDArray], length: int) -> None:
+    """Move one step's chunks: snapshot every source chunk first, then add or write them into their destinations."""
+    lo, hi = _bounds(step.lo, length), _bounds(step.hi, length)
+    at = lo if step.dst_lo is None else _bounds(step.dst_lo, length)
+    chunks = [sources[src][a:b].copy() for src, a, b in zip(step.src, lo, hi, strict=True)]
+    for dst, start, chunk in zip(step.dst, at, chunks, strict=True):
+        target = buffers[dst][start : start + len(chunk)]
+        if step.reduce:
+            target += chunk
+        else:
+            target[:] = chunk

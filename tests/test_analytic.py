@@ -1,0 +1,133 @@
+"""The analytic engine against closed forms: Narayanan et al. 2021 FLOPs, a hand summation on one GPU, collective
+volumes, and invariants over random strategies."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from plansim.analytic import simulate_analytic
+from plansim.costs.kernels import KernelCostModel
+from plansim.hardware import load_hardware
+from plansim.strategy import Strategy
+from plansim.workload import ModelSpec, build_graph, load_model
+
+
+def gpt(layers: int = 8, hidden: int = 1024, heads: int = 16, seq: int = 1024, vocab: int = 32000) -> ModelSpec:
+    return ModelSpec(name="t", family="gpt", layers=layers, hidden=hidden, heads=heads, seq_len=seq, vocab=vocab)
+
+
+@pytest.mark.parametrize("text", ["dp=8", "dp=2,tp=2,pp=2", "dp=1,tp=4,pp=2,sequence_parallel=true"])
+def test_flops_match_narayanan_2021(text: str) -> None:
+    # Narayanan et al. 2021 sec 5.1: model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); with full recompute the
+    # hardware FLOPs are 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+    m = gpt()
+    cluster = load_hardware("dgx-a100", gpus=8)
+    B, s, l, h, V = 16, m.seq_len, m.layers, m.hidden, m.vocab
+    base = Strategy.parse(f"{text},micro_batch=1,global_batch={B}")
+    full = simulate_analytic(m, cluster, base.model_copy(update={"remat": "full"}))
+    assert full.model_flops_per_step == pytest.approx(72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h)))
+    assert full.hardware_flops_per_step == pytest.approx(96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h)))
+    # Selective recompute reruns only QK^T and attention-over-V: 4 B s^2 h per layer (Korthikanti et al. 2022 sec 5).
+    sel = simulate_analytic(m, cluster, base.model_copy(update={"remat": "selective"}))
+    assert sel.hardware_flops_per_step - sel.model_flops_per_step == pytest.approx(4 * B * s**2 * h * l)
+    none = simulate_analytic(m, cluster, base)
+    assert none.hardware_flops_per_step == none.model_flops_per_step
+
+
+def test_single_gpu_step_is_the_sum_of_its_kernels() -> None:
+    m = gpt(layers=2, hidden=512, heads=8, seq=256)
+    cluster = load_hardware("dgx-a100", gpus=1)
+    r = simulate_analytic(m, cluster, Strategy.parse("dp=1,micro_batch=2,global_batch=6"))
+    kernels = KernelCostModel(cluster.gpu, "bf16")
+    graph = build_graph(m, micro_batch=2)
+    per_mb = sum(kernels.forward(op) + kernels.backward(op) for _, op in graph.nodes(data=True))
+    assert r.num_microbatches == 3
+    assert r.time_breakdown_s["compute"] == pytest.approx(3 * per_mb)
+    assert r.time_breakdown_s["bubble"] == pytest.approx(0.0, abs=1e-12)
+    assert r.step_time_s == pytest.approx(3 * per_mb + r.time_breakdown_s["optimizer"])
+
+
+def test_data_parallel_bytes_are_ring_allreduce_volume() -> None:
+    m = gpt()
+    cluster = load_hardware("dgx-a100", gpus=8)
+    r = simulate_analytic(m, cluster, Strategy.parse("dp=8,micro_batch=1,global_batch=16"))
+    params = m.num_parameters()
+    assert r.comm_bytes_per_gpu["dp"] == pytest.approx(2 * 7 / 8 * params * 2)  # ring: 2(N-1)/N of bf16 grads
+    z3 = simulate_analytic(m, cluster, Strategy.parse("dp=8,micro_batch=1,global_batch=16,zero=3"))
+    # ZeRO-3: per micro-batch, all-gather weights twice and reduce-scatter gradients: 3x (N-1)/N Psi (ZeRO sec 7.2.2).
+    total = z3.comm_bytes_per_gpu["dp"] + z3.comm_bytes_per_gpu["zero"]
+    assert total == pytest.approx(2 * 3 * 7 / 8 * params * 2)
+
+
+def test_zero_stages_memory_on_a_real_preset() -> None:
+    m = load_model("gpt3-1.3b")
+    cluster = load_hardware("dgx-a100", gpus=64)
+    psi = m.num_parameters()
+    for zero, per_param in [(0, 16), (1, 4 + 12 / 64), (2, 2 + 14 / 64), (3, 16 / 64)]:
+        r = simulate_analytic(m, cluster, Strategy.parse(f"dp=64,zero={zero},micro_batch=1"))
+        states = sum(r.memory_breakdown_bytes[k] for k in ("weights", "gradients", "optimizer"))
+        assert states == pytest.approx(per_param * psi, rel=1e-6)
+
+
+def test_pipeline_bubble_shrinks_with_microbatches_and_interleaving() -> None:
+    m = gpt(layers=16)
+    cluster = load_hardware("dgx-a100", gpus=8)
+    few = simulate_analytic(m, cluster, Strategy.parse("dp=1,pp=8,micro_batch=1,global_batch=8"))
+    many = simulate_analytic(m, cluster, Strategy.parse("dp=1,pp=8,micro_batch=1,global_batch=64"))
+    inter = simulate_analytic(
+        m, cluster, Strategy.parse("dp=1,pp=8,micro_batch=1,global_batch=64,schedule=interleaved,virtual_stages=2")
+    )
+    assert few.bubble_fraction > many.bubble_fraction > inter.bubble_fraction > 0
+    # Stages are nearly equal (embedding and output layer aside), so the bubble is close to (p-1)/(m+p-1).
+    assert many.bubble_fraction == pytest.approx(7 / (64 + 7), rel=0.25)
+
+
+def test_full_recompute_activations_follow_korthikanti() -> None:
+    # Full recompute keeps 2sbh per layer (Table 2, last row) for each micro-batch in flight, plus one layer rebuilt.
+    m = gpt(layers=8)
+    cluster = load_hardware("dgx-a100", gpus=8)
+    s = Strategy.parse("dp=1,tp=1,pp=8,micro_batch=2,global_batch=16,remat=full")
+    none = simulate_analytic(m, cluster, s.model_copy(update={"remat": "none"}))
+    full = simulate_analytic(m, cluster, s)
+    # A middle stage (one block, no embedding/output): 1F1B holds p - stage micro-batches.
+    stage = 3
+    sbh2 = m.seq_len * 2 * m.hidden * 2
+    block = none.stage_peak_memory_bytes[stage] - full.stage_peak_memory_bytes[stage]
+    in_flight = 8 - stage
+    # none holds in_flight full layers; full holds in_flight inputs + one full layer rebuilt.
+    full_layer = (block + in_flight * sbh2) / (in_flight - 1)
+    assert full_layer == pytest.approx(sbh2 / 2 * (34 + 5 * m.heads * m.seq_len / m.hidden), rel=1e-6)
+
+
+def test_does_not_fit_is_a_result_with_a_reason() -> None:
+    r = simulate_analytic(load_model("gpt3-175b"), load_hardware("dgx-a100", gpus=8), Strategy.parse("dp=8"))
+    assert not r.fits and "GB" in r.reason and r.peak_memory_bytes > 80e9
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2, 4]),
+    zero=st.sampled_from([0, 1]),
+    remat=st.sampled_from(["none", "full", "selective", "sqrt"]),
+    schedule=st.sampled_from(["gpipe", "1f1b"]),
+    m=st.sampled_from([1, 4, 8]),
+    sp=st.booleans(),
+)
+def test_invariants(tp: int, pp: int, zero: int, remat: str, schedule: str, m: int, sp: bool) -> None:
+    model = gpt(layers=8, hidden=512, heads=8, seq=512)
+    dp = 16 // (tp * pp)
+    cluster = load_hardware("dgx-a100", gpus=16)
+    s = Strategy.parse(f"dp={dp},tp={tp},pp={pp},zero={zero},remat={remat},schedule={schedule},"
+                       f"micro_batch=1,global_batch={m * dp},sequence_parallel={str(sp).lower()}")
+    r = simulate_analytic(model, cluster, s)
+    assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s)
+    assert all(v >= -1e-12 for v in r.time_breakdown_s.values())
+    assert 0 < r.mfu <= r.hfu <= 1
+    assert r.peak_memory_bytes == max(r.stage_peak_memory_bytes)
+    assert r.peak_memory_bytes == sum(r.memory_breakdown_bytes.values())
+    assert (r.comm_bytes_per_gpu["tp"] > 0) == (tp > 1)
+    assert (r.comm_bytes_per_gpu["pp"] > 0) == (pp > 1)
+    assert (r.comm_bytes_per_gpu["dp"] > 0) == (dp > 1)

@@ -1,0 +1,313 @@
+"""Collective schedules checked three independent ways: volumes against the course table, data moved through the
+schedule against numpy's answer, and alpha-beta times against the textbook closed forms (Thakur, Rabenseifner &
+Gropp 2005; Patarasuk & Yuan 2009)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plansim.costs.collectives import (
+    ALLREDUCE_ALGORITHMS,
+    COLLECTIVES,
+    MESSAGE_SIZE,
+    bytes_sent_per_rank,
+    collective_time,
+    schedule,
+    simulate,
+)
+from plansim.errors import PlansimError
+
+M = 1_000_003.0  # bytes per worker: odd, so a wrong factor cannot hide behind a round number
+A, BW = 7e-6, 25e9  # alpha (s) and bandwidth (B/s) for the closed forms
+B = 1.0 / BW
+
+
+def _total(algorithm: str, n: int, local: int | None = None) -> float:
+    return schedule("all_reduce", algorithm, n, local).total_bytes(M)
+
+
+# ---- volumes: the course's table (dl-systems-intro, "Comparing different AllReduce Methods") -------------------
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 16, 64])
+def test_allreduce_total_volume_matches_course_table(n: int) -> None:
+    assert _total("naive", n) == pytest.approx(n * (n - 1) * M, rel=1e-12)
+    assert _total("ps", n) == pytest.approx(2 * n * M, rel=1e-12)
+    assert _total("ring", n) == pytest.approx(2 * (n - 1) * M, rel=1e-12)
+    assert _total("tree", n) == pytest.approx(2 * (n - 1) * M, rel=1e-12)  # the table's "2NM", exactly 2(N-1)M
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 64])
+def test_butterfly_total_volume_is_n_m_log_n(n: int) -> None:
+    assert _total("butterfly", n) == pytest.approx(n * M * math.log2(n), rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 8, 100])
+def test_ring_worker_sends_2_n_minus_1_over_n(n: int) -> None:
+    assert bytes_sent_per_rank("all_reduce", "ring", n, M) == pytest.approx(2 * (n - 1) * M / n, rel=1e-12)
+    assert np.allclose(schedule("all_reduce", "ring", n).bytes_sent(M), 2 * (n - 1) * M / n)  # balanced
+
+
+def test_parameter_server_carries_the_traffic_workers_do_not() -> None:
+    sent = schedule("all_reduce", "ps", 6).bytes_sent(M)
+    assert sent[:6].tolist() == [M] * 6 and sent[6] == pytest.approx(6 * M)
+    assert bytes_sent_per_rank("all_reduce", "ps", 6, M) == M
+
+
+# ---- moving real data: every schedule computes what its collective promises ------------------------------------
+
+
+def _ints(seed: int, p: int, length: int) -> list[np.ndarray]:
+    """Integer-valued floats, so sums are exact whatever the order of addition."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-1000, 1000, size=length).astype(float) for _ in range(p)]
+
+
+def _check_allreduce(algorithm: str, p: int, length: int, seed: int, local: int | None = None) -> None:
+    inputs = _ints(seed, p, length)
+    out = simulate(schedule("all_reduce", algorithm, p, local), inputs)
+    truth = np.sum(inputs, axis=0)
+    assert len(out) == p
+    for buffer in out:
+        np.testing.assert_array_equal(buffer, truth)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    algorithm=st.sampled_from(["naive", "ps", "ring", "tree"]),
+    p=st.integers(1, 9),
+    length=st.integers(0, 23),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_allreduce_sums_every_vector(algorithm: str, p: int, length: int, seed: int) -> None:
+    _check_allreduce(algorithm, p, length, seed)
+
+
+@settings(max_examples=30, deadline=None)
+@given(log_p=st.integers(0, 4), length=st.integers(0, 40), seed=st.integers(0, 2**32 - 1))
+def test_butterfly_allreduce_sums_every_vector(log_p: int, length: int, seed: int) -> None:
+    _check_allreduce("butterfly", 2**log_p, length, seed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    local=st.sampled_from([2, 4]),
+    nodes=st.integers(1, 4),
+    length=st.integers(0, 50),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_hierarchical_allreduce_sums_every_vector(local: int, nodes: int, length: int, seed: int) -> None:
+    _check_allreduce("hierarchical", local * nodes, length, seed, local=local)
+
+
+def _power_of_two_or_any(algorithm: str) -> st.SearchStrategy[int]:
+    return st.integers(0, 4).map(lambda k: 2**k) if algorithm == "butterfly" else st.integers(1, 9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), algorithm=st.sampled_from(["ring", "butterfly"]), seed=st.integers(0, 2**32 - 1))
+def test_all_gather_yields_the_concatenation(data: st.DataObject, algorithm: str, seed: int) -> None:
+    p = data.draw(_power_of_two_or_any(algorithm))
+    block = data.draw(st.integers(1, 5))
+    full = _ints(seed, 1, p * block)[0]
+    garbage = _ints(seed + 1, p, p * block)  # whatever a rank's buffer held outside its own shard
+    for i, buffer in enumerate(garbage):
+        buffer[i * block : (i + 1) * block] = full[i * block : (i + 1) * block]
+    for out in simulate(schedule("all_gather", algorithm, p), garbage):
+        np.testing.assert_array_equal(out, full)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), algorithm=st.sampled_from(["ring", "butterfly"]), seed=st.integers(0, 2**32 - 1))
+def test_reduce_scatter_leaves_each_worker_its_reduced_shard(data: st.DataObject, algorithm: str, seed: int) -> None:
+    p = data.draw(_power_of_two_or_any(algorithm))
+    block = data.draw(st.integers(1, 5))
+    inputs = _ints(seed, p, p * block)
+    truth = np.sum(inputs, axis=0)
+    for i, out in enumerate(simulate(schedule("reduce_scatter", algorithm, p), inputs)):
+        np.testing.assert_array_equal(out[i * block : (i + 1) * block], truth[i * block : (i + 1) * block])
+
+
+@settings(max_examples=30, deadline=None)
+@given(algorithm=st.sampled_from(["tree", "ring"]), p=st.integers(1, 13), seed=st.integers(0, 2**32 - 1))
+def test_broadcast_copies_rank_zero(algorithm: str, p: int, seed: int) -> None:
+    inputs = _ints(seed, p, 11)
+    for out in simulate(schedule("broadcast", algorithm, p), inputs):
+        np.testing.assert_array_equal(out, inputs[0])
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=st.integers(1, 9), block=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+def test_all_to_all_transposes_blocks(p: int, block: int, seed: int) -> None:
+    inputs = _ints(seed, p, p * block)
+    out = simulate(schedule("all_to_all", "direct", p), inputs)
+    for i in range(p):
+        for j in range(p):
+            np.testing.assert_array_equal(out[j][i * block : (i + 1) * block], inputs[i][j * block : (j + 1) * block])
+
+
+def test_send_recv_delivers_to_rank_one() -> None:
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([9.0, 9.0, 9.0])
+    out = simulate(schedule("send_recv", "direct", 2), [a, b])
+    np.testing.assert_array_equal(out[1], a)
+    np.testing.assert_array_equal(out[0], a)
+
+
+def test_ring_allreduce_exact_trace_for_three_workers() -> None:
+    s = schedule("all_reduce", "ring", 3)
+    trace = [(s_.src.tolist(), s_.dst.tolist(), (s_.lo * 3).round().tolist(), s_.reduce) for s_ in s.steps]
+    assert trace == [
+        ([0, 1, 2], [1, 2, 0], [2, 0, 1], True),  # reduce-scatter: rank i passes chunk i-1, then i-2
+        ([0, 1, 2], [1, 2, 0], [1, 2, 0], True),  # ... so rank i ends holding the full sum of chunk i
+        ([0, 1, 2], [1, 2, 0], [0, 1, 2], False),  # all-gather: rank i passes its own chunk, then the one it got
+        ([0, 1, 2], [1, 2, 0], [2, 0, 1], False),
+    ]
+    assert all(np.allclose(step.hi - step.lo, 1 / 3) for step in s.steps)
+
+
+# ---- alpha-beta times: textbook closed forms (a = alpha, b = 1/bandwidth) --------------------------------------
+
+
+def _time(collective: str, algorithm: str, p: int, n: float, **kw: object) -> float:
+    return collective_time(collective, algorithm, p, n, A, BW, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 12, 64])
+def test_ring_times_match_thakur_and_patarasuk_yuan(p: int) -> None:
+    one_pass = (p - 1) * A + M * (p - 1) / p * B
+    assert _time("all_gather", "ring", p, M) == pytest.approx(one_pass, rel=1e-12)
+    assert _time("reduce_scatter", "ring", p, M) == pytest.approx(one_pass, rel=1e-12)
+    assert _time("all_reduce", "ring", p, M) == pytest.approx(2 * (p - 1) * A + 2 * M * (p - 1) / p * B, rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 32])
+def test_recursive_doubling_and_halving_times(p: int) -> None:
+    lg = math.log2(p)
+    assert _time("all_reduce", "butterfly", p, M) == pytest.approx(lg * (A + M * B), rel=1e-12)
+    assert _time("all_gather", "butterfly", p, M) == pytest.approx(lg * A + M * (p - 1) / p * B, rel=1e-12)
+    assert _time("reduce_scatter", "butterfly", p, M) == pytest.approx(lg * A + M * (p - 1) / p * B, rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 3, 9, 16])
+def test_naive_and_parameter_server_times(p: int) -> None:
+    assert _time("all_reduce", "naive", p, M) == pytest.approx(A + (p - 1) * M * B, rel=1e-12)
+    assert _time("all_reduce", "ps", p, M) == pytest.approx(2 * (A + p * M * B), rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 5, 7, 8, 9, 16, 100])
+def test_tree_allreduce_time_matches_derived_form(p: int) -> None:
+    depth = math.floor(math.log2(p))
+    lone_deepest_child = 1 if p & (p - 1) == 0 else 0
+    expected = 2 * depth * A + 2 * (2 * depth - lone_deepest_child) * M * B
+    assert _time("all_reduce", "tree", p, M) == pytest.approx(expected, rel=1e-12)
+
+
+def test_tree_allreduce_small_cases_by_hand() -> None:
+    # p=2: 1 up, 1 down. p=3: root hears two children (2n), then tells both (2n). p=4: levels {1,2} then {3}.
+    assert _time("all_reduce", "tree", 2, M) == pytest.approx(2 * A + 2 * M * B, rel=1e-12)
+    assert _time("all_reduce", "tree", 3, M) == pytest.approx(2 * A + 4 * M * B, rel=1e-12)
+    assert _time("all_reduce", "tree", 4, M) == pytest.approx(4 * A + 6 * M * B, rel=1e-12)
+
+
+@pytest.mark.parametrize(("p", "local"), [(8, 2), (8, 4), (16, 4), (12, 3), (8, 8), (8, 1)])
+def test_hierarchical_time_prices_each_tier(p: int, local: int) -> None:
+    inter_a, inter_bw = 3e-5, 5e9
+    nodes = p // local
+    expected = 2 * (local - 1) * (A + M / local * B) + 2 * (nodes - 1) * (inter_a + M / (local * nodes) / inter_bw)
+    got = _time("all_reduce", "hierarchical", p, M, inter=(inter_a, inter_bw), local=local)
+    assert got == pytest.approx(expected, rel=1e-12)
+    # On one link the bandwidth term equals the flat ring's 2 n (p-1)/p; only the step count (alpha) differs.
+    beta_only = collective_time("all_reduce", "hierarchical", p, M, 0.0, BW, local=local)
+    assert beta_only == pytest.approx(collective_time("all_reduce", "ring", p, M, 0.0, BW), rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 3, 8, 13])
+def test_broadcast_all_to_all_send_recv_times(p: int) -> None:
+    assert _time("broadcast", "tree", p, M) == pytest.approx(math.ceil(math.log2(p)) * (A + M * B), rel=1e-12)
+    assert _time("broadcast", "ring", p, M) == pytest.approx((p - 1) * (A + M * B), rel=1e-12)
+    assert _time("all_to_all", "direct", p, M) == pytest.approx((p - 1) * (A + M / p * B), rel=1e-12)
+    assert _time("send_recv", "direct", p, M) == pytest.approx(A + M * B, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    algorithm=st.sampled_from(sorted(ALLREDUCE_ALGORITHMS)),
+    log_p=st.integers(1, 7),
+    n=st.floats(1.0, 1e10),
+)
+def test_no_allreduce_beats_the_bandwidth_lower_bound(algorithm: str, log_p: int, n: float) -> None:
+    # Patarasuk & Yuan 2009, sec. 2: each of p nodes must send and receive at least 2 n (p-1)/p.
+    p = 2**log_p
+    t = collective_time("all_reduce", algorithm, p, n, 0.0, BW, local=2)
+    assert t >= 2 * n * (p - 1) / p * B * (1 - 1e-12)
+
+
+# ---- edges, caching and errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("collective", "algorithm"), [(c, a) for c, algs in COLLECTIVES.items() for a in algs])
+def test_one_worker_never_communicates(collective: str, algorithm: str) -> None:
+    assert collective_time(collective, algorithm, 1, M, A, BW, local=1) == 0.0
+    assert bytes_sent_per_rank(collective, algorithm, 1, M, local=1) == 0.0
+    assert collective in MESSAGE_SIZE
+
+
+def test_schedule_is_cached_read_only_and_ignores_local_where_unused() -> None:
+    s = schedule("all_reduce", "ring", 8)
+    assert schedule("all_reduce", "ring", 8, local=4) is s
+    with pytest.raises(ValueError, match="read-only"):
+        s.steps[0].lo[0] = 0.5
+
+
+def test_large_ring_is_cheap_to_build_and_price() -> None:
+    s = schedule("all_reduce", "ring", 1024)
+    assert len(s.steps) == 2046
+    assert s.time(M, A, BW) == pytest.approx(2046 * A + 2 * M * 1023 / 1024 * B, rel=1e-12)
+
+
+def test_registries_expose_the_documented_choices() -> None:
+    assert set(ALLREDUCE_ALGORITHMS) == {"naive", "ps", "ring", "tree", "butterfly", "hierarchical"}
+    assert {c: set(a) for c, a in COLLECTIVES.items() if c != "all_reduce"} == {
+        "all_gather": {"ring", "butterfly"},
+        "reduce_scatter": {"ring", "butterfly"},
+        "broadcast": {"tree", "ring"},
+        "all_to_all": {"direct"},
+        "send_recv": {"direct"},
+    }
+
+
+def test_bad_names_raise_naming_the_choices() -> None:
+    with pytest.raises(PlansimError, match="unknown collective 'allreduce': choose one of all_gather, all_reduce"):
+        schedule("allreduce", "ring", 4)
+    with pytest.raises(PlansimError, match="butterfly, hierarchical, naive, ps, ring, tree"):
+        collective_time("all_reduce", "rng", 4, M, A, BW)
+    with pytest.raises(PlansimError, match="unknown broadcast algorithm 'direct': choose one of ring, tree"):
+        schedule("broadcast", "direct", 4)
+
+
+def test_butterfly_needs_a_power_of_two() -> None:
+    with pytest.raises(PlansimError) as err:
+        schedule("all_reduce", "butterfly", 6)
+    assert str(err.value) == "dp_algorithm=butterfly needs a power-of-two group, got 6: use ring"
+    with pytest.raises(PlansimError, match="power-of-two group, got 12"):
+        schedule("all_gather", "butterfly", 12)
+
+
+@pytest.mark.parametrize("local", [None, 3, 0])
+def test_hierarchical_needs_a_local_size_that_divides_the_group(local: int | None) -> None:
+    with pytest.raises(PlansimError, match="hierarchical needs local"):
+        schedule("all_reduce", "hierarchical", 8, local)
+
+
+def test_bad_group_size_and_links_raise() -> None:
+    with pytest.raises(PlansimError, match="at least one worker"):
+        schedule("all_reduce", "ring", 0)
+    with pytest.raises(PlansimError, match="bandwidth_Bps > 0"):
+        collective_time("all_reduce", "ring", 4, M, A, 0.0)
+    with pytest.raises(PlansimError, match="4 workers, got 3"):
+        simulate(schedule("all_reduce", "ring", 4), _ints(0, 3, 8))

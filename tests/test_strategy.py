@@ -1,0 +1,52 @@
+"""Strategy parsing (inline, YAML, shipped files) and validation against a model and a cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from plansim.errors import PlansimError
+from plansim.hardware import load_hardware
+from plansim.strategy import Strategy, check_strategy, list_strategies, load_strategy
+from plansim.workload import load_model
+
+
+def test_inline_and_yaml_agree(tmp_path: Path) -> None:
+    inline = Strategy.parse("dp=16,tp=8,pp=8,sequence_parallel=true,zero=1,micro_batch=1,global_batch=1536,"
+                            "schedule=interleaved,virtual_stages=2,remat=selective,dtype=bf16")
+    assert load_strategy("megatron-3d") == inline
+    path = tmp_path / "s.yaml"
+    path.write_text("dp: 16\ntp: 8\npp: 8\nsequence_parallel: true\nzero: 1\nmicro_batch: 1\nglobal_batch: 1536\n"
+                    "schedule: interleaved\nvirtual_stages: 2\nremat: selective\n")
+    assert Strategy.parse(str(path)) == inline
+
+
+def test_every_shipped_strategy_loads() -> None:
+    names = list_strategies()
+    assert "megatron-3d" in names and len(names) >= 3
+    for name in names:
+        assert isinstance(load_strategy(name), Strategy)
+
+
+def test_defaults_and_derived_dp() -> None:
+    s = Strategy.parse("tp=2,pp=2").with_gpus(16)
+    assert (s.dp, s.zero, s.schedule, s.remat, s.dtype, s.dp_algorithm) == (4, 0, "1f1b", "none", "bf16", "ring")
+    assert s.num_microbatches == 1
+    with pytest.raises(PlansimError, match="multiple of tp\\*pp"):
+        Strategy.parse("tp=3").with_gpus(8)
+
+
+def test_valid_megatron_175b_has_no_problems() -> None:
+    cluster = load_hardware("dgx-a100", gpus=1024)
+    assert check_strategy(load_strategy("megatron-3d"), load_model("gpt3-175b"), cluster) == []
+
+
+def test_every_violation_is_reported_at_once() -> None:
+    cluster = load_hardware("dgx-a100", gpus=8)
+    s = Strategy.parse("dp=3,tp=5,pp=2,zero=3,global_batch=7")
+    problems = check_strategy(s, load_model("gpt3-125m"), cluster)
+    text = " | ".join(problems)
+    for words in ("dp*tp*pp", "heads=12", "zero=3", "global_batch=7"):
+        assert words in text
+    assert len(problems) == 4
