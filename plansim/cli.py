@@ -120,3 +120,7 @@ def main() -> None:
         app()
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m plansim.cli`
+    main()
