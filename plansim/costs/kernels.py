@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plansim.data import data_dir
+from plansim.workload.graph import MATMUL_KINDS
 
 if TYPE_CHECKING:
     from plansim.hardware import GPUSpec
 
-__all__ = ["MATMUL_KINDS", "KernelCostModel", "KernelTable", "load_kernel_table"]
+__all__ = ["KernelCostModel", "KernelTable", "load_kernel_table"]
 
-#: Op kinds that run on tensor cores at the training dtype; everything else is priced as CUDA-core fp32 work.
-MATMUL_KINDS = frozenset({"matmul", "bmm", "conv"})
+# Op kinds in MATMUL_KINDS run on tensor cores at the training dtype; everything else is priced as CUDA-core fp32 work.
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:

@@ -10,8 +10,9 @@ from typing import Any
 
 import networkx as nx
 
-from plansim.costs.kernels import MATMUL_KINDS, KernelCostModel
+from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
+from plansim.workload.graph import MATMUL_KINDS
 
 __all__ = ["CommPricer", "LayerCost", "layer_costs"]
 

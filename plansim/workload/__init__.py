@@ -1,0 +1,22 @@
+"""Workloads: model specs (presets and YAML files) and their per-rank op graphs.
+
+>>> from plansim.workload import build_graph, load_model, model_flops
+>>> graph = build_graph(load_model("llama3-8b"), micro_batch=1, tp=2)
+>>> model_flops(graph) > 0
+True
+"""
+
+from plansim.workload.build import build_graph
+from plansim.workload.graph import MATMUL_KINDS, graph_totals, layer_nodes, model_flops
+from plansim.workload.spec import ModelSpec, list_models, load_model
+
+__all__ = [
+    "MATMUL_KINDS",
+    "ModelSpec",
+    "build_graph",
+    "graph_totals",
+    "layer_nodes",
+    "list_models",
+    "load_model",
+    "model_flops",
+]

@@ -1,0 +1,91 @@
+"""``build_graph``: the op graph of one micro-batch on one tensor-parallel rank, for any model family."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import networkx as nx
+
+from plansim.errors import PlansimError
+from plansim.workload.cnn import add_cnn
+from plansim.workload.graph import Sharding
+from plansim.workload.mlp import add_mlp
+from plansim.workload.spec import ModelSpec
+from plansim.workload.transformer import add_transformer
+
+__all__ = ["build_graph"]
+
+_BUILDERS: dict[str, Callable[[nx.DiGraph, ModelSpec, Sharding], int]] = {
+    "gpt": add_transformer,
+    "llama": add_transformer,
+    "mlp": add_mlp,
+    "cnn": add_cnn,
+}
+
+
+def _positive_int(name: str, value: object) -> int:
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        number = 0
+    if isinstance(value, bool) or number < 1:
+        raise PlansimError(f"{name}={value!r} must be a positive integer")
+    return number
+
+
+def build_graph(
+    spec: ModelSpec, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, act_bytes: int = 2
+) -> nx.DiGraph:
+    """The op graph of one micro-batch on one tensor-parallel rank.
+
+    Parameters
+    ----------
+    spec : ModelSpec
+        The model.
+    micro_batch : int
+        Sequences (images, for CNNs) per micro-batch.
+    tp : int, default 1
+        Tensor-parallel degree (Megatron-LM column/row split). Must divide ``heads`` and ``ffn_hidden``; CNNs
+        accept only 1.
+    sequence_parallel : bool, default False
+        Split norms, dropouts and residual adds over the sequence (Korthikanti et al. 2022); no effect at tp=1.
+    act_bytes : int, default 2
+        Bytes per activation and weight element (2 for fp16/bf16); dropout masks are 1 byte regardless.
+
+    Returns
+    -------
+    networkx.DiGraph
+        Nodes in execution order with the attributes in ``plansim.workload.graph.NODE_ATTRIBUTES``; edges are
+        data dependencies. ``graph.graph`` holds ``spec``, ``micro_batch``, ``tp``, ``sequence_parallel``,
+        ``act_bytes`` and ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest).
+
+    Raises
+    ------
+    PlansimError
+        When ``tp`` does not split the model evenly, or an argument is not a positive integer.
+
+    Examples
+    --------
+    >>> from plansim.workload import load_model
+    >>> g = build_graph(load_model("gpt3-175b"), micro_batch=1, tp=8, sequence_parallel=True)
+    >>> g.nodes["L0.attn_in"]["collective"], g.nodes["L0.attn_out"]["collective"]
+    ('all_gather', 'reduce_scatter')
+    >>> g.graph["layer_input_bytes"] == 2048 * 12288 * 2 // 8
+    True
+    """
+    sharding = Sharding(
+        micro_batch=_positive_int("micro_batch", micro_batch),
+        tp=_positive_int("tp", tp),
+        sequence_parallel=bool(sequence_parallel),
+        act_bytes=_positive_int("act_bytes", act_bytes),
+    )
+    graph = nx.DiGraph(
+        spec=spec,
+        micro_batch=sharding.micro_batch,
+        tp=sharding.tp,
+        sequence_parallel=sharding.sequence_parallel,
+        act_bytes=sharding.act_bytes,
+    )
+    graph.graph["layer_input_bytes"] = _BUILDERS[spec.family](graph, spec, sharding)
+    return graph

@@ -1,0 +1,284 @@
+"""The op-graph vocabulary: node attributes, op constructors, block stamping and graph totals.
+
+A workload graph (see ``build_graph``) is a ``networkx.DiGraph`` with one node per op of ONE micro-batch on ONE
+tensor-parallel rank, inserted in execution order, edges for data dependencies. Every node carries
+``NODE_ATTRIBUTES``; nodes of kind ``collective`` also carry ``COLLECTIVE_ATTRIBUTES``:
+
+``kind``
+    one of ``KINDS``.
+``flops``, ``bwd_flops``
+    forward and backward FLOPs on this rank (a GEMM is ``2mnk``; backward is twice forward for matmul-like
+    kinds, twice for norms and softmax, once for the other kinds; collectives have none).
+``bytes``
+    bytes read plus written by the forward op on this rank (activations and weights at ``act_bytes`` per element,
+    dropout masks 1 byte). Collectives have ``bytes = 0``: their cost is ``comm_bytes``.
+``saved_bytes``
+    bytes kept for the backward pass (Korthikanti et al. 2022, sec 4.1 accounting; see ``transformer``).
+``params``
+    parameters held by the op on this rank (a replicated parameter counts on every rank).
+``layer``
+    block index ``0..layers-1``; ``-1`` for the input embedding (CNN: the stem); ``layers`` for the final norm,
+    output head and loss.
+``selective_recompute``
+    True for the ops Korthikanti et al. 2022 (sec 5) recompute under selective recompute: QK^T, softmax,
+    softmax dropout and attention over V.
+``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
+    forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
+    process group (``tp``), and the size in bytes of the full, unsharded tensor communicated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+__all__ = [
+    "COLLECTIVE_ATTRIBUTES",
+    "IN",
+    "KINDS",
+    "MATMUL_KINDS",
+    "NODE_ATTRIBUTES",
+    "PREV",
+    "Node",
+    "Sharding",
+    "collective",
+    "gemm",
+    "graph_totals",
+    "layer_nodes",
+    "model_flops",
+    "op",
+    "pointwise",
+    "stamp",
+]
+
+KINDS = frozenset(
+    {"matmul", "bmm", "conv", "elementwise", "norm", "softmax", "dropout", "embedding", "loss", "pool", "collective"}
+)
+#: Kinds that run on tensor cores and count as model FLOPs (Narayanan et al. 2021, sec 5.1).
+MATMUL_KINDS = frozenset({"matmul", "bmm", "conv"})
+NODE_ATTRIBUTES = ("kind", "flops", "bwd_flops", "bytes", "saved_bytes", "params", "layer", "selective_recompute")
+COLLECTIVE_ATTRIBUTES = ("collective", "bwd_collective", "group", "comm_bytes")
+COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "none"})
+_TOTAL_KEYS = ("flops", "bwd_flops", "bytes", "saved_bytes", "params")
+
+# Backward FLOPs over forward FLOPs: GEMM-like ops compute input and weight gradients (2x); norms and softmax
+# re-derive their statistics (about 2x); pointwise ops, lookups, pools and the loss about 1x.
+_BWD_RATIO = {"matmul": 2, "bmm": 2, "conv": 2, "norm": 2, "softmax": 2}
+
+Attrs = dict[str, Any]
+
+
+def op(
+    kind: str,
+    *,
+    flops: int = 0,
+    nbytes: int = 0,
+    saved: int = 0,
+    params: int = 0,
+    selective: bool = False,
+    bwd_flops: int | None = None,
+) -> Attrs:
+    """Attributes of one op (all of ``NODE_ATTRIBUTES`` but ``layer``, which ``stamp`` adds).
+
+    >>> op("softmax", flops=10)["bwd_flops"]
+    20
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown op kind {kind!r}")
+    bwd = flops * _BWD_RATIO.get(kind, 1) if bwd_flops is None else bwd_flops
+    return {
+        "kind": kind,
+        "flops": flops,
+        "bwd_flops": bwd,
+        "bytes": nbytes,
+        "saved_bytes": saved,
+        "params": params,
+        "selective_recompute": selective,
+    }
+
+
+def gemm(m: int, n: int, k: int, act_bytes: int, *, bias: int = 0, saved: int = 0, params: int | None = None) -> Attrs:
+    """A matmul ``[m, k] @ [k, n]`` (+ a bias of ``bias`` elements): ``2mnk`` FLOPs, bias adds not counted.
+
+    ``params`` defaults to ``k * n + bias``; pass 0 for a weight owned by another op (a tied output head).
+
+    >>> a = gemm(4, 3, 2, 2, bias=3)
+    >>> a["flops"], a["bwd_flops"], a["bytes"], a["params"]
+    (48, 96, 58, 9)
+    """
+    weights = k * n + bias
+    return op(
+        "matmul",
+        flops=2 * m * n * k,
+        nbytes=act_bytes * (m * k + weights + m * n),
+        saved=saved,
+        params=weights if params is None else params,
+    )
+
+
+def pointwise(
+    kind: str,
+    elements: int,
+    flops_per_element: int,
+    act_bytes: int,
+    *,
+    reads: int = 1,
+    extra_bytes: int = 0,
+    saved: int = 0,
+    params: int = 0,
+    selective: bool = False,
+) -> Attrs:
+    """A memory-bound op over ``elements`` output elements that reads ``reads`` tensors of that size.
+
+    ``extra_bytes`` adds traffic not of activation size (weights, a dropout mask, pool indices).
+
+    >>> pointwise("elementwise", 100, 1, 2, reads=2)["bytes"]
+    600
+    """
+    return op(
+        kind,
+        flops=flops_per_element * elements,
+        nbytes=act_bytes * (reads + 1) * elements + extra_bytes,
+        saved=saved,
+        params=params,
+        selective=selective,
+    )
+
+
+def collective(forward: str, backward: str, comm_bytes: int) -> Attrs:
+    """A tensor-parallel communication op; ``comm_bytes`` is the full, unsharded tensor size.
+
+    >>> collective("all_reduce", "none", 64)["bwd_collective"]
+    'none'
+    """
+    if forward not in COLLECTIVES or backward not in COLLECTIVES:
+        raise ValueError(f"unknown collective {forward!r} / {backward!r}")
+    attrs = op("collective")
+    attrs.update(collective=forward, bwd_collective=backward, group="tp", comm_bytes=comm_bytes)
+    return attrs
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """What one rank runs: micro-batch size, tensor-parallel degree, sequence parallel, bytes per activation."""
+
+    micro_batch: int
+    tp: int = 1
+    sequence_parallel: bool = False
+    act_bytes: int = 2
+
+    @property
+    def seq_shards(self) -> int:
+        """How many ways sequence parallelism splits the residual stream (``tp`` when on, else 1)."""
+        return self.tp if self.sequence_parallel else 1
+
+
+#: In ``Node.inputs``: the block's input (the previous block's output node).
+IN = "<in>"
+#: In ``Node.inputs``: the node listed just before this one (the default when ``inputs`` is empty).
+PREV = "<prev>"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of a block template: its name within the block, attributes, and producers (names, ``IN``, ``PREV``)."""
+
+    name: str
+    attrs: Attrs
+    inputs: tuple[str, ...] = ()
+
+
+def stamp(graph: nx.DiGraph, block: Sequence[Node], layer: int, prefix: str, source: str | None) -> str:
+    """Add a block template's ops to ``graph`` as ``prefix + name`` at ``layer``; return the last op's id.
+
+    ``source`` is the node feeding the block (``None`` for the first block of a graph).
+
+    >>> g = nx.DiGraph()
+    >>> block = [Node("a", op("elementwise")), Node("b", op("elementwise"), (PREV, IN))]
+    >>> stamp(g, block, 0, "L0.", None), stamp(g, block, 1, "L1.", "L0.b")
+    ('L0.b', 'L1.b')
+    >>> sorted(g.edges)
+    [('L0.a', 'L0.b'), ('L0.b', 'L1.a'), ('L0.b', 'L1.b'), ('L1.a', 'L1.b')]
+    """
+    prev = source
+    for node in block:
+        nid = prefix + node.name
+        graph.add_node(nid, **node.attrs, layer=layer)
+        for src in node.inputs or (PREV,):
+            producer = prev if src == PREV else source if src == IN else prefix + src
+            if producer is not None:
+                graph.add_edge(producer, nid)
+        prev = nid
+    if prev is None:
+        raise ValueError("empty block")
+    return prev
+
+
+def layer_nodes(graph: nx.DiGraph, layer: int) -> list[str]:
+    """Ids of the ops at ``layer``, in execution order.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        A workload graph from ``build_graph``.
+    layer : int
+        ``-1`` (embedding), ``0..layers-1`` (blocks) or ``layers`` (final norm, output head, loss).
+
+    Examples
+    --------
+    >>> from plansim.workload import build_graph, load_model
+    >>> layer_nodes(build_graph(load_model("gpt3-125m"), 1), -1)
+    ['in.embed', 'in.pos', 'in.drop']
+    """
+    return [n for n, at in graph.nodes(data="layer") if at == layer]
+
+
+def model_flops(graph: nx.DiGraph) -> int:
+    """Model FLOPs of one micro-batch on this rank: 3x the forward FLOPs of the matmul-like ops.
+
+    This is Narayanan et al. 2021 (sec 5.1): forward plus a backward of twice the forward, GEMMs only, no
+    recomputation.
+
+    Examples
+    --------
+    >>> from plansim.workload import build_graph, load_model
+    >>> spec = load_model("gpt3-125m")
+    >>> b, s, l, h, V = 1, spec.seq_len, spec.layers, spec.hidden, spec.vocab
+    >>> model_flops(build_graph(spec, b)) == 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * V
+    True
+    """
+    return 3 * sum(f for _, k, f in _kinds_and(graph, "flops") if k in MATMUL_KINDS)
+
+
+def _kinds_and(graph: nx.DiGraph, attr: str) -> Iterable[tuple[str, str, int]]:
+    for n, data in graph.nodes(data=True):
+        yield n, data["kind"], data[attr]
+
+
+def graph_totals(graph: nx.DiGraph, layers: Iterable[int] | None = None) -> dict[str, int]:
+    """Sums of ``flops``, ``bwd_flops``, ``bytes``, ``saved_bytes`` and ``params`` over ops.
+
+    Parameters
+    ----------
+    graph : networkx.DiGraph
+        A workload graph from ``build_graph``.
+    layers : iterable of int, optional
+        Only sum ops whose ``layer`` is in this set (default: every op).
+
+    Examples
+    --------
+    >>> from plansim.workload import build_graph, load_model
+    >>> spec = load_model("llama2-7b")
+    >>> graph_totals(build_graph(spec, 1))["params"] == spec.num_parameters()
+    True
+    """
+    wanted = None if layers is None else set(layers)
+    totals = dict.fromkeys(_TOTAL_KEYS, 0)
+    for _, data in graph.nodes(data=True):
+        if wanted is None or data["layer"] in wanted:
+            for key in _TOTAL_KEYS:
+                totals[key] += data[key]
+    return totals

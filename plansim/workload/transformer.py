@@ -1,0 +1,291 @@
+r"""GPT and Llama op graphs for one micro-batch on one tensor-parallel rank.
+
+Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019, sec 3): QKV and fc1 (Llama: gate/up) are
+column-parallel, the attention output projection and fc2 (Llama: down) row-parallel, heads and the feed-forward
+width are split ``t`` ways, and the embedding and output layer are vocab-parallel (``ceil(V / t)`` rows per rank,
+the vocabulary padded to a multiple of ``t`` as Megatron-LM does). Without sequence parallelism, ``f`` (forward
+identity, backward all-reduce) precedes each column-parallel GEMM and ``g`` (forward all-reduce) follows each
+row-parallel one. With sequence parallelism (Korthikanti et al. 2022, sec 4.2.2) they become all-gather /
+reduce-scatter and reduce-scatter / all-gather, and norms, dropouts and residual adds work on ``s / t`` tokens.
+
+Saved activations (``saved_bytes``) follow Korthikanti et al. 2022, sec 4.1. Each saved tensor is charged to the
+op whose backward reads it, except Q, K and V, charged to the op producing them (QKV projection; Llama: rotary for
+Q and K) because they must outlive selective recompute. With ``E = act_bytes`` (2 in the paper), masks 1 byte, and
+per rank ``d = t`` under sequence parallelism (else 1):
+
+GPT block, ``a`` heads, ``f = 4h``::
+
+    E*sbh*(4/d + 12/t) + 2*sbh/d + a*s^2*b*(2E + 1)/t
+    # E = 2: sbh*(10 + 24/t + 5as/(ht)) without SP, sbh*(34/t + 5as/(ht)) with SP (Korthikanti, Table 2)
+
+made of: LayerNorm inputs ``2E sbh/d``; QKV input ``E sbh/d`` and Q, K, V ``3E sbh/t``; softmax output
+``E as^2b/t``; softmax-dropout mask ``as^2b/t``; dropout output ``E as^2b/t`` (kept by attention-over-V);
+out-projection input ``E sbh/t``; fc1 input ``E sbh/d``; GELU input ``4E sbh/t``; fc2 input ``4E sbh/t``; two
+dropout masks ``2 sbh/d``. Selective recompute drops the ``as^2b`` terms.
+
+Llama block, ``a`` heads, ``h_kv`` the key/value width on this rank (``kv_heads/t * head_dim``; one head when
+``kv_heads < t``, replicated), ``q = h/t``, SwiGLU width ``f``, no dropout::
+
+    E*sb*(4h/d + 2q + 2h_kv + 3f/t) + E*a*s^2*b/t
+
+made of: two RMSNorm inputs ``2E sbh/d``; QKV input ``E sbh/d`` and V ``E sb h_kv``; rotated Q and K
+``E sb(q + h_kv)``; softmax output ``E as^2b/t`` (also what attention-over-V reads: stored once); out-projection
+input ``E sbq``; gate/up input ``E sbh/d``; SwiGLU inputs (gate and up) ``2E sbf/t``; down-projection input
+``E sbf/t``. Selective recompute drops ``E as^2b/t``.
+
+Embedding (layer -1): GPT keeps its dropout mask ``sbh/d``. Output (layer ``layers``): final-norm input
+``E sbh/d``, logits-GEMM input ``E sbh/d`` and fp32 softmax of the logits ``4 sbV/t`` (Korthikanti, sec 4.3).
+
+FLOPs: GEMMs ``2mnk``, QK^T and attention-over-V ``2bs^2h/t`` each, biases not counted, so for GPT at ``t = 1``
+the matmul FLOPs times 3 are Narayanan et al. 2021 (sec 5.1) ``72Bslh^2(1 + s/(6h) + V/(12lh))`` exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from plansim.errors import PlansimError
+from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, collective, gemm, op, pointwise, stamp
+
+if TYPE_CHECKING:
+    from plansim.workload.spec import ModelSpec
+
+__all__ = ["Dims", "add_transformer", "dims", "head_nodes", "residual_add", "tp_enter", "tp_exit"]
+
+# Forward FLOPs per output element of the memory-bound ops (they matter little next to the GEMMs).
+LAYERNORM_FLOPS = 7  # mean, centre, square, variance sum, scale by rsqrt, gain, shift
+RMSNORM_FLOPS = 4  # square, sum, scale by rsqrt, gain
+SOFTMAX_FLOPS = 5  # max, subtract, exp, sum, divide (scale and causal mask fused in)
+DROPOUT_FLOPS = 2  # compare a random draw, multiply by mask / keep-probability
+GELU_FLOPS = 8  # tanh approximation
+SWIGLU_FLOPS = 5  # sigmoid (negate, exp, add, divide), times x, times up
+ROPE_FLOPS = 3  # x*cos + rotate(x)*sin
+LOSS_FLOPS = 5  # max, subtract, exp, sum, log/select per logit
+ADD_FLOPS = 1
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Per-rank sizes: micro-batch ``b``, sequence ``s``, width ``h``, ``t``-way tensor parallel, ``E`` bytes."""
+
+    b: int
+    s: int
+    h: int
+    t: int
+    E: int
+    sp: bool
+    heads_l: int  # attention heads on this rank
+    head_dim: int
+    kv_heads_l: int  # key/value heads on this rank
+    f_l: int  # feed-forward width on this rank
+    v_l: int  # vocabulary rows on this rank
+
+    @property
+    def rows(self) -> int:
+        """Tokens in the micro-batch, ``b * s``."""
+        return self.b * self.s
+
+    @property
+    def rows_l(self) -> int:
+        """Tokens of the residual stream on this rank (``rows / t`` under sequence parallelism)."""
+        return self.rows // self.t if self.sp else self.rows
+
+    @property
+    def x(self) -> int:
+        """Elements of the residual stream on this rank."""
+        return self.rows_l * self.h
+
+    @property
+    def q_l(self) -> int:
+        """Query (and attention output) width on this rank."""
+        return self.heads_l * self.head_dim
+
+    @property
+    def kv_l(self) -> int:
+        """Key (and value) width on this rank."""
+        return self.kv_heads_l * self.head_dim
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(k) for k in range(1, min(n, 128) + 1) if n % k == 0)
+
+
+def _kv_heads_per_rank(spec: ModelSpec, t: int) -> int:
+    if spec.kv_heads % t == 0:
+        return spec.kv_heads // t
+    if t % spec.kv_heads == 0:  # fewer kv heads than ranks: each rank holds one, replicated (Megatron-LM)
+        return 1
+    raise PlansimError(f"tp={t} and kv_heads={spec.kv_heads} of {spec.name}: one must divide the other")
+
+
+def dims(spec: ModelSpec, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
+    """Per-rank sizes of ``spec`` under ``sh``; PlansimError when ``tp`` does not split the model evenly.
+
+    Sequence parallelism splits the sequence (``seq_len % tp == 0``), or, with ``shard_tokens``, all tokens of
+    the micro-batch (``micro_batch * seq_len % tp == 0``, for MLPs).
+    """
+    t, name = sh.tp, spec.name
+    if spec.heads and spec.heads % t:
+        raise PlansimError(
+            f"tp={t} does not divide heads={spec.heads} of {name}: choose tp from {_divisors(spec.heads)}"
+        )
+    if spec.ffn_hidden % t:
+        raise PlansimError(f"tp={t} does not divide ffn_hidden={spec.ffn_hidden} of {name}: choose another tp")
+    tokens = sh.micro_batch * spec.seq_len if shard_tokens else spec.seq_len
+    if sh.sequence_parallel and tokens % t:
+        what = "micro_batch*seq_len" if shard_tokens else "seq_len"
+        raise PlansimError(f"sequence_parallel: tp={t} does not divide {what}={tokens} of {name}: choose another tp")
+    return Dims(
+        b=sh.micro_batch,
+        s=spec.seq_len,
+        h=spec.hidden,
+        t=t,
+        E=sh.act_bytes,
+        sp=sh.sequence_parallel and t > 1,
+        heads_l=spec.heads // t,
+        head_dim=spec.head_dim,
+        kv_heads_l=_kv_heads_per_rank(spec, t) if spec.heads else 0,
+        f_l=spec.ffn_hidden // t,
+        v_l=-(-spec.vocab // t),
+    )
+
+
+def tp_enter(d: Dims, name: str) -> list[Node]:
+    """The collective before a column-parallel GEMM: Megatron ``f`` (none / all-reduce), or with sequence
+    parallelism ``g`` (all-gather / reduce-scatter). Empty when ``t = 1``."""
+    if d.t == 1:
+        return []
+    fwd, bwd = ("all_gather", "reduce_scatter") if d.sp else ("none", "all_reduce")
+    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h))]
+
+
+def tp_exit(d: Dims, name: str) -> list[Node]:
+    """The collective after a row-parallel GEMM: Megatron ``g`` (all-reduce / none), or with sequence
+    parallelism ``g-bar`` (reduce-scatter / all-gather). Empty when ``t = 1``."""
+    if d.t == 1:
+        return []
+    fwd, bwd = ("reduce_scatter", "all_gather") if d.sp else ("all_reduce", "none")
+    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h))]
+
+
+def residual_add(d: Dims) -> Attrs:
+    """The residual add: reads two residual-stream tensors, saves nothing."""
+    return pointwise("elementwise", d.x, ADD_FLOPS, d.E, reads=2)
+
+
+def _norm(d: Dims, *, rms: bool) -> Attrs:
+    params = d.h if rms else 2 * d.h  # RMSNorm gain; LayerNorm gain and shift (replicated across ranks)
+    flops = RMSNORM_FLOPS if rms else LAYERNORM_FLOPS
+    return pointwise("norm", d.x, flops, d.E, extra_bytes=d.E * params, saved=d.E * d.x, params=params)
+
+
+def _dropout(d: Dims, elements: int, *, selective: bool = False) -> Attrs:
+    """Dropout writing and keeping a 1-byte mask."""
+    return pointwise("dropout", elements, DROPOUT_FLOPS, d.E, extra_bytes=elements, saved=elements, selective=selective)
+
+
+def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
+    """QK^T, softmax, (dropout), attention over V: the ops selective recompute drops (Korthikanti 2022, sec 5)."""
+    scores = d.b * d.heads_l * d.s * d.s
+    flops = 2 * scores * d.head_dim  # 2 b s^2 h / t per batched GEMM
+    q, kv = d.rows * d.q_l, d.rows * d.kv_l
+    nodes = [
+        Node("qk", op("bmm", flops=flops, nbytes=d.E * (q + kv + scores), selective=True), (qk_input,)),
+        Node("softmax", pointwise("softmax", scores, SOFTMAX_FLOPS, d.E, saved=d.E * scores, selective=True)),
+    ]
+    if dropout:
+        nodes.append(Node("attn_drop", _dropout(d, scores, selective=True)))
+    probs = d.E * scores if dropout else 0  # without dropout AV reads the softmax output, already saved
+    av = op("bmm", flops=flops, nbytes=d.E * (scores + kv + q), saved=probs, selective=True)
+    return [*nodes, Node("av", av, (PREV, "qkv"))]
+
+
+def gpt_block(d: Dims) -> list[Node]:
+    """One GPT block (pre-LayerNorm, GELU MLP, dropout after attention-out and fc2), biases on every GEMM."""
+    E, x, mlp = d.E, d.x, d.rows * d.f_l
+    qkv = d.q_l + 2 * d.kv_l
+    return [
+        Node("ln1", _norm(d, rms=False)),
+        *tp_enter(d, "attn_in"),
+        Node("qkv", gemm(d.rows, qkv, d.h, E, bias=qkv, saved=E * (x + d.rows * qkv))),
+        *_attention_core(d, dropout=True, qk_input="qkv"),
+        Node("proj", gemm(d.rows, d.h, d.q_l, E, bias=d.h, saved=E * d.rows * d.q_l)),
+        *tp_exit(d, "attn_out"),
+        Node("proj_drop", _dropout(d, x)),
+        Node("res1", residual_add(d), (PREV, IN)),
+        Node("ln2", _norm(d, rms=False)),
+        *tp_enter(d, "mlp_in"),
+        Node("fc1", gemm(d.rows, d.f_l, d.h, E, bias=d.f_l, saved=E * x)),
+        Node("gelu", pointwise("elementwise", mlp, GELU_FLOPS, E, saved=E * mlp)),
+        Node("fc2", gemm(d.rows, d.h, d.f_l, E, bias=d.h, saved=E * mlp)),
+        *tp_exit(d, "mlp_out"),
+        Node("mlp_drop", _dropout(d, x)),
+        Node("res2", residual_add(d), (PREV, "res1")),
+    ]
+
+
+def llama_block(d: Dims) -> list[Node]:
+    """One Llama block (pre-RMSNorm, rotary, grouped-query attention, SwiGLU MLP), no biases, no dropout."""
+    E, x, mlp = d.E, d.x, d.rows * d.f_l
+    qkv, rotated = d.q_l + 2 * d.kv_l, d.rows * (d.q_l + d.kv_l)
+    return [
+        Node("norm1", _norm(d, rms=True)),
+        *tp_enter(d, "attn_in"),
+        Node("qkv", gemm(d.rows, qkv, d.h, E, saved=E * (x + d.rows * d.kv_l))),
+        Node("rope", pointwise("elementwise", rotated, ROPE_FLOPS, E, saved=E * rotated)),
+        *_attention_core(d, dropout=False, qk_input="rope"),
+        Node("proj", gemm(d.rows, d.h, d.q_l, E, saved=E * d.rows * d.q_l)),
+        *tp_exit(d, "attn_out"),
+        Node("res1", residual_add(d), (PREV, IN)),
+        Node("norm2", _norm(d, rms=True)),
+        *tp_enter(d, "mlp_in"),
+        Node("gate_up", gemm(d.rows, 2 * d.f_l, d.h, E, saved=E * x)),
+        Node("swiglu", pointwise("elementwise", mlp, SWIGLU_FLOPS, E, reads=2, saved=2 * E * mlp)),
+        Node("down", gemm(d.rows, d.h, d.f_l, E, saved=E * mlp)),
+        *tp_exit(d, "mlp_out"),
+        Node("res2", residual_add(d), (PREV, "res1")),
+    ]
+
+
+def _embedding(d: Dims, *, gpt: bool) -> list[Node]:
+    """Vocab-parallel word embedding; GPT adds learned positions (replicated) and dropout."""
+    full = d.rows * d.h
+    lookup = op("embedding", nbytes=2 * d.E * full, params=d.v_l * d.h, bwd_flops=full)
+    nodes = [Node("embed", lookup), *tp_exit(d, "embed_out")]
+    if gpt:
+        positions = pointwise("elementwise", d.x, ADD_FLOPS, d.E, reads=2, params=d.s * d.h)
+        nodes += [Node("pos", positions), Node("drop", _dropout(d, d.x))]
+    return nodes
+
+
+def head_nodes(d: Dims, norm: Attrs | None, *, tied: bool, bias: bool) -> list[Node]:
+    """Final norm (optional), vocab-parallel logits GEMM and cross-entropy over ``ceil(V/t)`` classes per rank.
+
+    Under tensor parallelism the cross-entropy all-reduces three fp32 values per token (max, sum of
+    exponentials, target logit), as one collective of ``12 * b * s`` bytes.
+    """
+    E, logits = d.E, d.rows * d.v_l
+    nodes = [Node("norm", norm)] if norm is not None else []
+    weights = 0 if tied else None  # a tied head's weight is counted once, at the embedding
+    nodes += tp_enter(d, "logits_in")
+    nodes.append(Node("logits", gemm(d.rows, d.v_l, d.h, E, bias=d.v_l if bias else 0, saved=E * d.x, params=weights)))
+    if d.t > 1:
+        nodes.append(Node("loss_stats", collective("all_reduce", "none", 3 * 4 * d.rows)))
+    loss = op("loss", flops=LOSS_FLOPS * logits, nbytes=(E + 4) * logits, saved=4 * logits)  # fp32 softmax kept
+    return [*nodes, Node("loss", loss)]
+
+
+def add_transformer(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
+    """Add a GPT or Llama model's ops to ``graph``; return the bytes of one block's input on this rank."""
+    d = dims(spec, sh)
+    gpt = spec.family == "gpt"
+    block = gpt_block(d) if gpt else llama_block(d)
+    last = stamp(graph, _embedding(d, gpt=gpt), -1, "in.", None)
+    for layer in range(spec.layers):
+        last = stamp(graph, block, layer, f"L{layer}.", last)
+    head = head_nodes(d, _norm(d, rms=not gpt), tied=spec.tied_embeddings, bias=False)
+    stamp(graph, head, spec.layers, "out.", last)
+    return d.E * d.x
