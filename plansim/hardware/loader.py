@@ -1,0 +1,212 @@
+"""Find, read and validate hardware profiles: ``hardware_profiles/gpus/<stem>.yaml`` and ``nodes/<stem>.yaml``.
+
+Nothing is read at import time. Validated profiles are cached by path and modification time, so repeated loads are
+cheap and an edited file is read again.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from plansim.data import data_dir
+from plansim.errors import PlansimError, format_validation_error
+from plansim.hardware.cluster import Cluster
+from plansim.hardware.schema import GPUSpec, NodeSpec
+
+__all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node"]
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``25e9`` and ``1.0e6`` as floats (YAML 1.1 wants ``1.0e+6``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _profiles(kind: str) -> Path:
+    return data_dir("hardware_profiles") / kind
+
+
+def _known(kind: str) -> list[str]:
+    return sorted(p.stem for p in _profiles(kind).glob("*.yaml"))
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
+
+
+def _resolve(name: str | Path, kind: str, what: str) -> Path:
+    """Map a case-insensitive profile name, or a path to a YAML file, to the file."""
+    if isinstance(name, Path) or _is_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise PlansimError(f"{what} file '{path}' not found: check the path")
+        return path
+    path = _profiles(kind) / f"{name.lower()}.yaml"
+    if not path.is_file():
+        raise PlansimError(
+            f"unknown {what} '{name}': known {what}s are {', '.join(_known(kind))} (or pass a path to a YAML file)"
+        )
+    return path
+
+
+def _parse(path: Path) -> dict[str, Any]:
+    try:
+        # _Loader is a SafeLoader subclass: it builds no arbitrary Python objects.
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+    except yaml.YAMLError as err:
+        detail = " ".join(str(err).split())
+        raise PlansimError(f"{path}: malformed YAML ({detail}): fix the syntax") from None
+    if not isinstance(data, dict):
+        raise PlansimError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def _validated(path: Path, model: type[_Model]) -> _Model:
+    return _validated_cached(path, path.resolve().stat().st_mtime_ns, model)
+
+
+@lru_cache(maxsize=256)
+def _validated_cached(path: Path, mtime_ns: int, model: type[_Model]) -> _Model:
+    """Parse and validate once per file version; the models are frozen, so sharing them is safe."""
+    try:
+        return model.model_validate(_parse(path))
+    except ValidationError as err:
+        raise PlansimError(format_validation_error(str(path), err)) from None
+
+
+def load_gpu(name: str | Path) -> GPUSpec:
+    """Load a GPU profile by name (the file stem, any case) or by path.
+
+    Parameters
+    ----------
+    name
+        ``"a100-sxm4-80gb"``, ``"A100-SXM4-80GB"`` or a path to a GPU YAML file.
+
+    Raises
+    ------
+    PlansimError
+        Unknown name (the message lists the known ones), malformed YAML or a schema violation.
+
+    Examples
+    --------
+    >>> load_gpu("H100-SXM5-80GB").memory_bytes // 2**30
+    80
+    """
+    return _validated(_resolve(name, "gpus", "GPU"), GPUSpec)
+
+
+def load_node(name: str | Path) -> NodeSpec:
+    """Load a node-type profile by name (the file stem, any case) or by path, without its GPU.
+
+    >>> load_node("dgx-h100").gpus_per_node
+    8
+    """
+    return _validated(_resolve(name, "nodes", "hardware"), NodeSpec)
+
+
+def _gpu_of(node: NodeSpec, node_path: Path) -> GPUSpec:
+    """The node's GPU: ``gpus/<stem>.yaml`` beside the node file's folder first, then the built-in profiles."""
+    stem = node.gpu.lower()
+    for folder in (node_path.resolve().parent.parent / "gpus", _profiles("gpus")):
+        if (folder / f"{stem}.yaml").is_file():
+            return load_gpu(folder / f"{stem}.yaml")
+    raise PlansimError(
+        f"{node_path}: field 'gpu': unknown GPU '{node.gpu}': use one of {', '.join(_known('gpus'))} "
+        f"or add gpus/{stem}.yaml"
+    )
+
+
+def load_hardware(name: str | Path, gpus: int | None = None) -> Cluster:
+    """Load a node type and size a cluster of it.
+
+    Parameters
+    ----------
+    name
+        Node type (``"dgx-a100"``, any case) or a path to a node YAML file.
+    gpus
+        Total GPUs; defaults to one node. At most one node's worth, or a whole number of nodes.
+
+    Raises
+    ------
+    PlansimError
+        Unknown name, bad file, unknown GPU reference, or a GPU count that is not positive, not a whole number of
+        nodes, or larger than the fabric reaches.
+
+    Examples
+    --------
+    >>> cluster = load_hardware("DGX-A100", gpus=1024)
+    >>> cluster.num_nodes, cluster.gpu.name
+    (128, 'A100-SXM4-80GB')
+    """
+    path = _resolve(name, "nodes", "hardware")
+    node = _validated(path, NodeSpec)
+    return Cluster(node=node, gpu=_gpu_of(node, path), num_gpus=_check_gpus(node, gpus))
+
+
+def _check_gpus(node: NodeSpec, gpus: int | None) -> int:
+    per_node = node.gpus_per_node
+    if gpus is None:
+        return per_node
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise PlansimError(f"gpus must be a whole number, got {gpus!r}")
+    if gpus <= 0:
+        raise PlansimError(f"gpus must be positive, got {gpus}: ask for at least 1 GPU")
+    if gpus > per_node and gpus % per_node:
+        raise PlansimError(
+            f"{node.name} has {per_node} GPUs per node: gpus={gpus} is not a whole number of nodes "
+            f"(use a multiple of {per_node}, or at most {per_node})"
+        )
+    nodes = -(-gpus // per_node)
+    if nodes > node.max_nodes:
+        raise PlansimError(
+            f"{node.name}: gpus={gpus} needs {nodes} nodes but the fabric reaches {node.max_nodes:g}: "
+            f"ask for fewer GPUs or add an outer fabric tier"
+        )
+    return gpus
+
+
+def list_hardware() -> list[dict[str, Any]]:
+    """One row per built-in node type, for ``plansim hardware`` and notebooks.
+
+    Returns
+    -------
+    list of dict
+        Keys: ``name``, ``gpu``, ``gpus_per_node``, ``gpu_memory_GB``, ``intra_node`` (topology),
+        ``intra_node_GBps`` (per GPU, per direction), ``allreduce_busbw_GBps``, ``nics`` and ``nic_GBps``.
+
+    Examples
+    --------
+    >>> [row["name"] for row in list_hardware()][:2]
+    ['dgx-1', 'dgx-a100']
+    """
+    rows = []
+    for stem in _known("nodes"):
+        cluster = load_hardware(stem)
+        node, gpu = cluster.node, cluster.gpu
+        rows.append(
+            {
+                "name": node.name,
+                "gpu": gpu.name,
+                "gpus_per_node": node.gpus_per_node,
+                "gpu_memory_GB": round(gpu.memory_bytes / 1e9, 1),
+                "intra_node": node.intra_node.topology,
+                "intra_node_GBps": node.intra_node.bandwidth_per_gpu_Bps / 1e9,
+                "allreduce_busbw_GBps": node.intra_node.allreduce_busbw_Bps / 1e9,
+                "nics": f"{node.nics.count} x {node.nics.bandwidth_Bps * 8 / 1e9:g} Gb/s",
+                "nic_GBps": node.nics.bandwidth_Bps / 1e9,
+            }
+        )
+    return rows

@@ -1,0 +1,319 @@
+"""Pydantic schemas of the hardware profiles: one GPU file (``gpus/*.yaml``) and one node-type file (``nodes/*.yaml``).
+
+Every model forbids unknown keys, so a misspelt key fails with the file and field named (see ``loader``). Units are
+in the key names and SI inside: bytes, seconds, bytes/s, FLOP/s. The numbers themselves live in the YAML files, each
+with its source beside it; nothing here holds a hardware constant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from plansim.errors import PlansimError
+from plansim.hardware.link import Link
+from plansim.units import DTYPE_BYTES
+
+__all__ = [
+    "Dtype",
+    "EfficiencyCurves",
+    "FabricTier",
+    "GPUSpec",
+    "IntraNode",
+    "Nics",
+    "NodeSpec",
+]
+
+#: The dtypes a GPU profile may list under ``peak_flops``.
+Dtype = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
+
+#: For a dtype a GPU lacks, the dtypes to suggest instead, best first.
+_ALTERNATIVES: dict[str, tuple[str, ...]] = {
+    "bf16": ("fp16", "fp32"),
+    "fp16": ("bf16", "fp32"),
+    "fp8": ("bf16", "fp16"),
+    "tf32": ("fp32",),
+    "fp32": ("tf32",),
+}
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+CurvePoint = tuple[PositiveFloat, Fraction]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EfficiencyCurves(_Strict):
+    """Achievable fraction of peak as a function of kernel size, as (size, fraction) points.
+
+    ``matmul`` is indexed by the FLOPs of one GEMM, ``memory`` by the bytes one memory-bound kernel moves. Between
+    points the fraction is interpolated linearly in log10(size); outside them it is clamped to the end points.
+    """
+
+    matmul: tuple[CurvePoint, ...] = Field(min_length=1)
+    memory: tuple[CurvePoint, ...] = Field(min_length=1)
+
+    @field_validator("matmul", "memory")
+    @classmethod
+    def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
+        sizes = [size for size, _ in points]
+        if any(b <= a for a, b in itertools.pairwise(sizes)):
+            raise ValueError(f"sizes must strictly increase, got {sizes}: sort the points and drop duplicates")
+        return points
+
+
+def _interpolate(points: tuple[CurvePoint, ...], size: float) -> float:
+    """Interpolate ``points`` at ``size`` in log10(size), clamped at the ends."""
+    sizes = np.log10([s for s, _ in points])
+    fractions = [f for _, f in points]
+    x = math.log10(size) if size > 0 else -math.inf
+    return float(np.interp(x, sizes, fractions))
+
+
+class GPUSpec(_Strict):
+    """One GPU model: memory, bandwidth, dense peak FLOP/s per dtype and default efficiency curves.
+
+    Examples
+    --------
+    >>> from plansim.hardware import load_gpu
+    >>> gpu = load_gpu("a100-sxm4-80gb")
+    >>> gpu.peak_flops("bf16") / 1e12
+    312.0
+    >>> gpu.supports("fp8")
+    False
+    """
+
+    name: str = Field(min_length=1)
+    memory_bytes: int = Field(gt=0)
+    hbm_bandwidth_Bps: PositiveFloat
+    peak_flops_by_dtype: dict[Dtype, PositiveFloat] = Field(alias="peak_flops", min_length=1)
+    efficiency: EfficiencyCurves
+    kernel_launch_s: float = Field(ge=0, allow_inf_nan=False)
+    workspace_reserve_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _reserve_fits(self) -> GPUSpec:
+        if self.workspace_reserve_bytes >= self.memory_bytes:
+            raise ValueError(
+                f"workspace_reserve_bytes ({self.workspace_reserve_bytes}) must be below memory_bytes "
+                f"({self.memory_bytes})"
+            )
+        return self
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.memory_bytes, self.hbm_bandwidth_Bps))
+
+    def supports(self, dtype: str) -> bool:
+        """Whether the GPU has a peak rate for ``dtype`` (tensor cores for the low-precision types).
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("v100-sxm2-32gb").supports("bf16")
+        False
+        """
+        return dtype in self.peak_flops_by_dtype
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``.
+
+        Raises
+        ------
+        PlansimError
+            If the dtype is unknown or the GPU lacks it; the message names the dtypes it has.
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("v100-sxm2-32gb").peak_flops("bf16")
+        Traceback (most recent call last):
+        ...
+        plansim.errors.PlansimError: V100-SXM2-32GB has no bf16 tensor cores: use dtype=fp16 (it has fp32, fp16)
+        """
+        if dtype not in DTYPE_BYTES:
+            raise PlansimError(f"unknown dtype '{dtype}': use one of {', '.join(DTYPE_BYTES)}")
+        if dtype not in self.peak_flops_by_dtype:
+            have = list(self.peak_flops_by_dtype)
+            alternative = next((d for d in _ALTERNATIVES[dtype] if d in have), have[0])
+            units = "support" if dtype == "fp32" else "tensor cores"
+            raise PlansimError(
+                f"{self.name} has no {dtype} {units}: use dtype={alternative} (it has {', '.join(have)})"
+            )
+        return self.peak_flops_by_dtype[dtype]
+
+    def matmul_efficiency(self, flops: float) -> float:
+        """Achievable fraction of peak for one GEMM of ``flops`` FLOPs (the ``efficiency.matmul`` curve).
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("a100-sxm4-80gb").matmul_efficiency(1e13)
+        0.78
+        """
+        return _interpolate(self.efficiency.matmul, flops)
+
+    def memory_efficiency(self, nbytes: float) -> float:
+        """Achievable fraction of memory bandwidth for a memory-bound kernel moving ``nbytes`` bytes.
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("a100-sxm4-80gb").memory_efficiency(1e10)
+        0.88
+        """
+        return _interpolate(self.efficiency.memory, nbytes)
+
+
+class IntraNode(_Strict):
+    """The GPU-to-GPU fabric inside one node.
+
+    ``bandwidth_per_gpu_Bps`` is the per-direction line rate of one GPU into the fabric; ``allreduce_busbw_Bps`` is
+    the measured NCCL all-reduce bus bandwidth over all GPUs of the node, so their ratio is the link efficiency.
+    An ``nvlink_mesh`` (no switch) also lists its point-to-point ``links`` as [gpu_a, gpu_b, link_count] with the
+    per-link ``link_bandwidth_Bps``.
+    """
+
+    topology: Literal["nvswitch", "nvlink_mesh", "pcie"]
+    bandwidth_per_gpu_Bps: PositiveFloat
+    allreduce_busbw_Bps: PositiveFloat
+    latency_s: PositiveFloat
+    link_bandwidth_Bps: PositiveFloat | None = None
+    links: tuple[tuple[int, int, int], ...] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IntraNode:
+        if self.allreduce_busbw_Bps > self.bandwidth_per_gpu_Bps:
+            raise ValueError(
+                "allreduce_busbw_Bps exceeds bandwidth_per_gpu_Bps: a measured bus bandwidth is at most the line rate"
+            )
+        is_mesh = self.topology == "nvlink_mesh"
+        if is_mesh and (self.links is None or self.link_bandwidth_Bps is None):
+            raise ValueError("topology nvlink_mesh needs 'links' and 'link_bandwidth_Bps'")
+        if not is_mesh and (self.links is not None or self.link_bandwidth_Bps is not None):
+            raise ValueError(f"'links' and 'link_bandwidth_Bps' apply only to nvlink_mesh, not {self.topology}")
+        return self
+
+    @property
+    def efficiency(self) -> float:
+        """Measured bus bandwidth over line rate."""
+        return self.allreduce_busbw_Bps / self.bandwidth_per_gpu_Bps
+
+
+class Nics(_Strict):
+    """The node's compute-fabric NICs: how many, the per-direction line rate of each, and the achieved fraction."""
+
+    count: int = Field(ge=1)
+    bandwidth_Bps: PositiveFloat
+    latency_s: PositiveFloat
+    efficiency: Fraction
+
+
+class FabricTier(_Strict):
+    """One level of the inter-node network, innermost (leaf) first.
+
+    ``nodes_per_switch`` is how many consecutive nodes one switch of this tier reaches (``None``: every node; only
+    the outermost tier may say so). ``bandwidth_Bps`` is the per-port line rate and ``latency_s`` one switch
+    traversal. ``oversubscription`` is the bandwidth taper seen by traffic that must climb to this tier, relative to
+    the NICs' injection bandwidth and cumulative over the tiers below (1.0 = non-blocking). ``rail_optimized`` (leaf
+    only) means one leaf per NIC index, so traffic between same-index GPUs of different nodes stays on that leaf.
+    """
+
+    name: str = Field(min_length=1)
+    kind: Literal["rail_optimized", "fat_tree"]
+    nodes_per_switch: int | None = Field(ge=1)
+    bandwidth_Bps: PositiveFloat
+    latency_s: PositiveFloat
+    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+
+    def group(self, node: int) -> int:
+        """Index of the switch domain of this tier that holds ``node``."""
+        return 0 if self.nodes_per_switch is None else node // self.nodes_per_switch
+
+
+class NodeSpec(_Strict):
+    """One node type: its GPU (by file stem), GPUs per node, intra-node fabric, NICs and network tiers.
+
+    Examples
+    --------
+    >>> from plansim.hardware import load_hardware
+    >>> node = load_hardware("dgx-a100").node
+    >>> node.intra_link.bandwidth_Bps / 1e9
+    230.0
+    >>> node.nic_share_Bps / 1e9
+    25.0
+    """
+
+    name: str = Field(min_length=1)
+    gpu: str = Field(min_length=1)
+    gpus_per_node: int = Field(ge=1)
+    intra_node: IntraNode
+    nics: Nics
+    fabric: tuple[FabricTier, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeSpec:
+        if self.gpus_per_node % self.nics.count:
+            raise ValueError(f"nics.count ({self.nics.count}) must divide gpus_per_node ({self.gpus_per_node})")
+        _check_fabric(self.fabric)
+        if self.intra_node.links is not None:
+            _check_mesh(self.intra_node, self.gpus_per_node)
+        return self
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.gpu, self.gpus_per_node))
+
+    @property
+    def intra_link(self) -> Link:
+        """Effective intra-node link: the measured all-reduce bus bandwidth and the per-step latency."""
+        return Link(self.intra_node.allreduce_busbw_Bps, self.intra_node.latency_s)
+
+    @property
+    def nic_share_Bps(self) -> float:
+        """Line-rate NIC bandwidth per GPU: ``count * bandwidth / gpus_per_node``."""
+        return self.nics.count * self.nics.bandwidth_Bps / self.gpus_per_node
+
+    @property
+    def max_nodes(self) -> float:
+        """How many nodes the outermost fabric tier reaches (``inf`` when it reaches every node)."""
+        top = self.fabric[-1].nodes_per_switch
+        return math.inf if top is None else top
+
+
+def _check_fabric(tiers: tuple[FabricTier, ...]) -> None:
+    names = [tier.name for tier in tiers]
+    if len(set(names)) < len(names) or {"gpu", "node"} & set(names):
+        raise ValueError(f"fabric tier names must be unique and not 'gpu' or 'node', got {names}")
+    for i, tier in enumerate(tiers):
+        if tier.kind == "rail_optimized" and i > 0:
+            raise ValueError(f"fabric tier '{tier.name}': only the first (leaf) tier can be rail_optimized")
+        if tier.nodes_per_switch is None and i < len(tiers) - 1:
+            raise ValueError(f"fabric tier '{tier.name}': only the outermost tier may have nodes_per_switch: null")
+    for inner, outer in itertools.pairwise(tiers):
+        assert inner.nodes_per_switch is not None  # checked above
+        if outer.nodes_per_switch is not None and (
+            outer.nodes_per_switch <= inner.nodes_per_switch or outer.nodes_per_switch % inner.nodes_per_switch
+        ):
+            raise ValueError(
+                f"fabric tier '{outer.name}': nodes_per_switch ({outer.nodes_per_switch}) must be a larger multiple "
+                f"of tier '{inner.name}' ({inner.nodes_per_switch})"
+            )
+        if outer.oversubscription < inner.oversubscription:
+            raise ValueError(
+                f"fabric tier '{outer.name}': oversubscription is cumulative, so it cannot fall below tier "
+                f"'{inner.name}' ({inner.oversubscription})"
+            )
+
+
+def _check_mesh(intra: IntraNode, gpus_per_node: int) -> None:
+    assert intra.links is not None and intra.link_bandwidth_Bps is not None
+    per_gpu = [0] * gpus_per_node
+    for a, b, count in intra.links:
+        if not (0 <= a < gpus_per_node and 0 <= b < gpus_per_node) or a == b or count < 1:
+            raise ValueError(f"intra_node.links entry {[a, b, count]}: need two distinct GPUs below {gpus_per_node}")
+        per_gpu[a] += count
+        per_gpu[b] += count
+    for gpu, count in enumerate(per_gpu):
+        total = count * intra.link_bandwidth_Bps
+        if not math.isclose(total, intra.bandwidth_per_gpu_Bps, rel_tol=1e-6):
+            raise ValueError(
+                f"intra_node.links give GPU {gpu} {count} links = {total / 1e9:g} GB/s but bandwidth_per_gpu_Bps is "
+                f"{intra.bandwidth_per_gpu_Bps / 1e9:g} GB/s"
+            )
