@@ -11,9 +11,19 @@ import subprocess
 import sys
 import time
 
-ARGS = ["--model", "gpt3-175b", "--hardware", "dgx-a100", "--gpus", "1024", "--strategy",
-        "tp=8,pp=8,dp=16,micro_batch=1,global_batch=1536,schedule=interleaved,virtual_stages=2,"
-        "sequence_parallel=true,remat=selective,zero=1", "--format", "json"]
+ARGS = [
+    "--model",
+    "gpt3-175b",
+    "--hardware",
+    "dgx-a100",
+    "--gpus",
+    "1024",
+    "--strategy",
+    "tp=8,pp=8,dp=16,micro_batch=1,global_batch=1536,schedule=interleaved,virtual_stages=2,"
+    "sequence_parallel=true,remat=selective,zero=1",
+    "--format",
+    "json",
+]
 
 
 def api_seconds(repeats: int = 5) -> tuple[float, float]:

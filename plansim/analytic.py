@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import networkx as nx
+
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
@@ -68,10 +70,10 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     if problems:
         raise PlansimError("; ".join(problems))
     dp = s.dp or 1
-    m = s.num_microbatches
     act_bytes = dtype_bytes(s.dtype)
-    graph = build_graph(model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel,
-                        act_bytes=act_bytes)
+    graph = build_graph(
+        model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
+    )
     kernels = KernelCostModel(cluster.gpu, s.dtype, load_kernel_table(cluster.gpu.name))
     tp_link = cluster.group_link(s.tp, 1)
     costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
@@ -98,14 +100,19 @@ def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: 
 
 
 def _stage_cost(
-    layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, layer_input: float, idx: int,
+    layers: list[int],
+    costs: dict[int, LayerCost],
+    s: Strategy,
+    model: ModelSpec,
+    layer_input: float,
+    idx: int,
     p2p_s: float,
 ) -> StageCost:
     blocks = [costs[i] for i in layers if 0 <= i < model.layers]
     ends = [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
     every = blocks + ends
     recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
-    params = sum(c.params for c in every)
+    params = round(sum(c.params for c in every))
     if idx == s.pp - 1 and s.pp > 1 and model.tied_embeddings:
         # Megatron-LM keeps a copy of the tied word embeddings on the last stage for the output layer.
         params += model.vocab * model.hidden // s.tp
@@ -134,8 +141,7 @@ def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float
     Korthikanti et al. 2022 sec 5); selective recompute reruns only the attention core, which has no collective.
     """
     if remat in ("full", "sqrt"):
-        return (sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks),
-                sum(c.fwd_matmul_flops for c in blocks))
+        return (sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks))
     if remat == "selective":
         return sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks)
     return 0.0, 0.0, 0.0
@@ -210,8 +216,9 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
 
 
 def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
-    states = model_state_bytes(stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision,
-                               fp32_grad_accum=s.fp32_grad_accum)
+    states = model_state_bytes(
+        stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
+    )
     return {
         "weights": round(states.weights),
         "gradients": round(states.gradients),
@@ -221,8 +228,15 @@ def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
     }
 
 
-def _assemble(model: ModelSpec, cluster: Cluster, s: Strategy, graph: object, costs: dict[int, LayerCost],
-              stages: list[StageCost], p2p_bytes: float) -> Result:
+def _assemble(
+    model: ModelSpec,
+    cluster: Cluster,
+    s: Strategy,
+    graph: nx.DiGraph,
+    costs: dict[int, LayerCost],
+    stages: list[StageCost],
+    p2p_bytes: float,
+) -> Result:
     from plansim.workload import model_flops
 
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
@@ -249,7 +263,7 @@ def _assemble(model: ModelSpec, cluster: Cluster, s: Strategy, graph: object, co
     mem = [_memory(cluster, s, st) for st in stages]
     peaks = [sum(x.values()) for x in mem]
     worst = max(range(len(stages)), key=lambda i: peaks[i])
-    model_fl = model_flops(graph) * s.tp * dp * m  # type: ignore[arg-type]
+    model_fl = model_flops(graph) * s.tp * dp * m
     hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
     peak_fl = cluster.gpu.peak_flops(s.dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes
@@ -271,8 +285,12 @@ def _assemble(model: ModelSpec, cluster: Cluster, s: Strategy, graph: object, co
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
         memory_breakdown_bytes=mem[worst],
-        comm_bytes_per_gpu={"dp": dpc.dp_bytes, "tp": m * max(st.tp_bytes for st in stages),
-                            "pp": m * hops * p2p_bytes, "zero": dpc.zero_bytes},
+        comm_bytes_per_gpu={
+            "dp": dpc.dp_bytes,
+            "tp": m * max(st.tp_bytes for st in stages),
+            "pp": m * hops * p2p_bytes,
+            "zero": dpc.zero_bytes,
+        },
         time_breakdown_s=breakdown,
         reason="" if fits else _no_fit_reason(worst, mem[worst], peaks[worst], cluster),
         num_microbatches=m,
@@ -283,5 +301,7 @@ def _assemble(model: ModelSpec, cluster: Cluster, s: Strategy, graph: object, co
 
 def _no_fit_reason(stage: int, mem: dict[str, int], peak: float, cluster: Cluster) -> str:
     parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in mem.items())
-    return (f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "
-            f"{cluster.gpu.memory_bytes / GB:.1f} GB")
+    return (
+        f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "
+        f"{cluster.gpu.memory_bytes / GB:.1f} GB"
+    )

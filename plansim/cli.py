@@ -10,7 +10,7 @@ import io
 import json
 import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from functools import wraps
 from typing import Annotated, Any, TypeVar
 
@@ -27,7 +27,7 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"

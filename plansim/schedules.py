@@ -67,9 +67,15 @@ SCHEDULES: dict[str, PipelineSchedule] = {
     s.name: s
     for s in (
         PipelineSchedule("gpipe", _flush_step_time, _gpipe_in_flight, "all forwards, then all backwards"),
-        PipelineSchedule("1f1b", _flush_step_time, _one_f_one_b_in_flight, "one forward, one backward (PipeDream-Flush)"),
-        PipelineSchedule("interleaved", _interleaved_step_time, _interleaved_in_flight,
-                         "1F1B over v model chunks per stage (Megatron-LM)"),
+        PipelineSchedule(
+            "1f1b", _flush_step_time, _one_f_one_b_in_flight, "one forward, one backward (PipeDream-Flush)"
+        ),
+        PipelineSchedule(
+            "interleaved",
+            _interleaved_step_time,
+            _interleaved_in_flight,
+            "1F1B over v model chunks per stage (Megatron-LM)",
+        ),
     )
 }
 

@@ -65,7 +65,9 @@ class Strategy(BaseModel):
     @model_validator(mode="after")
     def _interleaving(self) -> Strategy:
         if self.virtual_stages > 1 and self.schedule != "interleaved":
-            raise ValueError(f"virtual_stages={self.virtual_stages} needs schedule=interleaved (or set virtual_stages=1)")
+            raise ValueError(
+                f"virtual_stages={self.virtual_stages} needs schedule=interleaved (or set virtual_stages=1)"
+            )
         return self
 
     @property
@@ -92,7 +94,8 @@ class Strategy(BaseModel):
             return self
         if gpus % (self.tp * self.pp):
             raise PlansimError(
-                f"strategy: --gpus {gpus} is not a multiple of tp*pp={self.tp * self.pp}: set dp explicitly or change tp/pp"
+                f"strategy: --gpus {gpus} is not a multiple of tp*pp={self.tp * self.pp}: "
+                "set dp explicitly or change tp/pp"
             )
         return self.model_copy(update={"dp": gpus // (self.tp * self.pp)})
 
@@ -161,13 +164,16 @@ def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> li
     problems += _check_model_split(s, model)
     problems += _check_batch(s, dp)
     if s.zero >= 2 and s.pp > 1:
-        problems.append(f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
-                        "parallelism does not support (DeepSpeed); use zero=1 or pp=1")
+        problems.append(
+            f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
+            "parallelism does not support (DeepSpeed); use zero=1 or pp=1"
+        )
     if s.dp_algorithm == "butterfly" and dp & (dp - 1):
         problems.append(f"dp_algorithm=butterfly needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
     if s.tp > cluster.gpus_per_node:
-        problems.append(f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): "
-                        f"use tp <= {cluster.gpus_per_node}")
+        problems.append(
+            f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
+        )
     if not cluster.gpu.supports(s.dtype):
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
     return problems
@@ -186,8 +192,10 @@ def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
     if model.layers < chunks:
         problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
     elif s.schedule == "interleaved" and model.layers % chunks:
-        problems.append(f"schedule=interleaved needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
-                        "change pp or virtual_stages")
+        problems.append(
+            f"schedule=interleaved needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
+            "change pp or virtual_stages"
+        )
     if s.schedule == "interleaved" and s.pp == 1:
         problems.append("schedule=interleaved needs pp > 1: use schedule=1f1b")
     return problems
@@ -198,10 +206,14 @@ def _check_batch(s: Strategy, dp: int) -> list[str]:
         return []
     per_step = s.micro_batch * dp
     if s.global_batch % per_step:
-        return [f"global_batch={s.global_batch} is not a multiple of micro_batch*dp={per_step}: "
-                f"use global_batch={max(per_step, s.global_batch // per_step * per_step)}"]
+        return [
+            f"global_batch={s.global_batch} is not a multiple of micro_batch*dp={per_step}: "
+            f"use global_batch={max(per_step, s.global_batch // per_step * per_step)}"
+        ]
     m = s.global_batch // per_step
     if s.schedule == "interleaved" and m % s.pp:
-        return [f"schedule=interleaved needs the micro-batch count {m} to be a multiple of pp={s.pp} "
-                "(Megatron-LM): change global_batch"]
+        return [
+            f"schedule=interleaved needs the micro-batch count {m} to be a multiple of pp={s.pp} "
+            "(Megatron-LM): change global_batch"
+        ]
     return []

@@ -24,14 +24,14 @@ def test_flops_match_narayanan_2021(text: str) -> None:
     # hardware FLOPs are 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
     m = gpt()
     cluster = load_hardware("dgx-a100", gpus=8)
-    B, s, l, h, V = 16, m.seq_len, m.layers, m.hidden, m.vocab
+    B, s, L, h, V = 16, m.seq_len, m.layers, m.hidden, m.vocab
     base = Strategy.parse(f"{text},micro_batch=1,global_batch={B}")
     full = simulate_analytic(m, cluster, base.model_copy(update={"remat": "full"}))
-    assert full.model_flops_per_step == pytest.approx(72 * B * s * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h)))
-    assert full.hardware_flops_per_step == pytest.approx(96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h)))
+    assert full.model_flops_per_step == pytest.approx(72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h)))
+    assert full.hardware_flops_per_step == pytest.approx(96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h)))
     # Selective recompute reruns only QK^T and attention-over-V: 4 B s^2 h per layer (Korthikanti et al. 2022 sec 5).
     sel = simulate_analytic(m, cluster, base.model_copy(update={"remat": "selective"}))
-    assert sel.hardware_flops_per_step - sel.model_flops_per_step == pytest.approx(4 * B * s**2 * h * l)
+    assert sel.hardware_flops_per_step - sel.model_flops_per_step == pytest.approx(4 * B * s**2 * h * L)
     none = simulate_analytic(m, cluster, base)
     assert none.hardware_flops_per_step == none.model_flops_per_step
 
@@ -120,8 +120,10 @@ def test_invariants(tp: int, pp: int, zero: int, remat: str, schedule: str, m: i
     model = gpt(layers=8, hidden=512, heads=8, seq=512)
     dp = 16 // (tp * pp)
     cluster = load_hardware("dgx-a100", gpus=16)
-    s = Strategy.parse(f"dp={dp},tp={tp},pp={pp},zero={zero},remat={remat},schedule={schedule},"
-                       f"micro_batch=1,global_batch={m * dp},sequence_parallel={str(sp).lower()}")
+    s = Strategy.parse(
+        f"dp={dp},tp={tp},pp={pp},zero={zero},remat={remat},schedule={schedule},"
+        f"micro_batch=1,global_batch={m * dp},sequence_parallel={str(sp).lower()}"
+    )
     r = simulate_analytic(model, cluster, s)
     assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s)
     assert all(v >= -1e-12 for v in r.time_breakdown_s.values())

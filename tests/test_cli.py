@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,46 +39,97 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 # (label, argv builder, words the message must contain)
 BAD_INPUTS = [
-    ("unknown model", lambda f: ["--model", "no-such-model", "--hardware", "dgx-a100", "--strategy", STRAT],
-     ["no-such-model", "gpt3-175b"]),
+    (
+        "unknown model",
+        lambda f: ["--model", "no-such-model", "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["no-such-model", "gpt3-175b"],
+    ),
     ("unknown hardware", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-z9", "--strategy", STRAT], ["dgx-z9"]),
-    ("malformed model yaml", lambda f: ["--model", str(f["broken_yaml"]), "--hardware", "dgx-a100", "--strategy", STRAT],
-     ["broken_yaml.yaml"]),
-    ("unknown model key", lambda f: ["--model", str(f["unknown_key"]), "--hardware", "dgx-a100", "--strategy", STRAT],
-     ["colour"]),
-    ("missing model key", lambda f: ["--model", str(f["missing_key"]), "--hardware", "dgx-a100", "--strategy", STRAT],
-     ["hidden"]),
-    ("heads do not divide hidden", lambda f: ["--model", str(f["heads_hidden"]), "--hardware", "dgx-a100",
-                                             "--strategy", STRAT], ["heads"]),
+    (
+        "malformed model yaml",
+        lambda f: ["--model", str(f["broken_yaml"]), "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["broken_yaml.yaml"],
+    ),
+    (
+        "unknown model key",
+        lambda f: ["--model", str(f["unknown_key"]), "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["colour"],
+    ),
+    (
+        "missing model key",
+        lambda f: ["--model", str(f["missing_key"]), "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["hidden"],
+    ),
+    (
+        "heads do not divide hidden",
+        lambda f: ["--model", str(f["heads_hidden"]), "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["heads"],
+    ),
     ("strategy not key=value", lambda f: [*GOOD, "--strategy", "dp=8,tp"], ["'tp'", "key=value"]),
     ("unknown strategy key", lambda f: [*GOOD, "--strategy", "dp=8,flux=2"], ["flux"]),
     ("strategy value type", lambda f: [*GOOD, "--strategy", "dp=8,tp=two"], ["tp"]),
     ("gpus mismatch", lambda f: [*GOOD, "--strategy", "dp=4,tp=1,pp=1"], ["dp*tp*pp", "--gpus"]),
     ("tp does not divide heads", lambda f: [*GOOD, "--strategy", "dp=1,tp=8,pp=1"], ["heads=12"]),
-    ("more stages than layers", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "16",
-                                           "--strategy", "dp=1,tp=1,pp=16"], ["layers"]),
-    ("global batch not a multiple", lambda f: [*GOOD, "--strategy", "dp=8,micro_batch=3,global_batch=100"],
-     ["global_batch"]),
+    (
+        "more stages than layers",
+        lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "16", "--strategy", "dp=1,tp=1,pp=16"],
+        ["layers"],
+    ),
+    (
+        "global batch not a multiple",
+        lambda f: [*GOOD, "--strategy", "dp=8,micro_batch=3,global_batch=100"],
+        ["global_batch"],
+    ),
     ("zero-3 with pipeline", lambda f: [*GOOD, "--strategy", "dp=4,pp=2,zero=3"], ["zero=3", "pp"]),
-    ("butterfly on 6 ranks", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "6",
-                                        "--strategy", "dp=6,dp_algorithm=butterfly"], ["power-of-two"]),
+    (
+        "butterfly on 6 ranks",
+        lambda f: [
+            "--model",
+            "gpt3-125m",
+            "--hardware",
+            "dgx-a100",
+            "--gpus",
+            "6",
+            "--strategy",
+            "dp=6,dp_algorithm=butterfly",
+        ],
+        ["power-of-two"],
+    ),
     ("interleaved without pipeline", lambda f: [*GOOD, "--strategy", "dp=8,schedule=interleaved"], ["pp > 1"]),
-    ("virtual stages without interleaving", lambda f: [*GOOD, "--strategy", "dp=4,pp=2,virtual_stages=2"],
-     ["virtual_stages"]),
-    ("gpus not a node multiple", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "12",
-                                            "--strategy", "dp=12"], ["12"]),
-    ("bf16 on V100", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-1", "--gpus", "8", "--strategy",
-                                "dp=8,dtype=bf16"], ["bf16"]),
+    (
+        "virtual stages without interleaving",
+        lambda f: [*GOOD, "--strategy", "dp=4,pp=2,virtual_stages=2"],
+        ["virtual_stages"],
+    ),
+    (
+        "gpus not a node multiple",
+        lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "12", "--strategy", "dp=12"],
+        ["12"],
+    ),
+    (
+        "bf16 on V100",
+        lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-1", "--gpus", "8", "--strategy", "dp=8,dtype=bf16"],
+        ["bf16"],
+    ),
     ("unknown engine", lambda f: [*GOOD, "--strategy", STRAT, "--engine", "quantum"], ["quantum"]),
     ("missing strategy file", lambda f: [*GOOD, "--strategy", "nosuchstrategy"], ["nosuchstrategy"]),
     ("malformed strategy yaml", lambda f: [*GOOD, "--strategy", str(f["bad_strategy"])], ["bad_strategy.yaml"]),
     ("zero out of range", lambda f: [*GOOD, "--strategy", "dp=8,zero=5"], ["zero"]),
-    ("tp across nodes", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "16", "--strategy",
-                                   "dp=1,tp=16"], ["tp=16"]),
-    ("zero gpus", lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "0", "--strategy", "tp=1"],
-     ["gpus"]),
-    ("missing model file", lambda f: ["--model", "nothere/model.yaml", "--hardware", "dgx-a100", "--strategy", STRAT],
-     ["nothere/model.yaml"]),
+    (
+        "tp across nodes",
+        lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "16", "--strategy", "dp=1,tp=16"],
+        ["tp=16"],
+    ),
+    (
+        "zero gpus",
+        lambda f: ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "0", "--strategy", "tp=1"],
+        ["gpus"],
+    ),
+    (
+        "missing model file",
+        lambda f: ["--model", "nothere/model.yaml", "--hardware", "dgx-a100", "--strategy", STRAT],
+        ["nothere/model.yaml"],
+    ),
 ]
 
 
@@ -103,9 +153,23 @@ def test_json_output_is_the_contract() -> None:
     result = run("simulate", *GOOD, "--strategy", STRAT, "--format", "json")
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
-    for key in ("model", "hardware", "gpus", "strategy", "engine", "step_time_s", "tokens_per_s",
-                "model_flops_per_step", "hardware_flops_per_step", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
-                "mfu", "hfu", "fits", "peak_memory_bytes"):
+    for key in (
+        "model",
+        "hardware",
+        "gpus",
+        "strategy",
+        "engine",
+        "step_time_s",
+        "tokens_per_s",
+        "model_flops_per_step",
+        "hardware_flops_per_step",
+        "model_tflops_per_gpu",
+        "hardware_tflops_per_gpu",
+        "mfu",
+        "hfu",
+        "fits",
+        "peak_memory_bytes",
+    ):
         assert key in r
     assert set(r["memory_breakdown_bytes"]) >= {"weights", "gradients", "optimizer", "activations", "workspace"}
     assert set(r["comm_bytes_per_gpu"]) >= {"dp", "tp", "pp", "zero"}
@@ -114,8 +178,19 @@ def test_json_output_is_the_contract() -> None:
 
 
 def test_does_not_fit_is_a_result_not_an_error() -> None:
-    result = run("simulate", "--model", "gpt3-175b", "--hardware", "dgx-a100", "--gpus", "8",
-                 "--strategy", "dp=8,micro_batch=1,global_batch=8", "--format", "json")
+    result = run(
+        "simulate",
+        "--model",
+        "gpt3-175b",
+        "--hardware",
+        "dgx-a100",
+        "--gpus",
+        "8",
+        "--strategy",
+        "dp=8,micro_batch=1,global_batch=8",
+        "--format",
+        "json",
+    )
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
     assert r["fits"] is False and "GB" in r["reason"]
@@ -133,15 +208,24 @@ def test_listings() -> None:
     assert "dgx-a100" in run("hardware").stdout
 
 
-@pytest.mark.skipif(shutil.which("plansim") is None, reason="plansim script not installed")
+SCRIPT = Path(sys.executable).parent / "plansim"
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="plansim script not installed beside this interpreter")
 def test_installed_script_reports_without_traceback() -> None:
-    p = subprocess.run(["plansim", "simulate", "--model", "nope", "--hardware", "dgx-a100", "--strategy", STRAT],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [str(SCRIPT), "simulate", "--model", "nope", "--hardware", "dgx-a100", "--strategy", STRAT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr + p.stdout
 
 
 def test_help_does_not_import_heavy_libraries() -> None:
-    code = ("import sys; from plansim.cli import app; "
-            "print(sorted(m for m in ('pandas', 'matplotlib', 'pulp', 'torch', 'networkx') if m in sys.modules))")
+    code = (
+        "import sys; from plansim.cli import app; "
+        "print(sorted(m for m in ('pandas', 'matplotlib', 'pulp', 'torch', 'networkx') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -9,6 +9,7 @@ measured at that size, interpolated in log(size) and clamped at the table's ends
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ def _interp_log(points: list[tuple[float, float]], x: float) -> float:
     """Piecewise-linear interpolation of y over log10(x), clamped at the ends."""
     if x <= points[0][0]:
         return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if x <= x1:
             t = (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))
             return y0 + t * (y1 - y0)

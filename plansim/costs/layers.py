@@ -39,7 +39,7 @@ class LayerCost:
     tp_bwd_bytes: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
-    params: int = 0
+    params: float = 0.0
     saved_bytes: float = 0.0
     selective_saved_bytes: float = 0.0
 
@@ -74,9 +74,7 @@ def layer_costs(graph: nx.DiGraph, kernels: KernelCostModel, tp_comm: CommPricer
     sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for _, op in graph.nodes(data=True):
         _add_op(sums[op["layer"]], op, kernels, tp_comm)
-    return {
-        layer: LayerCost(**{k: (int(v) if k == "params" else v) for k, v in acc.items()}) for layer, acc in sums.items()
-    }
+    return {layer: LayerCost(**acc) for layer, acc in sums.items()}
 
 
 def layer_activations(cost: LayerCost, layer_input_bytes: float) -> LayerActivations:

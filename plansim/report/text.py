@@ -44,6 +44,7 @@ def print_result(r: Result, console: Console | None = None) -> None:
     console = console or Console()
     console.print(_headline(r))
     console.print(_breakdown("time per step", r.time_breakdown_s, "ms", 1e-3))
-    console.print(_breakdown("memory on the worst GPU", {k: float(v) for k, v in r.memory_breakdown_bytes.items()},
-                             "GB", GB))
+    console.print(
+        _breakdown("memory on the worst GPU", {k: float(v) for k, v in r.memory_breakdown_bytes.items()}, "GB", GB)
+    )
     console.print(_breakdown("bytes sent per GPU per step", r.comm_bytes_per_gpu, "GB", GB))
