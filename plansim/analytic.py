@@ -65,16 +65,16 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     Raises ``PlansimError`` when the strategy cannot run (each violation named); a strategy that runs but does not
     fit in memory is a result with ``fits=False`` and a reason.
     """
-    s = strategy.with_gpus(cluster.num_gpus)
+    s = strategy.resolve(cluster)
     problems = check_strategy(s, model, cluster)
     if problems:
         raise PlansimError("; ".join(problems))
     dp = s.dp or 1
-    act_bytes = dtype_bytes(s.dtype)
+    act_bytes = dtype_bytes(s.compute_dtype)
     graph = build_graph(
         model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
     )
-    kernels = KernelCostModel(cluster.gpu, s.dtype, load_kernel_table(cluster.gpu.name))
+    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     tp_link = cluster.group_link(s.tp, 1)
     costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
@@ -183,7 +183,7 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
     grad_bytes = stage.params * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
-    weight_bytes = stage.params * dtype_bytes(s.dtype)
+    weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
     links = _dp_links(cluster, s, dp)
     link, kw = links["link"], links["kw"]
     assert isinstance(link, Link) and isinstance(kw, dict)
@@ -240,7 +240,7 @@ def _assemble(
     from plansim.workload import model_flops
 
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
-    kernels = KernelCostModel(cluster.gpu, s.dtype, load_kernel_table(cluster.gpu.name))
+    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     sched = get_schedule(s.schedule)
     times = [st.time_s for st in stages]
     pipe_s = sched.step_time(times, m, s.virtual_stages)
@@ -265,7 +265,7 @@ def _assemble(
     worst = max(range(len(stages)), key=lambda i: peaks[i])
     model_fl = model_flops(graph) * s.tp * dp * m
     hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
-    peak_fl = cluster.gpu.peak_flops(s.dtype)
+    peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes
     hops = max((2 if 0 < i < s.pp - 1 else 1) * s.virtual_stages for i in range(s.pp)) if s.pp > 1 else 0
     return Result(

@@ -56,7 +56,9 @@ class Strategy(BaseModel):
     schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
     remat: Literal["none", "full", "selective", "sqrt"] = "none"
-    dtype: Literal["fp32", "fp16", "bf16"] = "bf16"
+    dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
+        default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
+    )
     dp_algorithm: Literal["ring", "tree", "butterfly", "naive", "ps", "hierarchical"] = "ring"
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
@@ -86,7 +88,19 @@ class Strategy(BaseModel):
     @property
     def mixed_precision(self) -> bool:
         """fp16/bf16 compute with fp32 master weights (Micikevicius et al. 2018)."""
-        return self.dtype != "fp32"
+        return self.compute_dtype != "fp32"
+
+    @property
+    def compute_dtype(self) -> str:
+        """The training dtype (bf16 until ``resolve`` picks one for a GPU)."""
+        return self.dtype or "bf16"
+
+    def resolve(self, cluster: Cluster) -> Strategy:
+        """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has."""
+        s = self.with_gpus(cluster.num_gpus)
+        if s.dtype is None:
+            s = s.model_copy(update={"dtype": "bf16" if cluster.gpu.supports("bf16") else "fp16"})
+        return s
 
     def with_gpus(self, gpus: int) -> Strategy:
         """Fill in ``dp`` from the GPU count when it was left out."""
@@ -154,7 +168,7 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
 
 def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> list[str]:
     """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix."""
-    s = strategy.with_gpus(cluster.num_gpus)
+    s = strategy.resolve(cluster)
     dp = s.dp or 1
     problems: list[str] = []
     if dp * s.tp * s.pp != cluster.num_gpus:
@@ -174,7 +188,7 @@ def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> li
         problems.append(
             f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
         )
-    if not cluster.gpu.supports(s.dtype):
+    if not cluster.gpu.supports(s.compute_dtype):
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
     return problems
 

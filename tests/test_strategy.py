@@ -21,7 +21,7 @@ def test_inline_and_yaml_agree(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(
         "dp: 16\ntp: 8\npp: 8\nsequence_parallel: true\nzero: 1\nmicro_batch: 1\nglobal_batch: 1536\n"
-        "schedule: interleaved\nvirtual_stages: 2\nremat: selective\n"
+        "schedule: interleaved\nvirtual_stages: 2\nremat: selective\ndtype: bf16\n"
     )
     assert Strategy.parse(str(path)) == inline
 
@@ -35,7 +35,9 @@ def test_every_shipped_strategy_loads() -> None:
 
 def test_defaults_and_derived_dp() -> None:
     s = Strategy.parse("tp=2,pp=2").with_gpus(16)
-    assert (s.dp, s.zero, s.schedule, s.remat, s.dtype, s.dp_algorithm) == (4, 0, "1f1b", "none", "bf16", "ring")
+    assert (s.dp, s.zero, s.schedule, s.remat, s.dtype, s.dp_algorithm) == (4, 0, "1f1b", "none", None, "ring")
+    assert s.resolve(load_hardware("dgx-a100", gpus=16)).dtype == "bf16"
+    assert Strategy.parse("dp=8").resolve(load_hardware("dgx-1", gpus=8)).dtype == "fp16"
     assert s.num_microbatches == 1
     with pytest.raises(PlansimError, match="multiple of tp\\*pp"):
         Strategy.parse("tp=3").with_gpus(8)
