@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -45,6 +46,7 @@ class StageCost:
     comm_s: float
     tp_bytes: float
     params: int
+    largest_layer_params: float
     activations: float
     recompute_matmul_flops: float
 
@@ -87,16 +89,16 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
         _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, p2p_s)
         for idx, layers in enumerate(layout)
     ]
-    return _assemble(model, cluster, s, graph, costs, stages, p2p_bytes)
+    return _assemble(model, cluster, s, graph, kernels, stages, p2p_bytes)
 
 
-def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: object) -> tuple[float, float]:
+def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: Any) -> tuple[float, float]:
     """(seconds, bytes one rank sends) of one collective among ``p`` ranks on ``link``."""
     if p <= 1 or n_bytes <= 0:
         return 0.0, 0.0
-    seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)  # type: ignore[arg-type]
+    seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)
     local = kw.get("local")
-    return seconds, bytes_sent_per_rank(coll, algorithm, p, n_bytes, local=local)  # type: ignore[arg-type]
+    return seconds, bytes_sent_per_rank(coll, algorithm, p, n_bytes, local=local)
 
 
 def _stage_cost(
@@ -129,6 +131,7 @@ def _stage_cost(
         tp_bytes=sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
         + (sum(c.tp_fwd_bytes for c in blocks) if s.remat in ("full", "sqrt") else 0.0),
         params=params,
+        largest_layer_params=max(c.params for c in every),
         activations=activations,
         recompute_matmul_flops=recompute_flops,
     )
@@ -156,17 +159,16 @@ class DataParallelComm:
     zero_bytes: float
 
 
-def _dp_links(cluster: Cluster, s: Strategy, dp: int) -> dict[str, object]:
-    """The data-parallel group's link (ranks tp apart) and, for hierarchical, the node-local split."""
-    link = cluster.group_link(dp, s.tp)
+def _allreduce_links(cluster: Cluster, s: Strategy, dp: int) -> tuple[Link, dict[str, Any]]:
+    """The data-parallel group's link (ranks tp apart) and, for hierarchical, the node-local split and the
+    inter-node link as keyword arguments of ``collective_time``."""
     if s.dp_algorithm != "hierarchical":
-        return {"link": link, "kw": {}}
+        return cluster.group_link(dp, s.tp), {}
     local = max(1, min(dp, cluster.gpus_per_node // s.tp))
     while dp % local:
         local -= 1
-    intra = cluster.group_link(local, s.tp)
     inter = cluster.group_link(dp // local, s.tp * local)
-    return {"link": intra, "kw": {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}}
+    return cluster.group_link(local, s.tp), {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
 
 
 def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float, fwd_s: float) -> DataParallelComm:
@@ -184,9 +186,7 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     m = s.num_microbatches
     grad_bytes = stage.params * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
     weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
-    links = _dp_links(cluster, s, dp)
-    link, kw = links["link"], links["kw"]
-    assert isinstance(link, Link) and isinstance(kw, dict)
+    link, kw = _allreduce_links(cluster, s, dp)
     shard_alg = "butterfly" if s.dp_algorithm == "butterfly" else "ring"
     base = cluster.group_link(dp, s.tp)
     buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
@@ -216,11 +216,15 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
 
 
 def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
+    """Per-device bytes of one stage. Under ZeRO-3 each layer's weights are gathered whole before use, and the next
+    layer's are prefetched meanwhile (Rajbhandari et al. 2020 sec 5.3; PyTorch FSDP's default prefetch): two layers
+    of gathered weights are live on top of the 1/dp shard."""
     states = model_state_bytes(
         stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
     )
+    gathered = 2 * stage.largest_layer_params * dtype_bytes(s.compute_dtype) if s.zero >= 3 else 0.0
     return {
-        "weights": round(states.weights),
+        "weights": round(states.weights + gathered),
         "gradients": round(states.gradients),
         "optimizer": round(states.optimizer),
         "activations": round(stage.activations),
@@ -233,14 +237,13 @@ def _assemble(
     cluster: Cluster,
     s: Strategy,
     graph: nx.DiGraph,
-    costs: dict[int, LayerCost],
+    kernels: KernelCostModel,
     stages: list[StageCost],
     p2p_bytes: float,
 ) -> Result:
     from plansim.workload import model_flops
 
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
-    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     sched = get_schedule(s.schedule)
     times = [st.time_s for st in stages]
     pipe_s = sched.step_time(times, m, s.virtual_stages)
