@@ -21,15 +21,13 @@ def add_variable(
     up: float | None = None,
     cat: Literal["Continuous", "Integer", "Binary"] = "Continuous",
 ) -> Any:
-    """A new variable of ``prob``; ``LpProblem.add_variable`` exists on PuLP >= 3.3 and is the only way on 4.x.
+    """A new variable of ``prob``: ``LpProblem.add_variable`` exists on PuLP >= 3.3 and is the only way on 4.x.
 
     >>> prob = pulp.LpProblem("p", pulp.LpMinimize)
     >>> add_variable(prob, "x", 0, 1, "Binary").name
     'x'
     """
-    if hasattr(prob, "add_variable"):
-        return prob.add_variable(name, low, up, cat)
-    return pulp.LpVariable(name, low, up, cat)  # pragma: no cover - PuLP < 3.3
+    return prob.add_variable(name, low, up, cat)
 
 
 def default_solver(msg: bool = False, time_limit_s: float | None = None) -> Any:
@@ -38,7 +36,7 @@ def default_solver(msg: bool = False, time_limit_s: float | None = None) -> Any:
     if "HiGHS" in available:
         return pulp.HiGHS(msg=msg, timeLimit=time_limit_s)
     if "PULP_CBC_CMD" in available:  # pragma: no cover - only without highspy
-        return pulp.PULP_CBC_CMD(msg=msg, timeLimit=time_limit_s)
+        return getattr(pulp, "PULP_CBC_CMD")(msg=msg, timeLimit=time_limit_s)  # noqa: B009 - absent from PuLP 4
     raise PlansimError("no MILP solver found: install highspy (pip install highspy)")  # pragma: no cover
 
 

@@ -129,7 +129,7 @@ class Schedule:
             sent, received = step.loads(self.num_nodes)
             sent_total += sent
             count, load = terms[step.tier]
-            terms[step.tier] = (count + 1, load + float(max(sent.max(), received.max())))
+            terms[step.tier] = (count + 1, load + max(float(np.amax(sent)), float(np.amax(received))))
         return sent_total, terms
 
     def bytes_sent(self, n_bytes: float) -> NDArray[np.float64]:
