@@ -49,6 +49,8 @@ class StageCost:
     largest_layer_params: float
     activations: float
     recompute_matmul_flops: float
+    p2p_bytes: float
+    num_layers: int
 
     @property
     def compute_s(self) -> float:
@@ -71,7 +73,6 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     problems = check_strategy(s, model, cluster)
     if problems:
         raise PlansimError("; ".join(problems))
-    dp = s.dp or 1
     act_bytes = dtype_bytes(s.compute_dtype)
     graph = build_graph(
         model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
@@ -80,16 +81,30 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     tp_link = cluster.group_link(s.tp, 1)
     costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
+    # Megatron's scatter/gather optimization sends 1/tp of the activation per rank (Narayanan et al. 2021 sec 4.1);
+    # with sequence parallelism the activation is already split.
     p2p_bytes = graph.graph["layer_input_bytes"] / (s.tp if s.tp > 1 and not s.sequence_parallel else 1)
-    p2p_s = 0.0
-    if s.pp > 1:
-        link = cluster.p2p_link(0, s.tp * dp)
-        p2p_s = link.latency_s + p2p_bytes / link.bandwidth_Bps
     stages = [
-        _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, p2p_s)
+        _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, _p2p(cluster, s, idx, p2p_bytes))
         for idx, layers in enumerate(layout)
     ]
-    return _assemble(model, cluster, s, graph, kernels, stages, p2p_bytes)
+    return _assemble(model, cluster, s, graph, kernels, stages)
+
+
+def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[float, float]:
+    """(seconds, bytes) of one micro-batch's activation and gradient sends from ``stage``, each on its own boundary
+    (stage s's ranks start at s*tp*dp: pp is the outermost dimension; interleaving wraps the last stage to the
+    first)."""
+    fwd, bwd = get_schedule(s.schedule).sends_per_microbatch(stage, s.pp, s.virtual_stages)
+    if not fwd + bwd:
+        return 0.0, 0.0
+    width = s.tp * (s.dp or 1)
+
+    def send(dst: int) -> float:
+        link = cluster.p2p_link(stage * width, (dst % s.pp) * width)
+        return link.latency_s + n_bytes / link.bandwidth_Bps
+
+    return fwd * send(stage + 1) + bwd * send(stage - 1), (fwd + bwd) * n_bytes
 
 
 def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: Any) -> tuple[float, float]:
@@ -108,7 +123,7 @@ def _stage_cost(
     model: ModelSpec,
     layer_input: float,
     idx: int,
-    p2p_s: float,
+    p2p: tuple[float, float],
 ) -> StageCost:
     blocks = [costs[i] for i in layers if 0 <= i < model.layers]
     ends = [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
@@ -116,25 +131,33 @@ def _stage_cost(
     recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
     params = round(sum(c.params for c in every))
     if idx == s.pp - 1 and s.pp > 1 and model.tied_embeddings:
-        # Megatron-LM keeps a copy of the tied word embeddings on the last stage for the output layer.
-        params += model.vocab * model.hidden // s.tp
-    in_flight = get_schedule(s.schedule).in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
+        params += _tied_copy_params(model, s)
+    sched = get_schedule(s.schedule)
+    m, v = s.num_microbatches, s.virtual_stages
+    first, last = sched.ends_in_flight(s.pp, m, v)
+    ends_saved = sum(costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers)
     activations = stage_activation_bytes(
-        s.remat, [layer_activations(c, layer_input) for c in blocks], in_flight, sum(c.saved_bytes for c in ends)
+        s.remat, [layer_activations(c, layer_input) for c in blocks], sched.in_flight(idx, s.pp, m, v), ends_saved
     )
-    hops = (2 if 0 < idx < s.pp - 1 else 1) * s.virtual_stages if s.pp > 1 else 0
     return StageCost(
         fwd_s=sum(c.fwd_s for c in every),
         bwd_s=sum(c.bwd_s for c in every),
         recompute_s=recompute_s,
-        comm_s=sum(c.tp_fwd_s + c.tp_bwd_s for c in every) + recompute_tp_s + hops * p2p_s,
+        comm_s=sum(c.tp_fwd_s + c.tp_bwd_s for c in every) + recompute_tp_s + p2p[0],
         tp_bytes=sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
         + (sum(c.tp_fwd_bytes for c in blocks) if s.remat in ("full", "sqrt") else 0.0),
         params=params,
         largest_layer_params=max(c.params for c in every),
         activations=activations,
         recompute_matmul_flops=recompute_flops,
+        p2p_bytes=p2p[1],
+        num_layers=max(1, len(blocks)),
     )
+
+
+def _tied_copy_params(model: ModelSpec, s: Strategy) -> int:
+    """Megatron-LM keeps a copy of the tied word embeddings (vocab-parallel: ceil(V/t) rows) on the last stage."""
+    return math.ceil(model.vocab / s.tp) * model.hidden
 
 
 def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
@@ -203,8 +226,20 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
         return DataParallelComm(hidden(t_rs, backward_s) + t_ag, rs_sent, ag_sent)
     if s.zero == 2:
         return DataParallelComm(m * hidden(t_rs, backward_s) + t_ag, m * rs_sent, ag_sent)
-    exposed = m * (max(0.0, t_ag - fwd_s) + max(0.0, t_ag + t_rs - backward_s))
+    # The first layer's gather cannot be prefetched: at least one layer's share stays exposed per pass.
+    n = stage.num_layers
+    exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_rs - backward_s, (t_ag + t_rs) / n))
     return DataParallelComm(exposed, m * rs_sent, 2 * m * ag_sent)
+
+
+def _embedding_sync(cluster: Cluster, s: Strategy, model: ModelSpec) -> tuple[float, float]:
+    """(seconds, bytes sent) of the all-reduce between the two copies of tied embeddings' gradients (first and last
+    pipeline stage), which Megatron-LM runs after backward, before the optimizer step."""
+    if s.pp <= 1 or not model.tied_embeddings:
+        return 0.0, 0.0
+    grad_bytes = _tied_copy_params(model, s) * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
+    link = cluster.p2p_link(0, (s.pp - 1) * s.tp * (s.dp or 1))
+    return _price("all_reduce", "ring", 2, grad_bytes, link)
 
 
 def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
@@ -222,7 +257,8 @@ def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
     states = model_state_bytes(
         stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
     )
-    gathered = 2 * stage.largest_layer_params * dtype_bytes(s.compute_dtype) if s.zero >= 3 else 0.0
+    gathering = s.zero >= 3 and (s.dp or 1) > 1
+    gathered = 2 * stage.largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
         "weights": round(states.weights + gathered),
         "gradients": round(states.gradients),
@@ -239,7 +275,6 @@ def _assemble(
     graph: nx.DiGraph,
     kernels: KernelCostModel,
     stages: list[StageCost],
-    p2p_bytes: float,
 ) -> Result:
     from plansim.workload import model_flops
 
@@ -253,13 +288,14 @@ def _assemble(
     for st in stages:
         comms.append(_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s))
     dpc = max(comms, key=lambda c: c.exposed_s)
+    emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     opt_s = max(_optimizer_s(kernels, s, st.params) for st in stages)
-    step = pipe_s + dpc.exposed_s + opt_s
+    step = pipe_s + dpc.exposed_s + emb_s + opt_s
     tp_comm_s = bottleneck.comm_s
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
-        "exposed_comm": m * tp_comm_s + dpc.exposed_s,
+        "exposed_comm": m * tp_comm_s + dpc.exposed_s + emb_s,
         "bubble": pipe_s - m * bottleneck.time_s,
         "optimizer": opt_s,
     }
@@ -270,7 +306,6 @@ def _assemble(
     hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
     peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes
-    hops = max((2 if 0 < i < s.pp - 1 else 1) * s.virtual_stages for i in range(s.pp)) if s.pp > 1 else 0
     return Result(
         model=model.name,
         hardware=cluster.name,
@@ -289,9 +324,9 @@ def _assemble(
         peak_memory_bytes=int(peaks[worst]),
         memory_breakdown_bytes=mem[worst],
         comm_bytes_per_gpu={
-            "dp": dpc.dp_bytes,
+            "dp": dpc.dp_bytes + emb_bytes,
             "tp": m * max(st.tp_bytes for st in stages),
-            "pp": m * hops * p2p_bytes,
+            "pp": m * max(st.p2p_bytes for st in stages),
             "zero": dpc.zero_bytes,
         },
         time_breakdown_s=breakdown,

@@ -24,12 +24,25 @@ class PipelineSchedule:
     ``step_time(stage_times, m, v)`` is the pipeline's wall time for ``m`` micro-batches when stage ``s`` spends
     ``stage_times[s]`` (forward + backward of one micro-batch over all its chunks). ``in_flight(stage, p, m, v)``
     is how many micro-batches' activations that stage holds at its peak, in units of the stage's full layer set.
+    ``ends_in_flight(p, m, v)`` is (first chunk of stage 0, last chunk of the last stage): how many micro-batches
+    the input embedding and the output layer hold.
     """
 
     name: str
     step_time: Callable[[Sequence[float], int, int], float]
     in_flight: Callable[[int, int, int, int], float]
+    ends_in_flight: Callable[[int, int, int], tuple[float, float]]
     description: str
+
+    def sends_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
+        """(forward, backward) activation sends of one micro-batch from ``stage``.
+
+        Every chunk boundary sends once forward and once backward; with v chunks per stage the last stage's last
+        chunk has no forward send and the first stage's first chunk no backward send (the others wrap around).
+        """
+        if p <= 1:
+            return 0, 0
+        return v - (stage == p - 1), v - (stage == 0)
 
 
 def _flush_step_time(stage_times: Sequence[float], m: int, v: int = 1) -> float:
@@ -63,17 +76,35 @@ def _interleaved_in_flight(stage: int, p: int, m: int, v: int) -> float:
     return chunks / v
 
 
+def _gpipe_ends(p: int, m: int, v: int = 1) -> tuple[float, float]:
+    return float(m), float(m)
+
+
+def _one_f_one_b_ends(p: int, m: int, v: int = 1) -> tuple[float, float]:
+    return float(min(p, m)), 1.0
+
+
+def _interleaved_ends(p: int, m: int, v: int) -> tuple[float, float]:
+    """Stage 0's first chunk runs p forwards, and p-1 more before its first backward; the last chunk is 1F1B."""
+    return float(min(2 * p - 1, m)), 1.0
+
+
 SCHEDULES: dict[str, PipelineSchedule] = {
     s.name: s
     for s in (
-        PipelineSchedule("gpipe", _flush_step_time, _gpipe_in_flight, "all forwards, then all backwards"),
+        PipelineSchedule("gpipe", _flush_step_time, _gpipe_in_flight, _gpipe_ends, "all forwards, then all backwards"),
         PipelineSchedule(
-            "1f1b", _flush_step_time, _one_f_one_b_in_flight, "one forward, one backward (PipeDream-Flush)"
+            "1f1b",
+            _flush_step_time,
+            _one_f_one_b_in_flight,
+            _one_f_one_b_ends,
+            "one forward, one backward (PipeDream-Flush)",
         ),
         PipelineSchedule(
             "interleaved",
             _interleaved_step_time,
             _interleaved_in_flight,
+            _interleaved_ends,
             "1F1B over v model chunks per stage (Megatron-LM)",
         ),
     )

@@ -212,6 +212,11 @@ def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
         )
     if s.schedule == "interleaved" and s.pp == 1:
         problems.append("schedule=interleaved needs pp > 1: use schedule=1f1b")
+    if s.schedule == "interleaved" and s.virtual_stages < 2:
+        problems.append(
+            "schedule=interleaved needs virtual_stages >= 2 (model chunks per stage): "
+            "set virtual_stages=2 or use schedule=1f1b"
+        )
     return problems
 
 

@@ -137,4 +137,26 @@ def test_invariants(tp: int, pp: int, zero: int, remat: str, schedule: str, m: i
     assert r.peak_memory_bytes == sum(r.memory_breakdown_bytes.values())
     assert (r.comm_bytes_per_gpu["tp"] > 0) == (tp > 1)
     assert (r.comm_bytes_per_gpu["pp"] > 0) == (pp > 1)
-    assert (r.comm_bytes_per_gpu["dp"] > 0) == (dp > 1)
+    # Gradient reduction: across replicas, and (GPT ties its embeddings) between the first and last stage.
+    assert (r.comm_bytes_per_gpu["dp"] > 0) == (dp > 1 or pp > 1)
+
+
+def test_each_pipeline_boundary_is_priced_on_its_own_link() -> None:
+    from plansim.analytic import _p2p
+
+    cluster = load_hardware("dgx-a100", gpus=16)
+    s = Strategy.parse("dp=2,tp=2,pp=4,micro_batch=1,global_batch=8").resolve(cluster)
+    n = 1e6
+    # Stage s's ranks start at 4s: boundary 1->2 (ranks 4 -> 8) crosses the node boundary, 0->1 does not.
+    seconds, sent = _p2p(cluster, s, 1, n)
+    back, fwd = cluster.p2p_link(4, 0), cluster.p2p_link(4, 8)
+    assert fwd.bandwidth_Bps < back.bandwidth_Bps
+    assert seconds == pytest.approx(back.latency_s + n / back.bandwidth_Bps + fwd.latency_s + n / fwd.bandwidth_Bps)
+    assert sent == 2 * n
+
+
+def test_zero3_on_one_gpu_gathers_nothing() -> None:
+    m, cluster = gpt(), load_hardware("dgx-a100", gpus=1)
+    z0 = simulate_analytic(m, cluster, Strategy.parse("dp=1,zero=0"))
+    z3 = simulate_analytic(m, cluster, Strategy.parse("dp=1,zero=3"))
+    assert z3.memory_breakdown_bytes == z0.memory_breakdown_bytes

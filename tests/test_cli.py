@@ -97,6 +97,11 @@ BAD_INPUTS = [
     ),
     ("interleaved without pipeline", lambda f: [*GOOD, "--strategy", "dp=8,schedule=interleaved"], ["pp > 1"]),
     (
+        "interleaving one chunk",
+        lambda f: [*GOOD, "--strategy", "dp=4,pp=2,schedule=interleaved,global_batch=8"],
+        ["virtual_stages >= 2"],
+    ),
+    (
         "virtual stages without interleaving",
         lambda f: [*GOOD, "--strategy", "dp=4,pp=2,virtual_stages=2"],
         ["virtual_stages"],

@@ -46,7 +46,7 @@ def test_remat_policies_by_hand() -> None:
     assert stage_activation_bytes("full", layers, in_flight=3) == 3 * 9 * 2 + 34
     # sqrt(9) = 3 segments of 3 layers: 3 segment inputs stored, one segment (3 layers) rebuilt.
     assert stage_activation_bytes("sqrt", layers, in_flight=3) == 3 * 3 * 2 + 3 * 34
-    assert stage_activation_bytes("none", layers, in_flight=2, unrecomputed=5) == 2 * (9 * 34 + 5)
+    assert stage_activation_bytes("none", layers, in_flight=2, unrecomputed=5) == 2 * 9 * 34 + 5
 
 
 @given(n=st.integers(1, 200), in_flight=st.integers(1, 16))

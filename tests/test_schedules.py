@@ -73,6 +73,17 @@ def test_equal_stages_match_brute_force_and_bubble(p: int, m: int, name: str) ->
     assert bubble == pytest.approx((p - 1) / (m + p - 1))  # GPipe sec 2.3; Narayanan et al. 2021 sec 2.2.1
     for s in range(p):
         assert get_schedule(name).in_flight(s, p, m, 1) == peak[s]
+    # The embedding lives with stage 0's first chunk, the output layer with the last stage's last chunk.
+    assert get_schedule(name).ends_in_flight(p, m, 1) == (peak[0], peak[-1])
+
+
+@given(p=st.integers(1, 8), v=st.integers(1, 4), name=st.sampled_from(list(SCHEDULES)))
+def test_every_chunk_boundary_sends_once_each_way(p: int, v: int, name: str) -> None:
+    v = v if name == "interleaved" else 1
+    sends = [get_schedule(name).sends_per_microbatch(s, p, v) for s in range(p)]
+    boundaries = p * v - 1 if p > 1 else 0  # p*v chunks in a chain
+    assert sum(f for f, _ in sends) == boundaries
+    assert sum(b for _, b in sends) == boundaries
 
 
 @settings(max_examples=40, deadline=None)

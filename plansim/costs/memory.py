@@ -124,11 +124,12 @@ def stage_activation_bytes(
     """Peak activation bytes on a stage: ``in_flight`` micro-batches stored plus one working set.
 
     ``layers`` are the stage's recomputable layers (transformer blocks); ``unrecomputed`` is what the stage's other
-    ops (embedding, output layer, loss) save per micro-batch, which no policy recomputes.
+    ops (embedding, output layer, loss) hold at the peak, all micro-batches in flight included: no policy recomputes
+    them, and the schedule keeps a different number of them alive than of the blocks.
 
     >>> a = LayerActivations(full=34.0, selective=24.0, layer_input=2.0)
     >>> stage_activation_bytes("full", [a] * 4, in_flight=2)   # 2 micro-batches x 4 inputs + one layer rebuilt
     50.0
     """
     stage = REMAT_ACTIVATIONS[remat](layers)
-    return in_flight * (stage.stored_per_microbatch + unrecomputed) + stage.working
+    return in_flight * stage.stored_per_microbatch + unrecomputed + stage.working
