@@ -268,6 +268,30 @@ def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
     }
 
 
+def _time_breakdown(
+    model: ModelSpec, cluster: Cluster, s: Strategy, kernels: KernelCostModel, stages: list[StageCost]
+) -> tuple[dict[str, float], float, DataParallelComm, float]:
+    """The step's time by part (they sum to the step time), the pipeline's time, the worst stage's DP/ZeRO
+    traffic, and the bytes of the tied-embedding gradient sync. Compute, recompute and blocking communication are
+    the bottleneck stage's."""
+    m = s.num_microbatches
+    times = [st.time_s for st in stages]
+    pipe_s = get_schedule(s.schedule).step_time(times, m, s.virtual_stages)
+    bottleneck = stages[max(range(len(stages)), key=lambda i: times[i])]
+    dpc = max(
+        (_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in stages), key=lambda c: c.exposed_s
+    )
+    emb_s, emb_bytes = _embedding_sync(cluster, s, model)
+    breakdown = {
+        "compute": m * bottleneck.compute_s,
+        "recompute": m * bottleneck.recompute_s,
+        "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
+        "bubble": pipe_s - m * bottleneck.time_s,
+        "optimizer": max(_optimizer_s(kernels, s, st.params) for st in stages),
+    }
+    return breakdown, pipe_s, dpc, emb_bytes
+
+
 def _assemble(
     model: ModelSpec,
     cluster: Cluster,
@@ -279,26 +303,8 @@ def _assemble(
     from plansim.workload import model_flops
 
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
-    sched = get_schedule(s.schedule)
-    times = [st.time_s for st in stages]
-    pipe_s = sched.step_time(times, m, s.virtual_stages)
-    b = max(range(len(stages)), key=lambda i: times[i])
-    bottleneck = stages[b]
-    comms = []
-    for st in stages:
-        comms.append(_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s))
-    dpc = max(comms, key=lambda c: c.exposed_s)
-    emb_s, emb_bytes = _embedding_sync(cluster, s, model)
-    opt_s = max(_optimizer_s(kernels, s, st.params) for st in stages)
-    step = pipe_s + dpc.exposed_s + emb_s + opt_s
-    tp_comm_s = bottleneck.comm_s
-    breakdown = {
-        "compute": m * bottleneck.compute_s,
-        "recompute": m * bottleneck.recompute_s,
-        "exposed_comm": m * tp_comm_s + dpc.exposed_s + emb_s,
-        "bubble": pipe_s - m * bottleneck.time_s,
-        "optimizer": opt_s,
-    }
+    breakdown, pipe_s, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, stages)
+    step = sum(breakdown.values())
     mem = [_memory(cluster, s, st) for st in stages]
     peaks = [sum(x.values()) for x in mem]
     worst = max(range(len(stages)), key=lambda i: peaks[i])

@@ -11,6 +11,7 @@ from plansim.hardware import Cluster, load_hardware
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, load_model
+from plansim.yamlfile import validated
 
 __all__ = ["ENGINES", "simulate"]
 
@@ -30,7 +31,7 @@ def _as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
         return strategy
     if isinstance(strategy, str):
         return Strategy.parse(strategy)
-    return Strategy.parse(",".join(f"{k}={v}" for k, v in strategy.items()))
+    return validated(Strategy, dict(strategy), "strategy")
 
 
 def simulate(

@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from plansim.data import data_dir
-from plansim.errors import PlansimError, format_validation_error
+from plansim.errors import PlansimError
+from plansim.yamlfile import parse_yaml, read_mapping, validated
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
@@ -130,17 +130,14 @@ def _parse_inline(text: str) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise PlansimError(f"strategy: '{item}' is not key=value: write e.g. dp=8,tp=2,pp=1")
-        fields[key.strip()] = yaml.safe_load(value.strip())
+        fields[key.strip()] = parse_yaml(value.strip(), "strategy")
     return fields
 
 
 def _validate(fields: object, source: str) -> Strategy:
     if not isinstance(fields, dict):
         raise PlansimError(f"{source}: expected a mapping of strategy fields such as 'dp: 8'")
-    try:
-        return Strategy.model_validate(fields)
-    except ValidationError as err:
-        raise PlansimError(format_validation_error(source, err)) from None
+    return validated(Strategy, fields, source)
 
 
 def list_strategies() -> list[str]:
@@ -159,11 +156,7 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
                 f"strategy: '{name_or_path}' is neither a file, key=value text nor a shipped strategy ({known})"
             )
         path = shipped
-    try:
-        fields = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise PlansimError(f"{path}: malformed YAML ({str(err).splitlines()[0]}): fix the syntax") from None
-    return _validate(fields, str(path))
+    return _validate(read_mapping(path, "strategy"), str(path))
 
 
 def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> list[str]:

@@ -56,3 +56,32 @@ def test_every_violation_is_reported_at_once() -> None:
     for words in ("dp*tp*pp", "heads=12", "zero=3", "global_batch=7"):
         assert words in text
     assert len(problems) == 4
+
+
+def test_exponent_numbers_read_as_in_hardware_profiles(tmp_path: Path) -> None:
+    # One YAML reader for every data file: 25e6 is a number in a strategy as it is in a hardware profile.
+    assert Strategy.parse("dp=8,grad_bucket_bytes=25e6").grad_bucket_bytes == 25_000_000
+    path = tmp_path / "s.yaml"
+    path.write_text("dp: 8\ngrad_bucket_bytes: 4e7\n")
+    assert load_strategy(path).grad_bucket_bytes == 40_000_000
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [load_strategy, load_model, load_hardware],
+    ids=["strategy", "model", "hardware"],
+)
+def test_every_loader_reports_malformed_yaml_alike(loader, tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("a: [1, 2\n")
+    with pytest.raises(PlansimError, match=r"broken.yaml: malformed YAML at line \d+: .*: fix the syntax"):
+        loader(path)
+
+
+def test_api_takes_a_mapping_of_fields() -> None:
+    import plansim
+
+    r = plansim.simulate("gpt3-125m", "dgx-a100", {"dp": 8, "zero": 1, "global_batch": 16})
+    assert r.strategy["zero"] == 1 and r.num_microbatches == 2
+    with pytest.raises(PlansimError, match="field 'zeroo'"):
+        plansim.simulate("gpt3-125m", "dgx-a100", {"dp": 8, "zeroo": 1})

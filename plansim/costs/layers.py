@@ -14,7 +14,7 @@ from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.workload.graph import MATMUL_KINDS
 
-__all__ = ["CommPricer", "LayerCost", "layer_costs"]
+__all__ = ["CommPricer", "LayerCost", "layer_activations", "layer_costs"]
 
 #: (collective name, message bytes) -> (seconds, bytes this rank sends)
 CommPricer = Callable[[str, float], tuple[float, float]]

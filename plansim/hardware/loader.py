@@ -6,33 +6,21 @@ cheap and an edited file is read again.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from plansim.data import data_dir
-from plansim.errors import PlansimError, format_validation_error
+from plansim.errors import PlansimError
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
+from plansim.yamlfile import looks_like_path, read_mapping, validated
 
 __all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node"]
 
 _Model = TypeVar("_Model", bound=BaseModel)
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``25e9`` and ``1.0e6`` as floats (YAML 1.1 wants ``1.0e+6``)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
 
 
 def _profiles(kind: str) -> Path:
@@ -43,13 +31,9 @@ def _known(kind: str) -> list[str]:
     return sorted(p.stem for p in _profiles(kind).glob("*.yaml"))
 
 
-def _is_path(name: str) -> bool:
-    return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
-
-
 def _resolve(name: str | Path, kind: str, what: str) -> Path:
     """Map a case-insensitive profile name, or a path to a YAML file, to the file."""
-    if isinstance(name, Path) or _is_path(name):
+    if isinstance(name, Path) or looks_like_path(name):
         path = Path(name)
         if not path.is_file():
             raise PlansimError(f"{what} file '{path}' not found: check the path")
@@ -62,18 +46,6 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
     return path
 
 
-def _parse(path: Path) -> dict[str, Any]:
-    try:
-        # _Loader is a SafeLoader subclass: it builds no arbitrary Python objects.
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
-    except yaml.YAMLError as err:
-        detail = " ".join(str(err).split())
-        raise PlansimError(f"{path}: malformed YAML ({detail}): fix the syntax") from None
-    if not isinstance(data, dict):
-        raise PlansimError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
-    return data
-
-
 def _validated(path: Path, model: type[_Model]) -> _Model:
     return _validated_cached(path, path.resolve().stat().st_mtime_ns, model)
 
@@ -81,10 +53,7 @@ def _validated(path: Path, model: type[_Model]) -> _Model:
 @lru_cache(maxsize=256)
 def _validated_cached(path: Path, mtime_ns: int, model: type[_Model]) -> _Model:
     """Parse and validate once per file version; the models are frozen, so sharing them is safe."""
-    try:
-        return model.model_validate(_parse(path))
-    except ValidationError as err:
-        raise PlansimError(format_validation_error(str(path), err)) from None
+    return validated(model, read_mapping(path, "hardware profile"), str(path))
 
 
 def load_gpu(name: str | Path) -> GPUSpec:

@@ -33,11 +33,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from plansim.errors import PlansimError, format_validation_error
+from plansim.errors import PlansimError
+from plansim.yamlfile import looks_like_path, read_mapping, validated
 
 __all__ = ["ModelSpec", "list_models", "load_model", "preset_dir"]
 
@@ -249,35 +249,9 @@ def _preset_paths() -> dict[str, Path]:
     return {p.stem.lower(): p for p in sorted(preset_dir().glob("*.yaml"))}
 
 
-def _looks_like_path(text: str) -> bool:
-    return text.endswith((".yaml", ".yml")) or "/" in text or "\\" in text
-
-
-def _read_mapping(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlansimError(f"model file '{path}' not found: check the path or use a preset name") from None
-    except OSError as err:
-        raise PlansimError(f"model file '{path}' cannot be read: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise PlansimError(f"{path}: malformed YAML{where}: {problem}") from None
-    if not isinstance(data, dict):
-        raise PlansimError(f"{path}: expected a mapping of model keys (name, family, layers, ...), got {data!r:.40}")
-    return data
-
-
 def _load_file(path: Path) -> ModelSpec:
-    data = _read_mapping(path)
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as err:
-        raise PlansimError(format_validation_error(str(path), err)) from None
+    data = read_mapping(path, "model", hint="check the path or use a preset name")
+    return validated(ModelSpec, data, str(path))
 
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
@@ -308,7 +282,7 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     ...
     plansim.errors.PlansimError: unknown model 'gpt5': known models are gpt3-1.3b, ...
     """
-    if isinstance(name_or_path, Path) or _looks_like_path(name_or_path):
+    if isinstance(name_or_path, Path) or looks_like_path(name_or_path):
         return _load_file(Path(name_or_path))
     presets = _preset_paths()
     path = presets.get(name_or_path.strip().lower())
