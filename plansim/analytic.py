@@ -38,7 +38,9 @@ _ADAM_BYTES_FP32 = 3 * 8
 
 @dataclass(frozen=True)
 class StageCost:
-    """One pipeline stage, one rank: per-micro-batch times (s), per-step bytes, and memory (bytes)."""
+    """One pipeline stage, one rank: per-micro-batch times (s), per-step bytes, and memory (bytes).
+
+    ``bwd_weight_s`` is the weight-gradient part of ``bwd_s``, which split-backward schedules (ZB-H1) run apart."""
 
     fwd_s: float
     bwd_s: float
@@ -51,6 +53,7 @@ class StageCost:
     recompute_matmul_flops: float
     p2p_bytes: float
     num_layers: int
+    bwd_weight_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -152,6 +155,7 @@ def _stage_cost(
         recompute_matmul_flops=recompute_flops,
         p2p_bytes=p2p[1],
         num_layers=max(1, len(blocks)),
+        bwd_weight_s=sum(c.bwd_weight_s for c in every),
     )
 
 
@@ -276,7 +280,8 @@ def _time_breakdown(
     the bottleneck stage's."""
     m = s.num_microbatches
     times = [st.time_s for st in stages]
-    pipe_s = get_schedule(s.schedule).step_time(times, m, s.virtual_stages)
+    weights = [st.bwd_weight_s for st in stages]
+    pipe_s = get_schedule(s.schedule).step_time(times, m, s.virtual_stages, weight_times=weights)
     bottleneck = stages[max(range(len(stages)), key=lambda i: times[i])]
     dpc = max(
         (_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in stages), key=lambda c: c.exposed_s

@@ -30,7 +30,7 @@ __all__ = [
     "load_strategy",
 ]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 REMAT_POLICIES = ("none", "full", "selective", "sqrt")
 DTYPES = ("fp32", "fp16", "bf16")
 DP_ALGORITHMS = ("ring", "tree", "butterfly", "naive", "ps", "hierarchical")
@@ -53,7 +53,7 @@ class Strategy(BaseModel):
     zero: Literal[0, 1, 2, 3] = 0
     micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per data-parallel replica")
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
-    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] = "1f1b"
     virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
     remat: Literal["none", "full", "selective", "sqrt"] = "none"
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
@@ -66,6 +66,11 @@ class Strategy(BaseModel):
 
     @model_validator(mode="after")
     def _interleaving(self) -> Strategy:
+        if self.virtual_stages > 1 and self.schedule == "zb-h1":
+            raise ValueError(
+                f"schedule=zb-h1 runs one model chunk per stage, got virtual_stages={self.virtual_stages}: "
+                "set virtual_stages=1 (or use schedule=interleaved)"
+            )
         if self.virtual_stages > 1 and self.schedule != "interleaved":
             raise ValueError(
                 f"virtual_stages={self.virtual_stages} needs schedule=interleaved (or set virtual_stages=1)"

@@ -160,3 +160,47 @@ def test_zero3_on_one_gpu_gathers_nothing() -> None:
     z0 = simulate_analytic(m, cluster, Strategy.parse("dp=1,zero=0"))
     z3 = simulate_analytic(m, cluster, Strategy.parse("dp=1,zero=3"))
     assert z3.memory_breakdown_bytes == z0.memory_breakdown_bytes
+
+
+def test_zb_h1_beats_1f1b_and_respects_the_compute_bound() -> None:
+    from plansim import simulate
+
+    m = gpt(layers=8, hidden=512, heads=8, seq=512)
+    cluster = load_hardware("dgx-a100", gpus=4)
+    base = "dp=1,pp=4,micro_batch=1,global_batch=8"
+    one_f_one_b = simulate(m, cluster, f"{base},schedule=1f1b")
+    zb = simulate(m, cluster, f"{base},schedule=zb-h1")
+    assert zb.step_time_s < one_f_one_b.step_time_s
+    assert 0 < zb.bubble_fraction < one_f_one_b.bubble_fraction
+    # Same work: only the pipeline's idle time differs. The step cannot beat the slowest stage's own work.
+    for key in ("compute", "recompute", "exposed_comm", "optimizer"):
+        assert zb.time_breakdown_s[key] == pytest.approx(one_f_one_b.time_breakdown_s[key])
+    work = zb.time_breakdown_s["compute"] + zb.time_breakdown_s["recompute"]
+    assert zb.step_time_s >= work + zb.time_breakdown_s["optimizer"]
+    # The W passes fill part of the bubble: (p-1)(T_F + T_B - T_W) against 1F1B's (p-1)(T_F + T_B + T_W) for equal
+    # stages. Stage 0, the worst, holds what 1F1B's does (Qi et al. 2024 sec 2.1).
+    assert 0 < zb.time_breakdown_s["bubble"] < one_f_one_b.time_breakdown_s["bubble"]
+    assert zb.peak_memory_bytes == one_f_one_b.peak_memory_bytes
+
+
+@pytest.mark.parametrize("preset", ["gpt3-1.3b", "llama3-8b", "resnet50", "mlp-small"])
+def test_weight_gradient_is_the_weight_half_of_each_gemm_backward(preset: str) -> None:
+    from plansim.costs.layers import layer_costs
+    from plansim.workload.graph import MATMUL_KINDS
+
+    model = load_model(preset)
+    gpu = load_hardware("dgx-a100", gpus=8).gpu
+    kernels = KernelCostModel(gpu, "bf16")
+    graph = build_graph(model, micro_batch=1)
+    costs = layer_costs(graph, kernels, lambda coll, n: (0.0, 0.0))
+    for layer, cost in costs.items():
+        ops = [op for _, op in graph.nodes(data=True) if op["layer"] == layer and op["kind"] != "collective"]
+        weight = sum(
+            kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+            for op in ops
+            if op["kind"] in MATMUL_KINDS and op["params"] > 0
+        )
+        assert cost.bwd_weight_s == pytest.approx(weight)
+        assert cost.bwd_s == pytest.approx(sum(kernels.backward(op) for op in ops))
+        # ZB-H1's closed form is exact for equal stages when W <= F and W <= B (plansim.schedules._zb_h1_step_time).
+        assert cost.bwd_weight_s <= cost.fwd_s and cost.bwd_weight_s <= cost.bwd_s - cost.bwd_weight_s

@@ -85,3 +85,13 @@ def test_api_takes_a_mapping_of_fields() -> None:
     assert r.strategy["zero"] == 1 and r.num_microbatches == 2
     with pytest.raises(PlansimError, match="field 'zeroo'"):
         plansim.simulate("gpt3-125m", "dgx-a100", {"dp": 8, "zeroo": 1})
+
+
+def test_zb_h1_runs_one_chunk_per_stage() -> None:
+    cluster = load_hardware("dgx-a100", gpus=8)
+    model = load_model("gpt3-125m")
+    for pp in (1, 4):  # pp=1: nothing to pipeline, the same as 1F1B
+        s = Strategy.parse(f"dp={8 // pp},pp={pp},global_batch=64,schedule=zb-h1")
+        assert check_strategy(s, model, cluster) == []
+    with pytest.raises(PlansimError, match=r"zb-h1 runs one model chunk per stage.*virtual_stages=1"):
+        Strategy.parse("pp=4,schedule=zb-h1,virtual_stages=2")

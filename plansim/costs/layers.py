@@ -14,7 +14,7 @@ from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.workload.graph import MATMUL_KINDS
 
-__all__ = ["CommPricer", "LayerCost", "layer_activations", "layer_costs"]
+__all__ = ["CommPricer", "LayerCost", "layer_activations", "layer_costs", "weight_gradient_s"]
 
 #: (collective name, message bytes) -> (seconds, bytes this rank sends)
 CommPricer = Callable[[str, float], tuple[float, float]]
@@ -24,7 +24,9 @@ CommPricer = Callable[[str, float], tuple[float, float]]
 class LayerCost:
     """One layer, one micro-batch, one rank.
 
-    Times in seconds: ``fwd_s``/``bwd_s`` compute; ``tp_fwd_s``/``tp_bwd_s`` tensor-parallel collectives (blocking in
+    Times in seconds: ``fwd_s``/``bwd_s`` compute; ``bwd_weight_s`` the part of ``bwd_s`` that computes weight
+    gradients (the weight-gradient kernel of each GEMM-like op with parameters), which schedules that split the
+    backward (ZB-H1) run as a separate pass; ``tp_fwd_s``/``tp_bwd_s`` tensor-parallel collectives (blocking in
     Megatron-LM, so on the critical path); ``selective_fwd_s`` the forward time of the ops that selective recompute
     rebuilds. ``tp_fwd_bytes``/``tp_bwd_bytes`` bytes this rank sends in those collectives. FLOPs count GEMM-like
     kinds only, the convention of model FLOPs (Narayanan et al. 2021, sec 5.1).
@@ -32,6 +34,7 @@ class LayerCost:
 
     fwd_s: float = 0.0
     bwd_s: float = 0.0
+    bwd_weight_s: float = 0.0
     selective_fwd_s: float = 0.0
     tp_fwd_s: float = 0.0
     tp_bwd_s: float = 0.0
@@ -42,6 +45,19 @@ class LayerCost:
     params: float = 0.0
     saved_bytes: float = 0.0
     selective_saved_bytes: float = 0.0
+
+
+def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
+    """The weight-gradient part of an op's backward time: ``KernelCostModel.backward`` prices a GEMM-like op's
+    backward as two kernels of ``bwd_flops / 2``, input gradient and weight gradient; ops with parameters run the
+    latter. Everything else in ``kernels.backward(op)`` is input gradient.
+
+    Left in the input-gradient part: a tied output head's weight gradient (its weight is counted once, at the
+    embedding, so ``params`` is 0 there).
+    """
+    if op["kind"] in MATMUL_KINDS and op["params"] > 0:
+        return kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+    return 0.0
 
 
 def _add_op(acc: dict[str, float], op: Mapping[str, Any], kernels: KernelCostModel, tp_comm: CommPricer) -> None:
@@ -55,6 +71,7 @@ def _add_op(acc: dict[str, float], op: Mapping[str, Any], kernels: KernelCostMod
     fwd = kernels.forward(op)
     acc["fwd_s"] += fwd
     acc["bwd_s"] += kernels.backward(op)
+    acc["bwd_weight_s"] += weight_gradient_s(op, kernels)
     acc["params"] += op["params"]
     acc["saved_bytes"] += op["saved_bytes"]
     matmul_flops = op["flops"] if op["kind"] in MATMUL_KINDS else 0.0
