@@ -1,0 +1,1 @@
+"""The discrete-event simulator: task graph, engine and per-device state."""
