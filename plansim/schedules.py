@@ -152,8 +152,9 @@ def _one_f_one_b_ends(p: int, m: int, v: int = 1) -> tuple[float, float]:
 
 
 def _interleaved_ends(p: int, m: int, v: int) -> tuple[float, float]:
-    """Stage 0's first chunk runs p forwards, and p-1 more before its first backward; the last chunk is 1F1B."""
-    return float(min(2 * p - 1, m)), 1.0
+    """Stage 0's first chunk runs p forwards in warm-up, p-1 more, and the steady state's first forward before the
+    first backward (of the last chunk): 2p micro-batches held; the last chunk is 1F1B."""
+    return float(min(2 * p, m)), 1.0
 
 
 SCHEDULES: dict[str, PipelineSchedule] = {
