@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,26 @@ from plansim.yamlfile import validated
 __all__ = ["ENGINES", "simulate"]
 
 
-def _analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> Result:
+def _analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
     from plansim.analytic import simulate_analytic
 
+    if options:
+        raise PlansimError(
+            f"{', '.join(sorted(options))}: only the discrete-event engine takes these: add engine='des' (--engine des)"
+        )
     return simulate_analytic(model, cluster, strategy)
 
 
-#: Engine name -> function(model, cluster, strategy) -> Result. The discrete-event engine registers as "des".
-ENGINES: dict[str, Callable[[ModelSpec, Cluster, Strategy], Result]] = {"analytic": _analytic}
+def _des(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
+    from plansim.sim.engine import WhatIf, simulate_des
+
+    mode = options.pop("mode", "symmetric")
+    return simulate_des(model, cluster, strategy, mode=mode, what_if=WhatIf(**options))
+
+
+#: Engine name -> function(model, cluster, strategy, **options) -> Result. Options are the discrete-event engine's
+#: mode and what-ifs (see ``simulate``).
+ENGINES: dict[str, Callable[..., Result]] = {"analytic": _analytic, "des": _des}
 
 
 def _as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
@@ -41,6 +53,12 @@ def simulate(
     *,
     gpus: int | None = None,
     engine: str = "analytic",
+    mode: str | None = None,
+    stragglers: Mapping[int, float] | None = None,
+    link_factors: Mapping[str, float] | None = None,
+    failed_links: Sequence[str] = (),
+    jitter: float | None = None,
+    seed: int | None = None,
 ) -> Result:
     """Predict one training step.
 
@@ -55,7 +73,18 @@ def simulate(
     gpus : int, optional
         Cluster size; defaults to dp*tp*pp when the strategy gives dp, else one node.
     engine : str
-        A name in ``ENGINES``.
+        A name in ``ENGINES``: ``analytic`` (closed form) or ``des`` (discrete-event simulation).
+    mode : str, optional
+        ``des`` only: ``symmetric`` (one simulated rank per pipeline stage, default) or ``full`` (every rank).
+    stragglers : mapping, optional
+        ``des`` only: rank -> slowdown factor of that GPU's kernels (1.5 = 50% slower).
+    link_factors : mapping, optional
+        ``des`` only: link selector (a topology vertex such as ``node0/nic0``, or an edge ``u--v``) -> bandwidth
+        factor.
+    failed_links : sequence of str
+        ``des`` only: link selectors removed from the topology; traffic is rerouted around them.
+    jitter, seed : optional
+        ``des`` only: log-normal noise on kernel times (standard deviation of the log) and its random seed.
 
     Examples
     --------
@@ -73,4 +102,16 @@ def simulate(
         if gpus is None and strat.dp is not None:
             gpus = strat.dp * strat.tp * strat.pp
         cluster = load_hardware(str(hardware), gpus=gpus)
-    return ENGINES[engine](spec, cluster, strat)
+    options: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("mode", mode),
+            ("stragglers", dict(stragglers) if stragglers else None),
+            ("link_factors", dict(link_factors) if link_factors else None),
+            ("failed_links", tuple(failed_links) or None),
+            ("jitter", jitter),
+            ("seed", seed),
+        )
+        if v is not None
+    }
+    return ENGINES[engine](spec, cluster, strat, **options)

@@ -97,13 +97,53 @@ def simulate(
         str, typer.Option("--strategy", "-s", help="'dp=8,tp=2,pp=1,...', a strategy YAML path or a shipped name")
     ],
     gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default dp*tp*pp)")] = None,
-    engine: Annotated[str, typer.Option("--engine", "-e", help="analytic")] = "analytic",
+    engine: Annotated[
+        str, typer.Option("--engine", "-e", help="analytic (closed form) or des (discrete-event simulation)")
+    ] = "analytic",
     fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="output format")] = OutputFormat.table,
+    trace: Annotated[
+        str | None, typer.Option("--trace", help="des: write the timeline as Chrome trace JSON (open in Perfetto)")
+    ] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="des: symmetric (one rank per stage, default) or full (every rank)")
+    ] = None,
+    straggler: Annotated[
+        list[str] | None, typer.Option("--straggler", help="des: RANK=FACTOR, that GPU's kernels FACTOR x slower")
+    ] = None,
+    degrade_link: Annotated[
+        list[str] | None,
+        typer.Option("--degrade-link", help="des: LINK=FACTOR bandwidth factor (LINK: node0/nic0, leaf0, u--v)"),
+    ] = None,
+    fail_link: Annotated[
+        list[str] | None, typer.Option("--fail-link", help="des: LINK removed; traffic is rerouted around it")
+    ] = None,
+    jitter: Annotated[
+        float | None, typer.Option("--jitter", help="des: log-normal noise on kernel times (sigma, e.g. 0.05)")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="des: random seed of --jitter")] = None,
 ) -> None:
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
+    from plansim.errors import PlansimError
 
-    result = run(model, hardware, strategy, gpus=gpus, engine=engine)
+    if trace and engine != "des":
+        raise PlansimError("--trace needs the discrete-event engine: add --engine des")
+    result = run(
+        model,
+        hardware,
+        strategy,
+        gpus=gpus,
+        engine=engine,
+        mode=mode,
+        stragglers={int(k): v for k, v in _pairs(straggler, "--straggler", "RANK=FACTOR", "3=1.5").items()} or None,
+        link_factors=_pairs(degrade_link, "--degrade-link", "LINK=FACTOR", "node0/nic0=0.5") or None,
+        failed_links=tuple(fail_link or ()),
+        jitter=jitter,
+        seed=seed,
+    )
+    if trace:
+        path = result.timeline.write_trace(trace)
+        typer.echo(f"trace written to {path}", err=True)
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     elif fmt is OutputFormat.csv:
@@ -112,6 +152,24 @@ def simulate(
         from plansim.report.text import print_result
 
         print_result(result)
+
+
+def _pairs(values: list[str] | None, option: str, form: str, example: str) -> dict[str, float]:
+    """Parse repeated ``KEY=NUMBER`` options; a malformed one is a clear error naming the option."""
+    from plansim.errors import PlansimError
+
+    out: dict[str, float] = {}
+    for value in values or ():
+        key, sep, number = value.rpartition("=")
+        try:
+            if not sep or not key:
+                raise ValueError
+            out[key] = float(number)
+            if option == "--straggler":
+                int(key)
+        except ValueError:
+            raise PlansimError(f"{option} {value!r}: expected {form}, e.g. {option} {example}") from None
+    return out
 
 
 def main() -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["Result"]
@@ -40,10 +41,16 @@ class Result:
     num_microbatches: int = 1
     bubble_fraction: float = 0.0
     stage_peak_memory_bytes: list[int] = field(default_factory=list)
+    stage_time_breakdown_s: list[dict[str, float]] = field(default_factory=list)
+    busiest_links: list[dict[str, Any]] = field(default_factory=list)
+    engine_stats: dict[str, Any] = field(default_factory=dict)
+    #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.sim.Timeline``); not
+    #: part of the JSON output (write it with ``timeline.write_trace``).
+    timeline: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The output contract of ``plansim simulate --format json`` (see DESIGN.md), plus extra fields."""
-        return asdict(self)
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "timeline"}
 
     def to_row(self) -> dict[str, Any]:
         """A flat dict (nested breakdowns as ``time_breakdown_s.compute`` ...) for one pandas DataFrame row."""
@@ -54,3 +61,8 @@ class Result:
             elif not isinstance(value, list):
                 row[key] = value
         return row
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready deep copy (dicts and lists copied so callers cannot mutate the frozen result)."""
+    return copy.deepcopy(value)

@@ -8,9 +8,27 @@ the output layer (layer ``layers``) with the last stage.
 
 from __future__ import annotations
 
-__all__ = ["EMBEDDING_LAYER", "stage_layers"]
+__all__ = ["EMBEDDING_LAYER", "chunk_layers", "stage_layers"]
 
 EMBEDDING_LAYER = -1
+
+
+def chunk_layers(num_layers: int, pp: int, v: int = 1) -> list[list[int]]:
+    """Layer indices per model chunk (``pp * v`` chunks in model order; chunk ``c`` runs on stage ``c % pp``),
+    the embedding (-1) in chunk 0 and the output layer in the last chunk.
+
+    >>> chunk_layers(4, 2, v=2)
+    [[-1, 0], [1], [2], [3, 4]]
+    """
+    chunks = pp * v
+    base, extra = divmod(num_layers, chunks)
+    bounds = [0]
+    for c in range(chunks):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    out = [list(range(bounds[c], bounds[c + 1])) for c in range(chunks)]
+    out[0].insert(0, EMBEDDING_LAYER)
+    out[-1].append(num_layers)
+    return out
 
 
 def stage_layers(num_layers: int, pp: int, v: int = 1) -> list[list[int]]:
@@ -23,14 +41,7 @@ def stage_layers(num_layers: int, pp: int, v: int = 1) -> list[list[int]]:
     >>> stage_layers(5, 2)
     [[-1, 0, 1, 2], [3, 4, 5]]
     """
-    chunks = pp * v
-    base, extra = divmod(num_layers, chunks)
-    bounds = [0]
-    for c in range(chunks):
-        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
     stages: list[list[int]] = [[] for _ in range(pp)]
-    for c in range(chunks):
-        stages[c % pp].extend(range(bounds[c], bounds[c + 1]))
-    stages[0].insert(0, EMBEDDING_LAYER)
-    stages[-1].append(num_layers)
+    for c, layers in enumerate(chunk_layers(num_layers, pp, v)):
+        stages[c % pp].extend(layers)
     return stages

@@ -1,0 +1,553 @@
+"""Lowering: (model, cluster, strategy) -> TaskGraph, the per-stage programs the discrete-event engine runs.
+
+Per pipeline stage, following the schedule's order of forward (F), backward (B) and weight-gradient (W) passes
+(``plansim.schedules``): each layer's pass is split at its tensor-parallel collectives into compute and collective
+tasks (all priced by ``plansim.costs``, the analytic engine's cost model); recompute tasks precede a layer's backward
+under remat; pipeline sends follow a chunk's pass on the p2p stream and the next stage's pass waits for them;
+gradient reductions are bucketed in the order backward produces the gradients and run on the dp stream (overlapping
+backward) or, with ``overlap_grad_reduce: false``, as one collective after backward; ZeRO-3 gathers each layer's
+weights before its forward and backward with a prefetch depth of one layer; the optimizer step follows, then ZeRO-1/2's
+all-gather of the updated weights.
+
+Memory: model states and the workspace reserve are static; each layer's saved activations are allocated at its
+forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
+transient of the forward and is rebuilt by the recompute task; ZeRO-3's gathered weights live from their gather to
+the end of the pass that uses them.
+
+Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
+sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
+ZeRO (Rajbhandari et al. 2020, sec 5 and 7) and PyTorch FSDP's backward prefetch (Zhao et al. 2023, sec 3.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.memory import model_state_bytes
+from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.schedules import get_schedule
+from plansim.stages import chunk_layers
+from plansim.strategy import Strategy, check_strategy
+from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
+from plansim.units import dtype_bytes
+from plansim.workload import ModelSpec, build_graph
+from plansim.workload.graph import MATMUL_KINDS
+
+__all__ = ["LayerProgram", "Segment", "hierarchical_local", "layer_programs", "lower"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A run of compute (``seconds``) or one tensor-parallel collective (``comm``) inside a layer's pass."""
+
+    seconds: float = 0.0
+    comm: Comm | None = None
+
+
+@dataclass
+class LayerProgram:
+    """One layer's passes for one micro-batch on one rank, and its memory and FLOP figures."""
+
+    layer: int
+    fwd: list[Segment] = field(default_factory=list)
+    bwd: list[Segment] = field(default_factory=list)
+    bwd_input: list[Segment] = field(default_factory=list)
+    wgrad_s: float = 0.0
+    selective_s: float = 0.0
+    params: float = 0.0
+    saved: float = 0.0
+    selective_saved: float = 0.0
+    wgrad_saved: float = 0.0
+    fwd_matmul_flops: float = 0.0
+    selective_matmul_flops: float = 0.0
+
+
+def _append(segments: list[Segment], seconds: float = 0.0, comm: Comm | None = None) -> None:
+    if comm is not None:
+        segments.append(Segment(comm=comm))
+    elif seconds > 0:
+        if segments and segments[-1].comm is None:
+            segments[-1] = Segment(seconds=segments[-1].seconds + seconds)
+        else:
+            segments.append(Segment(seconds=seconds))
+
+
+def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, tp: int) -> dict[int, LayerProgram]:
+    """Each layer's forward, backward (whole, and input-gradient only) and weight-gradient work, split at its
+    tensor-parallel collectives (Megatron-LM's are blocking, so they sit on the compute stream)."""
+    programs: dict[int, LayerProgram] = {}
+    order = list(nx.topological_sort(graph))
+    for name in order:
+        op = graph.nodes[name]
+        lp = programs.setdefault(op["layer"], LayerProgram(op["layer"]))
+        if op["kind"] == "collective":
+            if tp > 1 and op["collective"] != "none":
+                _append(lp.fwd, comm=Comm(op["collective"], "ring", "tp", op["comm_bytes"], "tp"))
+            continue
+        fwd = kernels.forward(op)
+        _append(lp.fwd, fwd)
+        lp.params += op["params"]
+        lp.saved += op["saved_bytes"]
+        if op["kind"] in MATMUL_KINDS:
+            lp.fwd_matmul_flops += op["flops"]
+            if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
+                lp.wgrad_saved += op["saved_bytes"]
+        if op["selective_recompute"]:
+            lp.selective_s += fwd
+            lp.selective_saved += op["saved_bytes"]
+            if op["kind"] in MATMUL_KINDS:
+                lp.selective_matmul_flops += op["flops"]
+    for name in reversed(order):
+        op = graph.nodes[name]
+        lp = programs[op["layer"]]
+        if op["kind"] == "collective":
+            if tp > 1 and op["bwd_collective"] != "none":
+                comm = Comm(op["bwd_collective"], "ring", "tp", op["comm_bytes"], "tp")
+                _append(lp.bwd, comm=comm)
+                _append(lp.bwd_input, comm=comm)
+            continue
+        bwd = kernels.backward(op)
+        # A GEMM's backward is two kernels of half its backward FLOPs: input gradient and, for ops with weights,
+        # weight gradient (kernels.backward); split schedules run the latter as a separate W pass (Qi et al. 2023).
+        wgrad = (
+            kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+            if op["kind"] in MATMUL_KINDS and op["params"] > 0
+            else 0.0
+        )
+        _append(lp.bwd, bwd)
+        _append(lp.bwd_input, bwd - wgrad)
+        lp.wgrad_s += wgrad
+    return programs
+
+
+def hierarchical_local(cluster: Cluster, s: Strategy, dp: int) -> int:
+    """Node-local group size of a hierarchical all-reduce among ``dp`` ranks ``tp`` apart (divides ``dp``)."""
+    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
+    while dp % local:
+        local -= 1
+    return local
+
+
+def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, segment_start: bool) -> float:
+    """Bytes a layer keeps per micro-batch from its forward to its backward under ``remat``."""
+    if not is_block or remat == "none":
+        return lp.saved
+    if remat == "selective":
+        return lp.saved - lp.selective_saved
+    if remat == "full":
+        return layer_input
+    return layer_input if segment_start else 0.0  # sqrt: only segment inputs
+
+
+@dataclass
+class _Ctx:
+    s: Strategy
+    model: ModelSpec
+    cluster: Cluster
+    programs: dict[int, LayerProgram]
+    chunks: list[list[int]]
+    layer_input: float
+    p2p_bytes: float
+    grad_b: int
+    weight_b: int
+    # cross-stage dependencies by key, resolved once every stage is built
+    sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
+    waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
+
+    def is_block(self, layer: int) -> bool:
+        return 0 <= layer < self.model.layers
+
+
+class _StageLowering:
+    """Builds one stage's program from the schedule's order."""
+
+    def __init__(self, ctx: _Ctx, stage: int, kernels: KernelCostModel) -> None:
+        self.ctx = ctx
+        self.s = ctx.s
+        self.stage = stage
+        self.kernels = kernels
+        self.prog = StageProgram(stage)
+        self.dp = self.s.dp or 1
+        self.zero3 = self.s.zero >= 3 and self.dp > 1
+        self.split = get_schedule(self.s.schedule).split_backward
+        self.last_compute = -1
+        self.last_dp = -1
+        self.bucket: list[float] = [0.0]
+        self.bucket_dep = -1
+        self.gathers: dict[tuple[int, int, str], int] = {}
+        # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
+        # gradient is reduced with the output layer's and synchronized with stage 0's copy after backward.
+        model = ctx.model
+        tied_copy = stage == self.s.pp - 1 and self.s.pp > 1 and model.tied_embeddings
+        self.tied_params = math.ceil(model.vocab / self.s.tp) * model.hidden if tied_copy else 0
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+    def _compute(self, task: Task) -> int:
+        idx = self.prog.add(task)
+        self.last_compute = idx
+        return idx
+
+    def _dp(self, task: Task) -> int:
+        idx = self.prog.add(task)
+        self.last_dp = idx
+        return idx
+
+    def _run(
+        self,
+        segments: Sequence[Segment],
+        name: str,
+        category: str,
+        mb: int,
+        *,
+        first_deps: tuple[tuple[int, int], ...] = (),
+        alloc: tuple[tuple[str, float, str], ...] = (),
+        free: tuple[str, ...] = (),
+        wait_key: tuple[str, int, int] | None = None,
+    ) -> tuple[int, int]:
+        """Emit ``segments`` as compute-stream tasks; returns (first, last) task index (-1, -1 when empty).
+        ``alloc`` goes on the first task, ``free`` on the last; ``wait_key`` is a pipeline receive."""
+        first = last = -1
+        n = len(segments)
+        if n == 0 and (alloc or free or first_deps or wait_key):
+            segments = [Segment()]
+            n = 1
+        for i, seg in enumerate(segments):
+            cat = "tp_comm" if seg.comm is not None else category
+            idx = self._compute(
+                Task(
+                    f"{name}.{i}" if n > 1 else name,
+                    "compute",
+                    cat,
+                    duration_s=seg.seconds,
+                    comm=seg.comm,
+                    deps=first_deps if i == 0 else (),
+                    alloc=alloc if i == 0 else (),
+                    free=free if i == n - 1 else (),
+                    microbatch=mb,
+                )
+            )
+            if i == 0:
+                first = idx
+                if wait_key is not None:
+                    self.ctx.waits.append((self.stage, idx, wait_key))
+            last = idx
+        return first, last
+
+    # -- passes ------------------------------------------------------------------------------------------------
+    def forward(self, mb: int, g: int) -> None:
+        ctx, s = self.ctx, self.s
+        layers = ctx.chunks[g]
+        k_seg = math.ceil(math.sqrt(sum(1 for x in layers if ctx.is_block(x)) or 1))
+        for pos, layer in enumerate(layers):
+            lp = ctx.programs.get(layer)
+            if lp is None:
+                continue
+            block = ctx.is_block(layer)
+            seg_start = block and (layers.index(layer) - (1 if layers[0] < 0 else 0)) % k_seg == 0
+            stored = _stored(s.remat, lp, ctx.layer_input, block, seg_start)
+            # With backward split (ZB-H1), the weight GEMMs' inputs outlive B until the deferred W pass.
+            keep = min(stored, lp.wgrad_saved) if self.split else 0.0
+            alloc = [(f"a/{mb}/{layer}", stored - keep, "activations"), (f"k/{mb}/{layer}", keep, "activations")]
+            transient = lp.saved - stored
+            free: tuple[str, ...] = ()
+            if transient > 0:
+                alloc.append((f"w/{mb}/{layer}", transient, "activations"))
+                free = (f"w/{mb}/{layer}",)
+            deps: tuple[tuple[int, int], ...] = ()
+            if self.zero3:
+                gather = self._gather(mb, layers, pos, "f")
+                if gather >= 0:
+                    deps = ((self.stage, gather),)
+                    free += (f"g/{mb}/{layer}/f",)
+            wait = ("F", mb, g - 1) if pos == 0 and g > 0 else None
+            self._run(
+                lp.fwd, f"F{mb}.L{layer}", "forward", mb, first_deps=deps, alloc=tuple(alloc), free=free, wait_key=wait
+            )
+        if g < len(ctx.chunks) - 1:
+            self._send("F", mb, g, +1)
+
+    def backward(self, mb: int, g: int, *, input_only: bool) -> None:
+        ctx, s = self.ctx, self.s
+        layers = ctx.chunks[g]
+        blocks = [x for x in layers if ctx.is_block(x)]
+        k_seg = math.ceil(math.sqrt(len(blocks) or 1))
+        rev = list(reversed(layers))
+        for pos, layer in enumerate(rev):
+            lp = ctx.programs.get(layer)
+            if lp is None:
+                continue
+            block = ctx.is_block(layer)
+            wait = ("B", mb, g + 1) if pos == 0 and g < len(ctx.chunks) - 1 else None
+            deps: tuple[tuple[int, int], ...] = ()
+            frees: list[str] = []
+            if self.zero3:
+                gather = self._gather(mb, rev, pos, "b")
+                if gather >= 0:
+                    deps = ((self.stage, gather),)
+                    frees.append(f"g/{mb}/{layer}/b")
+            if block and s.remat != "none":
+                wait, deps = self._recompute(mb, layer, blocks, k_seg, wait, deps, frees)
+            frees.append(f"a/{mb}/{layer}")
+            if block and s.remat != "none":
+                frees.append(f"r/{mb}/{layer}")
+            if not self.split:
+                frees.append(f"k/{mb}/{layer}")
+                if block and s.remat != "none":
+                    frees.append(f"rk/{mb}/{layer}")
+            segs = lp.bwd_input if input_only else lp.bwd
+            _, last = self._run(
+                segs, f"B{mb}.L{layer}", "backward", mb, first_deps=deps, free=tuple(frees), wait_key=wait
+            )
+            if not self.split:
+                self._grads_ready(mb, layer, lp, last)
+        if g > 0:
+            self._send("B", mb, g, -1)
+
+    def weight_grad(self, mb: int, g: int) -> None:
+        ctx, s = self.ctx, self.s
+        for layer in reversed(ctx.chunks[g]):
+            lp = ctx.programs.get(layer)
+            if lp is None:
+                continue
+            frees = [f"k/{mb}/{layer}"]
+            if ctx.is_block(layer) and s.remat != "none":
+                frees.append(f"rk/{mb}/{layer}")
+            idx = self._compute(
+                Task(f"W{mb}.L{layer}", "compute", "weight_grad", lp.wgrad_s, free=tuple(frees), microbatch=mb)
+            )
+            self._grads_ready(mb, layer, lp, idx)
+
+    def _recompute(
+        self,
+        mb: int,
+        layer: int,
+        blocks: list[int],
+        k_seg: int,
+        wait: tuple[str, int, int] | None,
+        deps: tuple[tuple[int, int], ...],
+        frees: list[str],
+    ) -> tuple[tuple[str, int, int] | None, tuple[tuple[int, int], ...]]:
+        """Emit the recompute a layer's backward needs; returns the (wait, deps) left for the backward itself."""
+        ctx, s = self.ctx, self.s
+        lp = ctx.programs[layer]
+        if s.remat == "selective":
+            segs = [Segment(lp.selective_s)]
+            todo = [layer]
+        elif s.remat == "full":
+            segs = lp.fwd
+            todo = [layer]
+        else:  # sqrt: replay the whole segment before the backward of its last layer
+            i = blocks.index(layer)
+            start = i - i % k_seg
+            seg_layers = blocks[start : start + k_seg]
+            if layer != seg_layers[-1]:
+                return wait, deps
+            todo = seg_layers
+            segs = [x for lay in seg_layers for x in ctx.programs[lay].fwd]
+        alloc = []
+        for lay in todo:
+            p = ctx.programs[lay]
+            stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and s.remat == "sqrt")
+            rebuilt = p.saved - stored
+            # split backward: the rebuilt weight-GEMM inputs stay for the W pass, the rest goes after B
+            keep = min(rebuilt, p.wgrad_saved - min(stored, p.wgrad_saved)) if self.split else 0.0
+            alloc += [(f"r/{mb}/{lay}", rebuilt - keep, "activations"), (f"rk/{mb}/{lay}", keep, "activations")]
+        self._run(segs, f"R{mb}.L{layer}", "recompute", mb, first_deps=deps, alloc=tuple(alloc), wait_key=wait)
+        return None, ()
+
+    def _send(self, direction: str, mb: int, g: int, peer: int) -> None:
+        comm = Comm("send_recv", "direct", "pp", self.ctx.p2p_bytes, "pp", peer=peer)
+        idx = self.prog.add(
+            Task(
+                f"send{direction}{mb}.c{g}",
+                "p2p",
+                "send",
+                comm=comm,
+                deps=((self.stage, self.last_compute),),
+                microbatch=mb,
+            )
+        )
+        self.ctx.sends[(direction, mb, g)] = (self.stage, idx)
+
+    # -- data parallelism --------------------------------------------------------------------------------------
+    def _shard_alg(self) -> str:
+        return "butterfly" if self.s.dp_algorithm == "butterfly" else "ring"
+
+    def _gather(self, mb: int, order: list[int], pos: int, phase: str) -> int:
+        """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the next
+        layer's (one layer ahead: it may start once the pass before the current one ended, so at most two layers'
+        gathered weights are live). Returns the current layer's gather task, or -1 for a layer without weights."""
+        for i in (pos, pos + 1) if pos == 0 else (pos + 1,):
+            if i >= len(order) or (mb, order[i], phase) in self.gathers:
+                continue
+            lp = self.ctx.programs.get(order[i])
+            if lp is None or lp.params <= 0:
+                self.gathers[(mb, order[i], phase)] = -1
+                continue
+            comm = Comm("all_gather", self._shard_alg(), "dp", lp.params * self.ctx.weight_b, "zero")
+            deps = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
+            self.gathers[(mb, order[i], phase)] = self._dp(
+                Task(
+                    f"gather{phase}{mb}.L{order[i]}",
+                    "dp",
+                    "param_gather",
+                    comm=comm,
+                    deps=deps,
+                    alloc=((f"g/{mb}/{order[i]}/{phase}", comm.n_bytes, "weights"),),
+                    microbatch=mb,
+                )
+            )
+        return self.gathers[(mb, order[pos], phase)]
+
+    def _grads_ready(self, mb: int, layer: int, lp: LayerProgram, task: int) -> None:
+        """A layer's gradient for micro-batch ``mb`` is complete: bucket it for reduction."""
+        s = self.s
+        params = lp.params + (self.tied_params if layer == self.ctx.model.layers else 0)
+        if self.dp <= 1 or params <= 0:
+            return
+        n_bytes = params * self.ctx.grad_b
+        if self.zero3:
+            comm = Comm("reduce_scatter", self._shard_alg(), "dp", n_bytes, "dp")
+            self._dp(
+                Task(f"rs{mb}.L{layer}", "dp", "grad_reduce", comm=comm, deps=((self.stage, task),), microbatch=mb)
+            )
+            return
+        every_mb = s.zero == 2
+        if not every_mb and mb != s.num_microbatches - 1:
+            return
+        self.bucket[0] += n_bytes
+        self.bucket_dep = task
+        if s.overlap_grad_reduce and self.bucket[0] >= s.grad_bucket_bytes:
+            self._flush_bucket(mb)
+
+    def _flush_bucket(self, mb: int) -> None:
+        if self.bucket[0] <= 0:
+            return
+        s, ctx = self.s, self.ctx
+        if s.zero == 0:
+            local = hierarchical_local(ctx.cluster, s, self.dp) if s.dp_algorithm == "hierarchical" else None
+            comm = Comm("all_reduce", s.dp_algorithm, "dp", self.bucket[0], "dp", local=local)
+        else:
+            comm = Comm("reduce_scatter", self._shard_alg(), "dp", self.bucket[0], "dp")
+        self._dp(
+            Task(
+                f"reduce{mb}.{self.last_dp + 1}",
+                "dp",
+                "grad_reduce",
+                comm=comm,
+                deps=((self.stage, self.bucket_dep),),
+                microbatch=mb,
+            )
+        )
+        self.bucket[0] = 0.0
+
+    def end_of_microbatch_backward(self, mb: int) -> None:
+        """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket."""
+        if self.s.zero == 2 and not self.zero3 and self.dp > 1:
+            self._flush_bucket(mb)
+
+    def finish(self, model: ModelSpec) -> None:
+        """Last bucket, tied-embedding sync, optimizer step, ZeRO-1/2 weight all-gather; static memory."""
+        s, ctx = self.s, self.ctx
+        self._flush_bucket(s.num_microbatches - 1)
+        params = sum(ctx.programs[x].params for c in ctx.chunks[self.stage :: s.pp] for x in c if x in ctx.programs)
+        params += self.tied_params
+        if s.pp > 1 and model.tied_embeddings and self.stage in (0, s.pp - 1):
+            tied = math.ceil(model.vocab / s.tp) * model.hidden
+            comm = Comm("all_reduce", "ring", "emb", tied * ctx.grad_b, "dp")
+            self._dp(Task("embedding_sync", "dp", "embedding_sync", comm=comm, deps=((self.stage, self.last_compute),)))
+        deps = [(self.stage, self.last_compute)]
+        if self.last_dp >= 0:
+            deps.append((self.stage, self.last_dp))
+        opt = self._compute(
+            Task("optimizer", "compute", "optimizer", optimizer_step_s(self.kernels, s, params), deps=tuple(deps))
+        )
+        if s.zero in (1, 2) and self.dp > 1:
+            comm = Comm("all_gather", self._shard_alg(), "dp", params * ctx.weight_b, "zero")
+            self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
+        states = model_state_bytes(
+            params, self.dp, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
+        )
+        self.prog.params = params
+        self.prog.static_memory = {
+            "weights": states.weights,
+            "gradients": states.gradients,
+            "optimizer": states.optimizer,
+            "workspace": float(ctx.cluster.gpu.workspace_reserve_bytes),
+        }
+
+
+def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
+    """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
+    from plansim.workload import model_flops
+
+    s = strategy.resolve(cluster)
+    problems = check_strategy(s, model, cluster)
+    if problems:
+        raise PlansimError("; ".join(problems))
+    act_bytes = dtype_bytes(s.compute_dtype)
+    graph = build_graph(
+        model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
+    )
+    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
+    programs = layer_programs(graph, kernels, s.tp)
+    layer_input = graph.graph["layer_input_bytes"]
+    ctx = _Ctx(
+        s=s,
+        model=model,
+        cluster=cluster,
+        programs=programs,
+        chunks=chunk_layers(model.layers, s.pp, s.virtual_stages),
+        layer_input=layer_input,
+        # Megatron's scatter/gather optimization: 1/tp of the activation per rank (Narayanan et al. 2021, sec 4.1)
+        p2p_bytes=layer_input / (s.tp if s.tp > 1 and not s.sequence_parallel else 1),
+        grad_b=grad_bytes_per_param(s),
+        weight_b=dtype_bytes(s.compute_dtype),
+    )
+    sched = get_schedule(s.schedule)
+    m, p, v = s.num_microbatches, s.pp, s.virtual_stages
+    stages = []
+    for stage in range(p):
+        low = _StageLowering(ctx, stage, kernels)
+        for op in sched.order(stage, p, m, v):
+            g = op.chunk * p + stage
+            if op.kind == "F":
+                low.forward(op.microbatch, g)
+            elif op.kind == "B":
+                low.backward(op.microbatch, g, input_only=sched.split_backward)
+            else:
+                low.weight_grad(op.microbatch, g)
+            if op.kind == ("W" if sched.split_backward else "B"):
+                low.end_of_microbatch_backward(op.microbatch)
+        low.finish(model)
+        stages.append(low.prog)
+    for stage, idx, key in ctx.waits:
+        task = stages[stage].tasks[idx]
+        task.deps = (*task.deps, ctx.sends[key])
+    dp = s.dp or 1
+    recompute_flops = sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
+    model_fl = model_flops(graph) * s.tp * dp * m
+    return TaskGraph(
+        stages=stages,
+        tp=s.tp,
+        dp=dp,
+        pp=p,
+        num_microbatches=m,
+        model_flops=model_fl,
+        hardware_flops=model_fl + recompute_flops * s.tp * dp * m,
+    )
+
+
+def _recompute_flops(remat: str, lp: LayerProgram) -> float:
+    if remat in ("full", "sqrt"):
+        return lp.fwd_matmul_flops
+    if remat == "selective":
+        return lp.selective_matmul_flops
+    return 0.0

@@ -1,0 +1,567 @@
+"""The discrete-event engine: runs a TaskGraph on simulated GPUs, links and memory with SimPy.
+
+Each simulated GPU runs one SimPy process per stream (compute, p2p, dp) that executes the stream's tasks in order,
+waiting for each task's dependencies: one timeout per compute task, one network transfer per collective phase.
+Collectives run as their cost-model schedules (``plansim.costs.collectives``) of point-to-point transfers over the
+cluster's routes (``plansim.sim.routing``) through a flow-level network with max-min fair sharing
+(``plansim.sim.network``). Consecutive schedule steps with the same pattern form one phase: one bundled transfer whose
+member flows move in lockstep (a ring's steps are paced by its slowest hop, so this is how a ring behaves), with
+the schedule's per-step latency once per step. A ring among ranks on several nodes runs as one channel per local rank,
+each crossing the node boundary from a different GPU (and NIC): NCCL's multi-ring layout, which is what the analytic
+engine's group bandwidth assumes (``Cluster.group_link``).
+
+Symmetry (``mode="symmetric"``): tensor-parallel ranks run in lockstep and data-parallel replicas are identical, so
+one representative rank per pipeline stage is simulated; every transfer it starts also stands for the identical
+transfers of the stage's other ranks, counted on each link they share (weights of the bundled transfer). ``mode="full"``
+simulates every rank and rendezvous each collective among its members; tests hold the two equal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import simpy
+
+from plansim.costs.collectives import bytes_sent_per_rank, schedule
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.lower import lower
+from plansim.result import Result
+from plansim.sim.memory import MemoryTracker
+from plansim.sim.network import FlowNetwork, LinkId
+from plansim.sim.routing import Fabric
+from plansim.strategy import Strategy
+from plansim.taskgraph import Comm, StageProgram, TaskGraph
+from plansim.units import GB
+from plansim.workload import ModelSpec
+
+__all__ = ["MODES", "CollectiveRun", "Timeline", "WhatIf", "simulate_collective", "simulate_des"]
+
+MODES = ("symmetric", "full")
+#: Task categories that are model compute (not recompute, communication or the optimizer).
+_COMPUTE = frozenset({"forward", "backward", "weight_grad"})
+#: Categories of dp-stream tasks: waiting on them is exposed communication.
+_DP_COMM = frozenset({"grad_reduce", "param_gather", "embedding_sync"})
+_RING_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+_TOP_LINKS = 20
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """Perturbations a discrete-event simulation can answer.
+
+    ``stragglers``: rank -> factor by which that GPU's kernels are slower (1.5 = 50 % slower). ``link_factors``:
+    link selector (``plansim.sim.routing``: a vertex such as ``node0/nic0`` or an edge ``u--v``) -> bandwidth
+    factor. ``failed_links``: selectors removed from the topology; routes go around them. ``jitter``: standard
+    deviation of the log of a random factor on every kernel time (log-normal with mean 1), drawn with ``seed``.
+    """
+
+    stragglers: Mapping[int, float] = field(default_factory=dict)
+    link_factors: Mapping[str, float] = field(default_factory=dict)
+    failed_links: tuple[str, ...] = ()
+    jitter: float = 0.0
+    seed: int = 0
+
+    def check(self, cluster: Cluster) -> None:
+        """Raise ``PlansimError`` for a straggler rank outside the cluster or a non-positive factor."""
+        for rank, factor in self.stragglers.items():
+            if not 0 <= rank < cluster.num_gpus:
+                raise PlansimError(
+                    f"straggler rank {rank} is outside the cluster: use a rank in 0..{cluster.num_gpus - 1}"
+                )
+            if not factor > 0:
+                raise PlansimError(f"straggler factor for rank {rank} must be > 0 (1.5 = 50% slower), got {factor}")
+        if not self.jitter >= 0:
+            raise PlansimError(f"jitter must be >= 0 (a standard deviation, e.g. 0.05), got {self.jitter}")
+
+
+@dataclass(frozen=True)
+class _Phase:
+    weights: dict[LinkId, float]
+    bytes_factor: float
+    latency_s: float
+    injected: float
+
+
+@dataclass
+class Timeline:
+    """What the simulation saw: task spans, memory over time per device, and per-link traffic."""
+
+    spans: list[Any]
+    memory: dict[str, list[tuple[float, float]]]
+    link_bytes: dict[str, float]
+    link_utilization: dict[str, float]
+    step_time_s: float
+
+    def write_trace(self, path: str) -> str:
+        """Write the Chrome trace-event JSON (opens in Perfetto); returns the path."""
+        from plansim.report.trace import write_chrome_trace
+
+        return str(write_chrome_trace(path, self.spans, self.memory, metadata={"step_time_s": self.step_time_s}))
+
+
+class _Device:
+    __slots__ = ("end", "events", "factor", "label", "mem", "offset", "program", "rank", "stage", "start")
+
+    def __init__(self, rank: int, stage: int, offset: int, program: StageProgram, capacity: float) -> None:
+        self.rank = rank
+        self.stage = stage
+        self.offset = offset
+        self.program = program
+        self.label = f"gpu{rank} (stage {stage})"
+        self.mem = MemoryTracker(self.label, capacity)
+        n = len(program.tasks)
+        self.start = [math.nan] * n
+        self.end = [math.nan] * n
+        self.events: dict[int, simpy.Event] = {}
+        self.factor = 1.0
+
+
+class _Engine:
+    def __init__(self, graph: TaskGraph, cluster: Cluster, mode: str, what_if: WhatIf) -> None:
+        self.graph = graph
+        self.cluster = cluster
+        self.mode = mode
+        self.what_if = what_if
+        self.env = simpy.Environment()
+        self.fabric = Fabric(cluster, link_factors=dict(what_if.link_factors), failed=what_if.failed_links)
+        self.net = FlowNetwork(self.env, self.fabric.capacity_Bps)
+        self.width = graph.tp * graph.dp
+        self.rng = np.random.default_rng(what_if.seed)
+        self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
+        self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
+        self.devices: dict[int, _Device] = {}
+        offsets = range(self.width) if mode == "full" else range(1)
+        for prog in graph.stages:
+            for off in offsets:
+                rank = prog.stage * self.width + off
+                self.devices[rank] = _Device(rank, prog.stage, off, prog, cluster.gpu.memory_bytes)
+        self._apply_stragglers()
+        referenced: dict[int, set[int]] = defaultdict(set)
+        for prog in graph.stages:
+            for task in prog.tasks:
+                for st, j in task.deps:
+                    referenced[st].add(j)
+        for dev in self.devices.values():
+            dev.events = {j: self.env.event() for j in referenced[dev.stage]}
+
+    def _apply_stragglers(self) -> None:
+        for rank, factor in self.what_if.stragglers.items():
+            # symmetric mode: the stage's representative runs at its slowest rank's pace (lockstep collectives)
+            dev = self.devices.get(rank) or self.devices[(rank // self.width) * self.width]
+            dev.factor = max(dev.factor, factor)
+
+    # -- running ---------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        t = 0.0
+        for dev in self.devices.values():
+            for name, n_bytes in dev.program.static_memory.items():
+                dev.mem.alloc(f"static/{name}", n_bytes, t, name)
+            streams: dict[str, list[int]] = defaultdict(list)
+            for i, task in enumerate(dev.program.tasks):
+                streams[task.stream].append(i)
+            for indices in streams.values():
+                self.env.process(self._stream(dev, indices))
+        self.env.run()
+        for dev in self.devices.values():
+            unfinished = [dev.program.tasks[i].name for i, e in enumerate(dev.end) if math.isnan(e)]
+            if unfinished:
+                raise AssertionError(f"{dev.label}: tasks never ran (deadlock in the lowering): {unfinished[:5]}")
+
+    def _stream(self, dev: _Device, indices: list[int]) -> Generator[simpy.Event, Any, None]:
+        env, tasks, jitter = self.env, dev.program.tasks, self.what_if.jitter
+        for i in indices:
+            task = tasks[i]
+            if task.deps:
+                waits = [e for e in (self._event(dev, st, j) for st, j in task.deps) if not e.processed]
+                if waits:
+                    yield waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
+            start = env.now
+            for name, n_bytes, cat in task.alloc:
+                dev.mem.alloc(name, n_bytes, start, cat)
+            if task.comm is not None:
+                yield self._communicate(dev, task.name, task.comm)
+            elif task.duration_s > 0:
+                d = task.duration_s * dev.factor
+                if jitter:
+                    d *= math.exp(jitter * self.rng.standard_normal() - jitter * jitter / 2)
+                yield env.timeout(d)
+            end = env.now
+            for name in task.free:
+                dev.mem.free(name, end)
+            dev.start[i] = start
+            dev.end[i] = end
+            ev = dev.events.get(i)
+            if ev is not None:
+                ev.succeed()
+
+    def _event(self, dev: _Device, stage: int, j: int) -> simpy.Event:
+        return self.devices[stage * self.width + dev.offset].events[j]
+
+    # -- communication ---------------------------------------------------------------------------------------------
+    def members(self, dev: _Device, comm: Comm) -> tuple[int, ...]:
+        """Global ranks of the group ``comm`` runs in, for the rank ``dev`` stands for."""
+        tp, w, rank = self.graph.tp, self.width, dev.rank
+        base = dev.stage * w
+        if comm.group == "tp":
+            first = rank - rank % tp
+            return tuple(range(first, first + tp))
+        if comm.group == "dp":
+            t = (rank - base) % tp
+            return tuple(base + t + i * tp for i in range(self.graph.dp))
+        if comm.group == "pp":
+            return rank, ((dev.stage + comm.peer) % self.graph.pp) * w + dev.offset
+        if comm.group == "emb":
+            return dev.offset, (self.graph.pp - 1) * w + dev.offset
+        raise AssertionError(f"unknown group {comm.group}")
+
+    def images(self, group: str) -> tuple[int, ...]:
+        """Rank offsets of the copies of a group's transfers that the representative stands for (symmetric mode)."""
+        if self.mode == "full":
+            return (0,)
+        if group == "tp":
+            return tuple(d * self.graph.tp for d in range(self.graph.dp))
+        if group == "dp":
+            return tuple(range(self.graph.tp))
+        return tuple(range(self.width))
+
+    def _communicate(self, dev: _Device, name: str, comm: Comm) -> simpy.Event:
+        members = self.members(dev, comm)
+        done = self.env.event()
+        if comm.group == "pp":
+            self.env.process(self._collective(comm, members, done))
+            return done
+        participants = sum(1 for r in members if r in self.devices)
+        key = (name, members)
+        entry = self.rendezvous.setdefault(key, [0, done])
+        entry[0] += 1
+        if entry[0] == participants:
+            del self.rendezvous[key]
+            self.env.process(self._collective(comm, members, entry[1]))
+        return entry[1]
+
+    def _collective(self, comm: Comm, members: tuple[int, ...], done: simpy.Event) -> Generator[Any, Any, None]:
+        for ph in self.phases(comm, members):
+            yield self.net.transfer(ph.weights, ph.bytes_factor * comm.n_bytes, ph.latency_s, comm.kind)
+        done.succeed()
+
+    def phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
+        """The collective as phases of bundled transfers (cached per group and algorithm)."""
+        key = (comm.collective, comm.algorithm, comm.local, members, comm.group)
+        cached = self.phase_cache.get(key)
+        if cached is None:
+            cached = self.phase_cache[key] = self._build_phases(comm, members)
+        return cached
+
+    def _channels(self, comm: Comm, members: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Member orders of the rings a collective runs concurrently: one per member on a node, rotated so each
+        ring leaves the node from a different GPU (NCCL's channels); a single order for other algorithms."""
+        if comm.algorithm != "ring" or comm.collective not in _RING_COLLECTIVES:
+            return [members]
+        nodes: dict[int, list[int]] = defaultdict(list)
+        for r in members:
+            nodes[self.cluster.node_of(r)].append(r)
+        blocks = list(nodes.values())
+        k = len(blocks[0])
+        if len(blocks) == 1 or k == 1 or any(len(b) != k for b in blocks):
+            return [members]
+        return [tuple(r for b in blocks for r in b[c:] + b[:c]) for c in range(k)]
+
+    def _own_links(self, weights: dict[LinkId, float], own: set[LinkId]) -> dict[LinkId, float]:
+        """Symmetric mode: keep only the links the simulated ranks' own flows cross (with every copy's load on
+        them). The other members' and copies' links are, by symmetry, loaded the same way, so they add nothing but
+        cost; unless they are the tighter ones (an uneven ring), then all links are kept."""
+        if self.mode == "full" or len(own) == len(weights):
+            return weights
+        kept = {link: w for link, w in weights.items() if link in own}
+        capacity = self.fabric.capacity_Bps
+        full = _bottleneck(weights, capacity)
+        if not kept or not math.isclose(_bottleneck(kept, capacity), full, rel_tol=1e-9):
+            return weights
+        return kept
+
+    def _build_phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
+        p = len(members)
+        sched = schedule(comm.collective, comm.algorithm, p, comm.local)
+        channels = self._channels(comm, members)
+        offsets = self.images(comm.group)
+        phases: list[_Phase] = []
+        steps = list(sched.steps)
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            sizes = step.hi - step.lo
+            j = i + 1
+            while (
+                j < len(steps)
+                and np.array_equal(steps[j].src, step.src)
+                and np.array_equal(steps[j].dst, step.dst)
+                and np.array_equal(steps[j].hi - steps[j].lo, sizes)
+            ):
+                j += 1
+            count = j - i
+            biggest = float(sizes.max()) if len(sizes) else 0.0
+            weights: dict[LinkId, float] = defaultdict(float)
+            own: set[LinkId] = set()  # links of the flows simulated ranks send themselves
+            latency = 0.0
+            injected = 0.0
+            for order in channels:
+                for src_i, dst_i, size in zip(step.src, step.dst, sizes, strict=True):
+                    src = order[src_i] if src_i < p else order[0]
+                    dst = order[dst_i] if dst_i < p else order[0]
+                    if src == dst or size <= 0:
+                        continue
+                    w = float(size) / biggest
+                    latency = max(latency, self.fabric.latency_s(src, dst))
+                    if src in self.devices:
+                        own.update(self.fabric.route(src, dst))
+                    for off in offsets:
+                        route = self.fabric.route(src + off, dst + off)
+                        if route:
+                            injected += w
+                        for link in route:
+                            weights[link] += w
+            phases.append(
+                _Phase(self._own_links(dict(weights), own), count * biggest / len(channels), count * latency, injected)
+            )
+            i = j
+        return phases
+
+
+def _bottleneck(weights: Mapping[LinkId, float], capacity: Mapping[LinkId, float]) -> float:
+    return min((capacity[link] / w for link, w in weights.items()), default=math.inf)
+
+
+def _link_name(link: LinkId) -> str:
+    return f"{link[0]}->{link[1]}"
+
+
+def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
+    """The device's step time by part; they sum to ``step``. Idle time on the compute stream is exposed
+    communication when the task it waited for was communication (a pipeline send's transfer time, a dp-stream
+    collective), else pipeline bubble."""
+    tasks = dev.program.tasks
+    out = dict.fromkeys(("compute", "recompute", "exposed_comm", "bubble", "optimizer"), 0.0)
+    prev_end = 0.0
+    for i, task in enumerate(tasks):
+        if task.stream != "compute":
+            continue
+        start, end = dev.start[i], dev.end[i]
+        gap = start - prev_end
+        if gap > 0:
+            comm_part = 0.0
+            deps = [(engine.devices[st * engine.width + dev.offset], j) for st, j in task.deps]
+            if deps:
+                owner, j = max(deps, key=lambda d: d[0].end[d[1]])
+                category = owner.program.tasks[j].category
+                if category == "send":
+                    comm_part = min(gap, owner.end[j] - owner.start[j])
+                elif category in _DP_COMM:
+                    comm_part = gap
+            out["exposed_comm"] += comm_part
+            out["bubble"] += gap - comm_part
+        elapsed = end - start
+        if task.category in _COMPUTE:
+            out["compute"] += elapsed
+        elif task.category == "recompute":
+            out["recompute"] += elapsed
+        elif task.category == "optimizer":
+            out["optimizer"] += elapsed
+        else:
+            out["exposed_comm"] += elapsed
+        prev_end = end
+    tail = step - prev_end
+    last_comm = max((dev.end[i] for i, t in enumerate(tasks) if t.stream != "compute"), default=0.0)
+    tail_comm = max(0.0, min(tail, last_comm - prev_end))
+    out["exposed_comm"] += tail_comm
+    out["bubble"] += tail - tail_comm
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _sent(collective: str, algorithm: str, p: int, n_bytes: float, local: int | None) -> float:
+    return bytes_sent_per_rank(collective, algorithm, p, n_bytes, local=local)
+
+
+def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
+    """Bytes this GPU sends per step, by kind (the same per-rank volumes the analytic engine reports)."""
+    out = dict.fromkeys(("dp", "tp", "pp", "zero"), 0.0)
+    for task in dev.program.tasks:
+        c = task.comm
+        if c is None:
+            continue
+        if c.group == "pp":
+            out["pp"] += c.n_bytes
+            continue
+        p = len(engine.members(dev, c))
+        if p > 1:
+            out[c.kind] += _sent(c.collective, c.algorithm, p, c.n_bytes, c.local)
+    return out
+
+
+def simulate_des(
+    model: ModelSpec,
+    cluster: Cluster,
+    strategy: Strategy,
+    *,
+    mode: str = "symmetric",
+    what_if: WhatIf | None = None,
+) -> Result:
+    """Simulate one training step event by event; the Result's ``timeline`` holds spans, memory and link traffic."""
+    if mode not in MODES:
+        raise PlansimError(f"mode '{mode}' is unknown: choose one of {', '.join(MODES)}")
+    what_if = what_if or WhatIf()
+    what_if.check(cluster)
+    wall = time.perf_counter()
+    s = strategy.resolve(cluster)
+    graph = lower(model, cluster, s)
+    engine = _Engine(graph, cluster, mode, what_if)
+    engine.run()
+    wall = time.perf_counter() - wall
+    return _result(model, cluster, s, graph, engine, wall)
+
+
+def _result(
+    model: ModelSpec, cluster: Cluster, s: Strategy, graph: TaskGraph, engine: _Engine, wall_s: float
+) -> Result:
+    devices = list(engine.devices.values())
+    step = max(max(d.end, default=0.0) for d in devices)
+    per_stage: dict[int, list[_Device]] = defaultdict(list)
+    for d in devices:
+        per_stage[d.stage].append(d)
+    stage_breakdowns = [_breakdown(engine, per_stage[st][0], step) for st in sorted(per_stage)]
+    busiest = max(
+        range(len(stage_breakdowns)), key=lambda i: sum(stage_breakdowns[i][k] for k in ("compute", "recompute"))
+    )
+    breakdown = stage_breakdowns[busiest]
+    worst = max(devices, key=lambda d: d.mem.peak_bytes)
+    stage_peaks = [int(max(d.mem.peak_bytes for d in per_stage[st])) for st in sorted(per_stage)]
+    mem = {
+        k: round(worst.mem.peak_by_category.get(k, 0.0))
+        for k in ("weights", "gradients", "optimizer", "activations", "workspace")
+    }
+    ooms = sorted((d.mem.oom for d in devices if d.mem.oom is not None), key=lambda o: o.time_s)
+    fits = not ooms and worst.mem.peak_bytes <= cluster.gpu.memory_bytes
+    reason = (
+        "" if fits else (ooms[0].message() if ooms else f"{worst.label} peaks at {worst.mem.peak_bytes / GB:.1f} GB")
+    )
+    comm = [_comm_bytes(engine, d) for d in devices]
+    n = cluster.num_gpus
+    peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
+    horizon = step or 1.0
+    link_bytes = {_link_name(k): v for k, v in engine.net.link_bytes.items() if v > 0}
+    util = {
+        _link_name(k): v / (engine.fabric.capacity_Bps[k] * horizon)
+        for k, v in engine.net.link_bytes.items()
+        if v > 0 and math.isfinite(engine.fabric.capacity_Bps[k])
+    }
+    top = sorted(util, key=util.__getitem__, reverse=True)[:_TOP_LINKS]
+    spans = _spans(devices)
+    timeline = Timeline(
+        spans=spans,
+        memory={d.label: d.mem.timeline for d in devices},
+        link_bytes=link_bytes,
+        link_utilization=util,
+        step_time_s=step,
+    )
+    events = getattr(engine.env, "_eid", None)
+    return Result(
+        model=model.name,
+        hardware=cluster.name,
+        gpus=n,
+        strategy=s.model_dump(),
+        engine="des",
+        step_time_s=step,
+        tokens_per_s=s.batch * model.seq_len / step,
+        model_flops_per_step=graph.model_flops,
+        hardware_flops_per_step=graph.hardware_flops,
+        model_tflops_per_gpu=graph.model_flops / step / n / 1e12,
+        hardware_tflops_per_gpu=graph.hardware_flops / step / n / 1e12,
+        mfu=graph.model_flops / step / n / peak_fl,
+        hfu=graph.hardware_flops / step / n / peak_fl,
+        fits=fits,
+        peak_memory_bytes=int(worst.mem.peak_bytes),
+        memory_breakdown_bytes=mem,
+        comm_bytes_per_gpu={k: max(c[k] for c in comm) for k in ("dp", "tp", "pp", "zero")},
+        time_breakdown_s=breakdown,
+        reason=reason,
+        num_microbatches=graph.num_microbatches,
+        bubble_fraction=breakdown["bubble"] / step if step else 0.0,
+        stage_peak_memory_bytes=stage_peaks,
+        stage_time_breakdown_s=stage_breakdowns,
+        busiest_links=[{"link": k, "bytes": link_bytes[k], "utilization": util[k]} for k in top],
+        engine_stats={
+            "mode": engine.mode,
+            "simulated_gpus": len(devices),
+            "tasks": sum(len(d.program.tasks) for d in devices),
+            "transfers": engine.net.transfers_started,
+            "events": int(next(events)) if events is not None else -1,
+            "wall_s": wall_s,
+            "rerouted_pairs": len(engine.fabric.detours),
+        },
+        timeline=timeline,
+    )
+
+
+def _spans(devices: Iterable[_Device]) -> list[Any]:
+    from plansim.report.trace import Span
+
+    out = []
+    for d in devices:
+        for i, task in enumerate(d.program.tasks):
+            if task.stream == "compute" or task.comm is not None:
+                out.append(Span(d.label, task.stream, task.name, d.start[i], d.end[i], task.category))
+    return out
+
+
+@dataclass(frozen=True)
+class CollectiveRun:
+    """One collective simulated alone: its time, the bytes its members inject, and the bytes each link carried."""
+
+    seconds: float
+    injected_bytes: float
+    link_bytes: dict[str, float]
+
+
+def simulate_collective(
+    cluster: Cluster,
+    collective: str,
+    algorithm: str,
+    ranks: Iterable[int],
+    n_bytes: float,
+    *,
+    local: int | None = None,
+    what_if: WhatIf | None = None,
+) -> CollectiveRun:
+    """Simulate one collective among global ``ranks`` of ``cluster`` on an otherwise idle network.
+
+    >>> from plansim.hardware import load_hardware
+    >>> run = simulate_collective(load_hardware("dgx-a100", gpus=8), "all_reduce", "ring", range(8), 1e9)
+    >>> round(run.seconds * 1e3, 2)   # 2 (p-1)/p n / busbw + 2 (p-1) latency
+    7.64
+    """
+    members = tuple(ranks)
+    what_if = what_if or WhatIf()
+    graph = TaskGraph(stages=[], tp=1, dp=1, pp=1, num_microbatches=1, model_flops=0.0, hardware_flops=0.0)
+    engine = _Engine(graph, cluster, "full", what_if)
+    comm = Comm(collective, algorithm, "custom", n_bytes, "dp", local=local)
+    phases = engine._build_phases(comm, members)
+    done = engine.env.event()
+
+    def run() -> Generator[Any, Any, None]:
+        for ph in phases:
+            yield engine.net.transfer(ph.weights, ph.bytes_factor * n_bytes, ph.latency_s, comm.kind)
+        done.succeed()
+
+    engine.env.process(run())
+    engine.env.run()
+    injected = sum(ph.injected * ph.bytes_factor * n_bytes for ph in phases)
+    link_bytes = {_link_name(k): v for k, v in engine.net.link_bytes.items() if v > 0}
+    return CollectiveRun(engine.env.now, injected, link_bytes)

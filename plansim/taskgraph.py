@@ -1,0 +1,98 @@
+"""The TaskGraph: what one pipeline stage's ranks do during one training step, as ordered tasks on streams.
+
+``plansim.lower`` builds it from (model, cluster, strategy); the discrete-event engine (``plansim.sim``) runs it.
+Every rank of a pipeline stage runs the same :class:`StageProgram` (tensor-parallel ranks in lockstep, data-parallel
+replicas identical); collectives name their process group (``tp``, ``dp``, ``pp``, ``emb``) and the engine turns the
+group into global ranks for the rank that runs it.
+
+Tasks of one stream run in list order, one at a time (a CUDA stream). A task also waits for its ``deps``: tasks of
+the same stage on other streams, or of other stages (a pipeline receive waits for the sender's send).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
+
+#: compute: kernels and the blocking tensor-parallel collectives; p2p: pipeline sends; dp: data-parallel and ZeRO
+#: collectives (NCCL runs them on their own stream, overlapping compute).
+STREAMS = ("compute", "p2p", "dp")
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """A collective (or a point-to-point send) of one task.
+
+    ``collective``/``algorithm`` are keys of ``plansim.costs.collectives.COLLECTIVES``; ``n_bytes`` is its message
+    size (see ``MESSAGE_SIZE``). ``group``: ``tp`` (ranks 1 apart), ``dp`` (ranks ``tp`` apart), ``pp`` (a send to the
+    stage ``peer`` stages away, wrapping around: interleaving sends the last stage's output to stage 0), ``emb`` (the
+    first and last stage's ranks that hold the tied embeddings). ``kind`` files its bytes under the output contract's
+    ``comm_bytes_per_gpu`` key. ``local`` is the node-local group size of a hierarchical all-reduce.
+    """
+
+    collective: str
+    algorithm: str
+    group: str
+    n_bytes: float
+    kind: str
+    peer: int = 0
+    local: int | None = None
+
+
+@dataclass(slots=True)
+class Task:
+    """One task on one stream of a stage.
+
+    ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, grad_reduce,
+    param_gather, embedding_sync, optimizer. ``duration_s`` is the compute time from the cost model (0 for
+    communication, whose time the network decides). ``alloc`` tensors ``(name, bytes, memory category)`` are
+    allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task index)``.
+    """
+
+    name: str
+    stream: str
+    category: str
+    duration_s: float = 0.0
+    comm: Comm | None = None
+    deps: tuple[tuple[int, int], ...] = ()
+    alloc: tuple[tuple[str, float, str], ...] = ()
+    free: tuple[str, ...] = ()
+    microbatch: int = -1
+
+
+@dataclass
+class StageProgram:
+    """Every task of one pipeline stage, and the memory it holds for the whole step.
+
+    ``static_memory`` (weights, gradients, optimizer states, workspace reserve) is live before the step starts and
+    after it ends: the step must return to it.
+    """
+
+    stage: int
+    tasks: list[Task] = field(default_factory=list)
+    static_memory: dict[str, float] = field(default_factory=dict)
+    params: float = 0.0
+
+    def add(self, task: Task) -> int:
+        """Append ``task``; returns its index."""
+        self.tasks.append(task)
+        return len(self.tasks) - 1
+
+
+@dataclass
+class TaskGraph:
+    """The step as per-stage programs, plus the step's FLOP counts (for MFU and HFU)."""
+
+    stages: list[StageProgram]
+    tp: int
+    dp: int
+    pp: int
+    num_microbatches: int
+    model_flops: float
+    hardware_flops: float
+
+    @property
+    def num_tasks(self) -> int:
+        """Tasks over all stages (one rank each)."""
+        return sum(len(s.tasks) for s in self.stages)

@@ -1,0 +1,367 @@
+"""The discrete-event engine against independent truth: closed forms where they are exact, the published pipeline
+schedules, invariants on random small configurations, its own full mode, and critical-path arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import plansim
+from plansim.costs.collectives import collective_time, schedule
+from plansim.errors import PlansimError
+from plansim.hardware import load_hardware
+from plansim.lower import lower
+from plansim.schedules import get_schedule
+from plansim.sim.engine import simulate_collective
+from plansim.stages import chunk_layers
+from plansim.strategy import Strategy
+from plansim.workload import load_model
+
+
+def des(model: str, hardware: str, strategy: str, **kw):
+    return plansim.simulate(model, hardware, strategy, engine="des", **kw)
+
+
+def close(a: float, b: float, rel: float = 0.01) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+# -- where the analytic engine is exact, the two agree --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "butterfly", "naive"])
+@pytest.mark.parametrize("n_bytes", [1e4, 1e9])
+def test_one_allreduce_on_uniform_links_matches_the_closed_form(algorithm: str, n_bytes: float) -> None:
+    cluster = load_hardware("dgx-a100", gpus=8)  # one NVSwitch: every GPU has the same link
+    link = cluster.group_link(8, 1)
+    run = simulate_collective(cluster, "all_reduce", algorithm, range(8), n_bytes)
+    expected = collective_time("all_reduce", algorithm, 8, n_bytes, link.latency_s, link.bandwidth_Bps)
+    assert close(run.seconds, expected, 1e-9)
+
+
+@pytest.mark.parametrize(("ranks", "size", "stride"), [(range(16), 16, 1), ((0, 8), 2, 8), (range(0, 32, 8), 4, 8)])
+def test_ring_across_nodes_matches_the_group_link(ranks: range, size: int, stride: int) -> None:
+    """NCCL's one ring per NIC (channels) gives the bus bandwidth the analytic engine's group link assumes."""
+    cluster = load_hardware("dgx-a100", gpus=32)
+    link = cluster.group_link(size, stride)
+    run = simulate_collective(cluster, "all_reduce", "ring", ranks, 1e9)
+    assert close(run.seconds, collective_time("all_reduce", "ring", size, 1e9, link.latency_s, link.bandwidth_Bps))
+
+
+@given(
+    p=st.integers(2, 8),
+    collective=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]),
+    algorithm=st.sampled_from(["ring", "butterfly", "tree", "naive"]),
+)
+@settings(max_examples=30, deadline=None)
+def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: str) -> None:
+    """What the members inject, and what the links right after them carry, is the schedule's total volume."""
+    if algorithm not in ("ring",) and collective != "all_reduce":
+        algorithm = "butterfly"
+    if algorithm == "butterfly" and p & (p - 1):
+        return
+    cluster = load_hardware("dgx-a100", gpus=16)
+    ranks = range(0, 2 * p, 2)  # spread over both nodes
+    run = simulate_collective(cluster, collective, algorithm, ranks, 1e6)
+    total = schedule(collective, algorithm, p).total_bytes(1e6)
+    assert math.isclose(run.injected_bytes, total, rel_tol=1e-9)
+    first_hops = sum(v for k, v in run.link_bytes.items() if k.startswith("gpu"))
+    assert math.isclose(first_hops, total, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("schedule_name", ["gpipe", "1f1b"])
+def test_pipeline_bubble_matches_the_closed_form(schedule_name: str) -> None:
+    strategy = f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={schedule_name}"
+    d = des("gpt3-1.3b", "dgx-a100", strategy)
+    a = plansim.simulate("gpt3-1.3b", "dgx-a100", strategy)
+    assert close(d.step_time_s, a.step_time_s)
+    assert close(d.time_breakdown_s["compute"], a.time_breakdown_s["compute"], 1e-9)
+
+
+def test_data_parallel_step_without_overlap_matches() -> None:
+    strategy = "dp=8,micro_batch=2,global_batch=32,overlap_grad_reduce=false"
+    d = des("gpt3-350m", "dgx-a100", strategy)
+    a = plansim.simulate("gpt3-350m", "dgx-a100", strategy)
+    assert close(d.step_time_s, a.step_time_s)
+    assert close(d.time_breakdown_s["exposed_comm"], a.time_breakdown_s["exposed_comm"])
+    assert d.peak_memory_bytes == pytest.approx(a.peak_memory_bytes, rel=1e-6)
+    assert d.comm_bytes_per_gpu == pytest.approx(a.comm_bytes_per_gpu)
+
+
+# -- exact event traces on tiny pipelines ---------------------------------------------------------------------------
+
+# Per stage, the passes in time order as the published figures draw them (p = 4 stages, m = 8 micro-batches):
+# 1F1B: Narayanan et al. 2021, Fig. 4 (top); GPipe: Huang et al. 2019, Fig. 2(c) with m = 8.
+PUBLISHED = {
+    "1f1b": [
+        "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7",
+        "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7",
+        "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7",
+        "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7",
+    ],
+    "gpipe": ["F0 F1 F2 F3 F4 F5 F6 F7 B7 B6 B5 B4 B3 B2 B1 B0"] * 4,
+    # Qi et al. 2023, Fig. 3 (ZB-H1): 1F1B's F/B order; stage s defers its first s weight-gradient passes.
+    "zb-h1": [
+        "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7",
+        "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7",
+        "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7",
+        "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7",
+    ],
+}
+
+
+def _passes_in_time_order(result: plansim.Result, stage: int) -> str:
+    """The stage's forward/backward/weight passes by start time, named like the figures (F3, B0, W2)."""
+    seen: dict[str, float] = {}
+    for span in result.timeline.spans:
+        if span.device.endswith(f"(stage {stage})") and span.stream == "compute" and span.name[0] in "FBW":
+            key = span.name.split(".")[0]
+            seen.setdefault(key, span.start_s)
+    return " ".join(sorted(seen, key=lambda k: (seen[k], k)))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_event_trace_follows_the_published_schedule(name: str) -> None:
+    r = des("gpt3-125m", "dgx-a100", f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={name}")
+    for stage, expected in enumerate(PUBLISHED[name]):
+        assert _passes_in_time_order(r, stage) == expected
+
+
+def test_interleaved_trace_alternates_chunks_as_megatron() -> None:
+    """Narayanan et al. 2021 Fig. 4 (bottom), p = 4, v = 2, m = 8: stage 0 runs forwards of micro-batches 0-3 on
+    chunk 0, 0-3 on chunk 1, then 4-5 on chunk 0 before its first backward (of chunk 1)."""
+    r = des(
+        "gpt3-350m", "dgx-a100", "dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule=interleaved,virtual_stages=2"
+    )
+    first = [s for s in r.timeline.spans if s.device.endswith("(stage 0)") and s.stream == "compute"]
+    chunks = chunk_layers(24, 4, 2)
+    layer_chunk = {layer: c // 4 for c in (0, 4) for layer in chunks[c]}
+    order: list[str] = []
+    for span in sorted(first, key=lambda s: s.start_s):
+        head = span.name.split(".")
+        if span.name[0] not in "FB" or len(head) < 2:
+            continue
+        layer = int(head[1][1:])
+        tag = f"{head[0]}c{layer_chunk[layer]}"
+        if not order or order[-1] != tag:
+            order.append(tag)
+    assert order[:12] == [
+        "F0c0",
+        "F1c0",
+        "F2c0",
+        "F3c0",
+        "F0c1",
+        "F1c1",
+        "F2c1",
+        "F3c1",
+        "F4c0",
+        "F5c0",
+        "F6c0",
+        "B0c1",
+    ]
+
+
+def test_gpipe_forward_starts_follow_the_staircase() -> None:
+    """With equal stages, forward j on stage s starts at (s + j) forward times plus s sends (GPipe Fig. 2(c))."""
+    r = des("gpt3-125m", "dgx-a100", "dp=1,tp=1,pp=2,micro_batch=1,global_batch=4,schedule=gpipe")
+    starts = {}
+    ends = {}
+    for span in r.timeline.spans:
+        if span.stream == "compute" and span.name.startswith("F"):
+            key = (span.device[-2], int(span.name.split(".")[0][1:]))
+            starts[key] = min(starts.get(key, math.inf), span.start_s)
+            ends[key] = max(ends.get(key, 0.0), span.end_s)
+    t0 = ends[("0", 0)] - starts[("0", 0)]
+    for j in range(4):
+        assert starts[("0", j)] == pytest.approx(j * t0, rel=1e-9)
+        assert starts[("1", j)] >= ends[("0", j)]  # waits for the activations
+
+
+# -- invariants on random small configurations ----------------------------------------------------------------------
+
+configs = st.fixed_dictionaries(
+    {
+        "tp": st.sampled_from([1, 2]),
+        "pp": st.sampled_from([1, 2]),
+        "dp": st.sampled_from([1, 2]),
+        "mb": st.sampled_from([1, 2]),
+        "m": st.integers(1, 4),
+        "zero": st.integers(0, 3),
+        "remat": st.sampled_from(["none", "selective", "full", "sqrt"]),
+        "schedule": st.sampled_from(["gpipe", "1f1b", "zb-h1"]),
+        "overlap": st.booleans(),
+        "sp": st.booleans(),
+    }
+)
+
+
+def _strategy(c: dict) -> str:
+    zero = c["zero"] if c["pp"] == 1 else min(c["zero"], 1)
+    return (
+        f"dp={c['dp']},tp={c['tp']},pp={c['pp']},micro_batch={c['mb']},global_batch={c['mb'] * c['dp'] * c['m']},"
+        f"zero={zero},remat={c['remat']},schedule={c['schedule']},overlap_grad_reduce={str(c['overlap']).lower()},"
+        f"sequence_parallel={str(c['sp'] and c['tp'] > 1).lower()}"
+    )
+
+
+@given(c=configs)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_invariants_on_random_small_configurations(c: dict) -> None:
+    strategy = _strategy(c)
+    model = load_model("gpt3-125m")
+    cluster = load_hardware("dgx-a100", gpus=c["dp"] * c["tp"] * c["pp"])
+    d = plansim.simulate(model, cluster, strategy, engine="des")
+    a = plansim.simulate(model, cluster, strategy)
+    graph = lower(model, cluster, Strategy.parse(strategy))
+    # the step is at least the busiest stage's own work (its critical path has nothing shorter)
+    busiest = max(sum(t.duration_s for t in s.tasks if t.stream == "compute") for s in graph.stages)
+    assert d.step_time_s >= busiest * (1 - 1e-12)
+    # the breakdown accounts for the whole step
+    assert sum(d.time_breakdown_s.values()) == pytest.approx(d.step_time_s, rel=1e-9)
+    # memory returns to its baseline (model states + workspace) when the step is over
+    for stage in graph.stages:
+        label = next(k for k in d.timeline.memory if k.endswith(f"(stage {stage.stage})"))
+        assert d.timeline.memory[label][-1][1] == pytest.approx(sum(stage.static_memory.values()), rel=1e-12)
+    # the simulated peak holds at least the analytic activation estimate, up to the workspace reserve
+    assert d.peak_memory_bytes >= a.memory_breakdown_bytes["activations"] - cluster.gpu.workspace_reserve_bytes
+    # and the two engines stay close on these small, uncontended cases
+    assert close(d.step_time_s, a.step_time_s, 0.05)
+
+
+# -- symmetry: one representative per stage equals simulating every rank ---------------------------------------------
+
+SYMMETRY_CASES = [
+    ("gpt3-1.3b", "dgx-a100", "dp=2,tp=4,pp=2,micro_batch=1,global_batch=8,sequence_parallel=true"),
+    ("gpt3-350m", "dgx-a100", "dp=8,tp=2,pp=2,micro_batch=1,global_batch=32,zero=1,remat=selective"),
+    ("gpt3-125m", "dgx-1", "dp=4,tp=2,pp=2,micro_batch=1,global_batch=16"),  # two GPUs share each NIC
+    ("gpt3-350m", "dgx-a100", "dp=16,tp=4,micro_batch=1,global_batch=32,dp_algorithm=hierarchical"),
+    ("gpt3-125m", "dgx-h100", "dp=16,micro_batch=1,global_batch=32,zero=3"),
+    ("gpt3-125m", "dgx-a100", "dp=2,tp=2,pp=4,micro_batch=1,global_batch=16,schedule=interleaved,virtual_stages=3"),
+]
+
+
+@pytest.mark.parametrize(("model", "hardware", "strategy"), SYMMETRY_CASES)
+def test_symmetric_and_full_modes_agree(model: str, hardware: str, strategy: str) -> None:
+    sym = des(model, hardware, strategy)
+    full = des(model, hardware, strategy, mode="full")
+    assert full.engine_stats["simulated_gpus"] == full.gpus <= 64
+    assert close(sym.step_time_s, full.step_time_s)
+    assert sym.peak_memory_bytes == full.peak_memory_bytes
+    assert sym.comm_bytes_per_gpu == pytest.approx(full.comm_bytes_per_gpu)
+
+
+# -- what-ifs -------------------------------------------------------------------------------------------------------
+
+
+def _critical_path(order: list[list[str]], fwd: list[float], bwd: list[float]) -> float:
+    """Makespan of per-stage pass orders when F_j on stage s needs F_j on s-1 and B_j needs B_j on s+1: the
+    longest path through the schedule's dependency graph, by arithmetic."""
+    p = len(order)
+    end: dict[tuple[str, int, int], float] = {}
+    pending = [list(o) for o in order]
+    clock = [0.0] * p
+    while any(pending):
+        progressed = False
+        for s in range(p):
+            while pending[s]:
+                kind, j = pending[s][0][0], int(pending[s][0][1:])
+                dep = (kind, s - 1, j) if kind == "F" else (kind, s + 1, j)
+                if 0 <= dep[1] < p and dep not in end:
+                    break
+                start = max(clock[s], end.get(dep, 0.0))
+                clock[s] = end[(kind, s, j)] = start + (fwd[s] if kind == "F" else bwd[s])
+                pending[s].pop(0)
+                progressed = True
+        assert progressed, "deadlock"
+    return max(clock)
+
+
+def test_straggler_raises_the_step_by_the_critical_path() -> None:
+    """1F1B with stage 2 running 1.5x slower: the step grows by what the schedule's critical path predicts for the
+    per-stage forward and backward times of the lowered task graph."""
+    strategy = "dp=1,tp=1,pp=4,micro_batch=1,global_batch=16,schedule=1f1b"
+    base = des("gpt3-1.3b", "dgx-a100", strategy)
+    slow = des("gpt3-1.3b", "dgx-a100", strategy, stragglers={2: 1.5})
+    graph = lower(load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=4), Strategy.parse(strategy))
+    m = graph.num_microbatches
+    fwd = [sum(t.duration_s for t in st.tasks if t.category == "forward") / m for st in graph.stages]
+    bwd = [sum(t.duration_s for t in st.tasks if t.category == "backward") / m for st in graph.stages]
+    order = [[f"{op.kind}{op.microbatch}" for op in get_schedule("1f1b").order(s, 4, m, 1)] for s in range(4)]
+    factor = [1.5 if s == 2 else 1.0 for s in range(4)]
+    slow_f = [f * k for f, k in zip(fwd, factor, strict=True)]
+    predicted = _critical_path(order, slow_f, [b * k for b, k in zip(bwd, factor, strict=True)])
+    predicted -= _critical_path(order, fwd, bwd)
+    assert close(slow.step_time_s - base.step_time_s, predicted)
+    assert slow.stage_time_breakdown_s[2]["compute"] == pytest.approx(1.5 * base.stage_time_breakdown_s[2]["compute"])
+
+
+def test_failed_nic_is_rerouted_not_ignored() -> None:
+    strategy = "dp=2,tp=8,micro_batch=1,global_batch=8"
+    base = des("gpt3-1.3b", "dgx-a100", strategy)
+    failed = des("gpt3-1.3b", "dgx-a100", strategy, failed_links=["node0/nic0"])
+    assert base.engine_stats["rerouted_pairs"] == 0
+    assert failed.engine_stats["rerouted_pairs"] > 0
+    assert failed.step_time_s > base.step_time_s  # GPU 0's traffic now shares a neighbour's NIC
+    with pytest.raises(PlansimError, match="nic"):
+        des("gpt3-1.3b", "dgx-a100", strategy, failed_links=[f"node0/nic{i}" for i in range(8)])
+
+
+def test_degraded_link_slows_only_what_crosses_it() -> None:
+    strategy = "dp=2,tp=8,micro_batch=1,global_batch=8,overlap_grad_reduce=false"
+    base = des("gpt3-1.3b", "dgx-a100", strategy)
+    slow = des("gpt3-1.3b", "dgx-a100", strategy, link_factors={"node0/nic0": 0.25})
+    assert slow.step_time_s > base.step_time_s
+    assert slow.time_breakdown_s["compute"] == pytest.approx(base.time_breakdown_s["compute"])
+
+
+def test_jitter_is_seeded_and_mean_preserving() -> None:
+    strategy = "dp=1,tp=1,pp=2,micro_batch=1,global_batch=8"
+    a = des("gpt3-125m", "dgx-a100", strategy, jitter=0.1, seed=3)
+    b = des("gpt3-125m", "dgx-a100", strategy, jitter=0.1, seed=3)
+    c = des("gpt3-125m", "dgx-a100", strategy, jitter=0.1, seed=4)
+    base = des("gpt3-125m", "dgx-a100", strategy)
+    assert a.step_time_s == b.step_time_s != c.step_time_s
+    assert close(a.step_time_s, base.step_time_s, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"stragglers": {99: 1.5}}, "straggler rank 99"),
+        ({"stragglers": {0: 0.0}}, "must be > 0"),
+        ({"jitter": -1.0}, "jitter"),
+        ({"mode": "sideways"}, "mode 'sideways'"),
+        ({"failed_links": ["node9/nic0"]}, "node9/nic0"),
+    ],
+)
+def test_bad_what_ifs_are_clear_errors(kwargs: dict, words: str) -> None:
+    with pytest.raises(PlansimError, match=words):
+        des("gpt3-125m", "dgx-a100", "dp=8,micro_batch=1,global_batch=8", **kwargs)
+
+
+def test_what_ifs_need_the_des_engine() -> None:
+    with pytest.raises(PlansimError, match="engine='des'"):
+        plansim.simulate("gpt3-125m", "dgx-a100", "dp=8,micro_batch=1", jitter=0.1)
+
+
+# -- results ---------------------------------------------------------------------------------------------------------
+
+
+def test_out_of_memory_is_a_result() -> None:
+    r = des("gpt3-13b", "dgx-a100", "dp=8,micro_batch=4,global_batch=32")
+    assert not r.fits
+    assert "ran out of memory" in r.reason and "largest" in r.reason
+
+
+def test_result_carries_the_contract_and_the_des_extras() -> None:
+    r = des("gpt3-125m", "dgx-a100", "dp=2,tp=2,pp=2,micro_batch=1,global_batch=8")
+    d = r.to_dict()
+    assert d["engine"] == "des" and "timeline" not in d
+    assert set(d["time_breakdown_s"]) == {"compute", "recompute", "exposed_comm", "bubble", "optimizer"}
+    assert set(d["memory_breakdown_bytes"]) == {"weights", "gradients", "optimizer", "activations", "workspace"}
+    assert len(d["stage_time_breakdown_s"]) == 2
+    assert d["busiest_links"] and all(0 < x["utilization"] <= 1 for x in d["busiest_links"])
+    assert all(0 < u <= 1 for u in r.timeline.link_utilization.values())
