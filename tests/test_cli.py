@@ -234,3 +234,53 @@ def test_help_does_not_import_heavy_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_des_engine_json_and_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "out" / "trace.json"
+    r = run(
+        "simulate",
+        *GOOD,
+        "--strategy",
+        "dp=2,tp=2,pp=2,micro_batch=1,global_batch=8",
+        "--engine",
+        "des",
+        "--format",
+        "json",
+        "--trace",
+        str(trace),
+    )
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["engine"] == "des" and data["stage_time_breakdown_s"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["ph"] for e in events} >= {"X", "C", "M"}
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"gpu0 (stage 0)", "gpu4 (stage 1)"}
+
+
+def test_des_table_shows_stages_and_links() -> None:
+    r = run("simulate", *GOOD, "--strategy", "dp=2,tp=2,pp=2,micro_batch=1,global_batch=8", "--engine", "des")
+    assert r.exit_code == 0, r.output
+    assert "per stage" in r.stdout and "busiest links" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--straggler", "x"], "--straggler 'x': expected RANK=FACTOR"),
+        (["--degrade-link", "node0/nic0"], "expected LINK=FACTOR"),
+        (["--straggler", "99=1.5"], "straggler rank 99"),
+        (["--fail-link", "nowhere"], "nowhere"),
+        (["--mode", "sideways"], "mode 'sideways'"),
+    ],
+)
+def test_des_bad_what_ifs_exit_2(extra: list[str], words: str) -> None:
+    r = run("simulate", *GOOD, "--strategy", STRAT, "--engine", "des", *extra)
+    assert r.exit_code == 2
+    assert words in r.output and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_what_ifs_without_des_exit_2() -> None:
+    for extra in (["--trace", "t.json"], ["--jitter", "0.1"]):
+        r = run("simulate", *GOOD, "--strategy", STRAT, *extra)
+        assert r.exit_code == 2 and "des" in r.output

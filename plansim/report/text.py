@@ -48,3 +48,24 @@ def print_result(r: Result, console: Console | None = None) -> None:
         _breakdown("memory on the worst GPU", {k: float(v) for k, v in r.memory_breakdown_bytes.items()}, "GB", GB)
     )
     console.print(_breakdown("bytes sent per GPU per step", r.comm_bytes_per_gpu, "GB", GB))
+    if r.stage_time_breakdown_s:
+        console.print(_stages(r))
+    if r.busiest_links:
+        t = Table(title="busiest links")
+        for col in ("link", "GB", "utilization"):
+            t.add_column(col, justify="left" if col == "link" else "right")
+        for link in r.busiest_links[:5]:
+            t.add_row(link["link"], f"{link['bytes'] / GB:,.2f}", f"{link['utilization']:.1%}")
+        console.print(t)
+
+
+def _stages(r: Result) -> Table:
+    """Per pipeline stage: where its step time goes (the discrete-event engine's view) and its memory peak."""
+    t = Table(title="per stage (ms; peak GB)")
+    parts = list(r.stage_time_breakdown_s[0])
+    for col in ("stage", *parts, "peak GB"):
+        t.add_column(col, justify="right")
+    for i, parts_s in enumerate(r.stage_time_breakdown_s):
+        peak = r.stage_peak_memory_bytes[i] / GB if i < len(r.stage_peak_memory_bytes) else float("nan")
+        t.add_row(str(i), *(f"{parts_s[p] * 1e3:,.1f}" for p in parts), f"{peak:.2f}")
+    return t
