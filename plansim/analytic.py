@@ -19,6 +19,7 @@ from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
 from plansim.costs.memory import model_state_bytes, stage_activation_bytes
+from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.result import Result
@@ -29,11 +30,6 @@ from plansim.units import GB, dtype_bytes
 from plansim.workload import ModelSpec, build_graph
 
 __all__ = ["simulate_analytic"]
-
-# Fused Adam reads and writes fp32 master weights, momentum and variance (3 x 8 bytes), reads the gradient and
-# writes the low-precision weights: a memory-bound kernel (bytes per parameter, gradient bytes added separately).
-_ADAM_BYTES_MIXED = 3 * 8 + 2
-_ADAM_BYTES_FP32 = 3 * 8
 
 
 @dataclass(frozen=True)
@@ -211,7 +207,7 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     if dp <= 1:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    grad_bytes = stage.params * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
+    grad_bytes = stage.params * grad_bytes_per_param(s)
     weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
     link, kw = _allreduce_links(cluster, s, dp)
     shard_alg = "butterfly" if s.dp_algorithm == "butterfly" else "ring"
@@ -241,17 +237,14 @@ def _embedding_sync(cluster: Cluster, s: Strategy, model: ModelSpec) -> tuple[fl
     pipeline stage), which Megatron-LM runs after backward, before the optimizer step."""
     if s.pp <= 1 or not model.tied_embeddings:
         return 0.0, 0.0
-    grad_bytes = _tied_copy_params(model, s) * (4 if s.fp32_grad_accum or not s.mixed_precision else 2)
+    grad_bytes = _tied_copy_params(model, s) * grad_bytes_per_param(s)
     link = cluster.p2p_link(0, (s.pp - 1) * s.tp * (s.dp or 1))
     return _price("all_reduce", "ring", 2, grad_bytes, link)
 
 
 def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
     """One fused Adam step over this rank's parameters (its 1/dp share under ZeRO >= 1): memory-bound."""
-    local = params / ((s.dp or 1) if s.zero >= 1 else 1)
-    grad_b = 4 if s.fp32_grad_accum or not s.mixed_precision else 2
-    per_param = (_ADAM_BYTES_MIXED if s.mixed_precision else _ADAM_BYTES_FP32) + grad_b
-    return kernels.kernel_time("elementwise", 0.0, local * per_param)
+    return optimizer_step_s(kernels, s, params)
 
 
 def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
