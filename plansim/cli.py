@@ -142,7 +142,12 @@ def simulate(
         seed=seed,
     )
     if trace:
-        path = result.timeline.write_trace(trace)
+        try:
+            path = result.timeline.write_trace(trace)
+        except OSError as err:
+            raise PlansimError(
+                f"--trace {trace}: cannot write it ({err.strerror}): choose a writable file path"
+            ) from None
         typer.echo(f"trace written to {path}", err=True)
     if fmt is OutputFormat.json:
         typer.echo(json.dumps(result.to_dict(), indent=2))

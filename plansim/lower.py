@@ -384,7 +384,7 @@ class _StageLowering:
         """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the next
         layer's (one layer ahead: it may start once the pass before the current one ended, so at most two layers'
         gathered weights are live). Returns the current layer's gather task, or -1 for a layer without weights."""
-        for i in (pos, pos + 1) if pos == 0 else (pos + 1,):
+        for i in (pos, pos + 1):
             if i >= len(order) or (mb, order[i], phase) in self.gathers:
                 continue
             lp = self.ctx.programs.get(order[i])

@@ -272,6 +272,9 @@ def test_des_table_shows_stages_and_links() -> None:
         (["--straggler", "99=1.5"], "straggler rank 99"),
         (["--fail-link", "nowhere"], "nowhere"),
         (["--mode", "sideways"], "mode 'sideways'"),
+        (["--straggler", "0=inf"], "finite"),
+        (["--jitter", "0.1", "--seed", "-5"], "seed must be >= 0"),
+        (["--trace", "/"], "--trace /: cannot write it"),
     ],
 )
 def test_des_bad_what_ifs_exit_2(extra: list[str], words: str) -> None:

@@ -350,6 +350,19 @@ def test_what_ifs_need_the_des_engine() -> None:
 # -- results ---------------------------------------------------------------------------------------------------------
 
 
+def test_zero3_on_a_model_without_an_embedding_layer() -> None:
+    d = des("mlp-small", "dgx-a100", "dp=8,micro_batch=4,global_batch=32,zero=3")
+    assert d.step_time_s > 0 and d.comm_bytes_per_gpu["zero"] > 0
+
+
+def test_embedding_sync_wait_is_bubble_not_communication() -> None:
+    """The last stage waits at the tied-embedding all-reduce for stage 0 to drain its pipeline: that wait is bubble."""
+    strategy = "dp=2,tp=2,pp=2,micro_batch=1,global_batch=16"
+    d = des("gpt3-1.3b", "dgx-a100", strategy)
+    a = plansim.simulate("gpt3-1.3b", "dgx-a100", strategy)
+    assert close(d.time_breakdown_s["bubble"], a.time_breakdown_s["bubble"], 0.05)
+
+
 def test_out_of_memory_is_a_result() -> None:
     r = des("gpt3-13b", "dgx-a100", "dp=8,micro_batch=4,global_batch=32")
     assert not r.fits

@@ -76,10 +76,14 @@ class WhatIf:
                 raise PlansimError(
                     f"straggler rank {rank} is outside the cluster: use a rank in 0..{cluster.num_gpus - 1}"
                 )
-            if not factor > 0:
-                raise PlansimError(f"straggler factor for rank {rank} must be > 0 (1.5 = 50% slower), got {factor}")
-        if not self.jitter >= 0:
-            raise PlansimError(f"jitter must be >= 0 (a standard deviation, e.g. 0.05), got {self.jitter}")
+            if not 0 < factor < math.inf:
+                raise PlansimError(
+                    f"straggler factor for rank {rank} must be > 0 and finite (1.5 = 50% slower), got {factor}"
+                )
+        if not 0 <= self.jitter < math.inf:
+            raise PlansimError(f"jitter must be >= 0 and finite (a standard deviation, e.g. 0.05), got {self.jitter}")
+        if self.seed < 0:
+            raise PlansimError(f"seed must be >= 0, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ class _Engine:
         self.width = graph.tp * graph.dp
         self.rng = np.random.default_rng(what_if.seed)
         self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
+        # when a collective really started (its last member arrived), per (rank, task index) of each member
+        self.comm_start: dict[tuple[int, int], float] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
         self.devices: dict[int, _Device] = {}
         offsets = range(self.width) if mode == "full" else range(1)
@@ -187,11 +193,13 @@ class _Engine:
             for name, n_bytes, cat in task.alloc:
                 dev.mem.alloc(name, n_bytes, start, cat)
             if task.comm is not None:
-                yield self._communicate(dev, task.name, task.comm)
+                done = self._communicate(dev, i, task.comm)
+                yield done
+                start = self.comm_start.pop((dev.rank, i), start)
             elif task.duration_s > 0:
                 d = task.duration_s * dev.factor
                 if jitter:
-                    d *= math.exp(jitter * self.rng.standard_normal() - jitter * jitter / 2)
+                    d *= self._jitter_factor(jitter)
                 yield env.timeout(d)
             end = env.now
             for name in task.free:
@@ -201,6 +209,13 @@ class _Engine:
             ev = dev.events.get(i)
             if ev is not None:
                 ev.succeed()
+
+    def _jitter_factor(self, sigma: float) -> float:
+        """A log-normal factor with mean 1 per rank; in symmetric mode the representative stands for ``tp`` ranks in
+        lockstep, whose next collective waits for the slowest of their draws."""
+        draws = 1 if self.mode == "full" else self.graph.tp
+        z = float(self.rng.standard_normal(draws).max())
+        return math.exp(sigma * z - sigma * sigma / 2)
 
     def _event(self, dev: _Device, stage: int, j: int) -> simpy.Event:
         return self.devices[stage * self.width + dev.offset].events[j]
@@ -232,18 +247,23 @@ class _Engine:
             return tuple(range(self.graph.tp))
         return tuple(range(self.width))
 
-    def _communicate(self, dev: _Device, name: str, comm: Comm) -> simpy.Event:
+    def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
+        """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived."""
         members = self.members(dev, comm)
         done = self.env.event()
         if comm.group == "pp":
             self.env.process(self._collective(comm, members, done))
             return done
         participants = sum(1 for r in members if r in self.devices)
-        key = (name, members)
-        entry = self.rendezvous.setdefault(key, [0, done])
+        key = (dev.program.tasks[index].name, members)
+        entry = self.rendezvous.setdefault(key, [0, done, []])
         entry[0] += 1
+        entry[2].append((dev.rank, index))
         if entry[0] == participants:
             del self.rendezvous[key]
+            if participants > 1:
+                for waiter in entry[2]:
+                    self.comm_start[waiter] = self.env.now
             self.env.process(self._collective(comm, members, entry[1]))
         return entry[1]
 
@@ -361,10 +381,9 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             if deps:
                 owner, j = max(deps, key=lambda d: d[0].end[d[1]])
                 category = owner.program.tasks[j].category
-                if category == "send":
+                if category == "send" or category in _DP_COMM:
+                    # the transfer's own time; waiting for a peer to reach the collective is pipeline drain
                     comm_part = min(gap, owner.end[j] - owner.start[j])
-                elif category in _DP_COMM:
-                    comm_part = gap
             out["exposed_comm"] += comm_part
             out["bubble"] += gap - comm_part
         elapsed = end - start
@@ -436,7 +455,10 @@ def _result(
     per_stage: dict[int, list[_Device]] = defaultdict(list)
     for d in devices:
         per_stage[d.stage].append(d)
-    stage_breakdowns = [_breakdown(engine, per_stage[st][0], step) for st in sorted(per_stage)]
+    # per stage, the rank that worked longest (a straggler in full mode), else its first rank
+    stage_breakdowns = [
+        _breakdown(engine, max(per_stage[st], key=lambda d: d.factor), step) for st in sorted(per_stage)
+    ]
     busiest = max(
         range(len(stage_breakdowns)), key=lambda i: sum(stage_breakdowns[i][k] for k in ("compute", "recompute"))
     )
