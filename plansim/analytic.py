@@ -134,7 +134,9 @@ def _stage_cost(
     sched = get_schedule(s.schedule)
     m, v = s.num_microbatches, s.virtual_stages
     first, last = sched.ends_in_flight(s.pp, m, v)
-    ends_saved = sum(costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers)
+    ends_saved = sum(
+        costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
+    )
     activations = stage_activation_bytes(
         s.remat, [layer_activations(c, layer_input) for c in blocks], sched.in_flight(idx, s.pp, m, v), ends_saved
     )

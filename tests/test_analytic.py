@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import plansim
 from plansim.analytic import simulate_analytic
 from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import load_hardware
@@ -204,3 +205,12 @@ def test_weight_gradient_is_the_weight_half_of_each_gemm_backward(preset: str) -
         assert cost.bwd_s == pytest.approx(sum(kernels.backward(op) for op in ops))
         # ZB-H1's closed form is exact for equal stages when W <= F and W <= B (plansim.schedules._zb_h1_step_time).
         assert cost.bwd_weight_s <= cost.fwd_s and cost.bwd_weight_s <= cost.bwd_s - cost.bwd_weight_s
+
+
+@pytest.mark.parametrize(
+    "strategy", ["dp=8,micro_batch=4,global_batch=32,zero=3", "dp=4,pp=2,micro_batch=4,global_batch=32"]
+)
+def test_models_without_an_embedding_layer_price(strategy: str) -> None:
+    """mlp-small has no layer -1: the stage's end layers are only those the graph has."""
+    r = plansim.simulate("mlp-small", "dgx-a100", strategy)
+    assert r.step_time_s > 0 and r.fits
