@@ -16,18 +16,18 @@ from typing import Any
 import networkx as nx
 
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
-from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
 from plansim.costs.memory import model_state_bytes, stage_activation_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
-from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
-from plansim.result import Result
+from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
-from plansim.strategy import Strategy, check_strategy
+from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
+from plansim.strategy import Strategy
 from plansim.units import GB, dtype_bytes
-from plansim.workload import ModelSpec, build_graph
+from plansim.workload import ModelSpec
 
 __all__ = ["simulate_analytic"]
 
@@ -68,21 +68,12 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     Raises ``PlansimError`` when the strategy cannot run (each violation named); a strategy that runs but does not
     fit in memory is a result with ``fits=False`` and a reason.
     """
-    s = strategy.resolve(cluster)
-    problems = check_strategy(s, model, cluster)
-    if problems:
-        raise PlansimError("; ".join(problems))
-    act_bytes = dtype_bytes(s.compute_dtype)
-    graph = build_graph(
-        model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
-    )
-    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
+    prep = prepare_step(model, cluster, strategy)
+    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
     tp_link = cluster.group_link(s.tp, 1)
     costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
-    # Megatron's scatter/gather optimization sends 1/tp of the activation per rank (Narayanan et al. 2021 sec 4.1);
-    # with sequence parallelism the activation is already split.
-    p2p_bytes = graph.graph["layer_input_bytes"] / (s.tp if s.tp > 1 and not s.sequence_parallel else 1)
+    p2p_bytes = p2p_message_bytes(graph, s)
     stages = [
         _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, _p2p(cluster, s, idx, p2p_bytes))
         for idx, layers in enumerate(layout)
@@ -129,8 +120,8 @@ def _stage_cost(
     every = blocks + ends
     recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
     params = round(sum(c.params for c in every))
-    if idx == s.pp - 1 and s.pp > 1 and model.tied_embeddings:
-        params += _tied_copy_params(model, s)
+    if idx == s.pp - 1:
+        params += tied_copy_params(model, s)
     sched = get_schedule(s.schedule)
     m, v = s.num_microbatches, s.virtual_stages
     first, last = sched.ends_in_flight(s.pp, m, v)
@@ -155,11 +146,6 @@ def _stage_cost(
         num_layers=max(1, len(blocks)),
         bwd_weight_s=sum(c.bwd_weight_s for c in every),
     )
-
-
-def _tied_copy_params(model: ModelSpec, s: Strategy) -> int:
-    """Megatron-LM keeps a copy of the tied word embeddings (vocab-parallel: ceil(V/t) rows) on the last stage."""
-    return math.ceil(model.vocab / s.tp) * model.hidden
 
 
 def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
@@ -189,9 +175,7 @@ def _allreduce_links(cluster: Cluster, s: Strategy, dp: int) -> tuple[Link, dict
     inter-node link as keyword arguments of ``collective_time``."""
     if s.dp_algorithm != "hierarchical":
         return cluster.group_link(dp, s.tp), {}
-    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
-    while dp % local:
-        local -= 1
+    local = hierarchical_local(cluster, s, dp)
     inter = cluster.group_link(dp // local, s.tp * local)
     return cluster.group_link(local, s.tp), {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
 
@@ -212,7 +196,7 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     grad_bytes = stage.params * grad_bytes_per_param(s)
     weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
     link, kw = _allreduce_links(cluster, s, dp)
-    shard_alg = "butterfly" if s.dp_algorithm == "butterfly" else "ring"
+    shard_alg = shard_algorithm(s)
     base = cluster.group_link(dp, s.tp)
     buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
 
@@ -237,9 +221,10 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
 def _embedding_sync(cluster: Cluster, s: Strategy, model: ModelSpec) -> tuple[float, float]:
     """(seconds, bytes sent) of the all-reduce between the two copies of tied embeddings' gradients (first and last
     pipeline stage), which Megatron-LM runs after backward, before the optimizer step."""
-    if s.pp <= 1 or not model.tied_embeddings:
+    tied = tied_copy_params(model, s)
+    if not tied:
         return 0.0, 0.0
-    grad_bytes = _tied_copy_params(model, s) * grad_bytes_per_param(s)
+    grad_bytes = tied * grad_bytes_per_param(s)
     link = cluster.p2p_link(0, (s.pp - 1) * s.tp * (s.dp or 1))
     return _price("all_reduce", "ring", 2, grad_bytes, link)
 
@@ -318,14 +303,14 @@ def _assemble(
         gpus=n,
         strategy=s.model_dump(),
         engine="analytic",
-        step_time_s=step,
-        tokens_per_s=s.batch * model.seq_len / step,
-        model_flops_per_step=model_fl,
-        hardware_flops_per_step=hw_fl,
-        model_tflops_per_gpu=model_fl / step / n / 1e12,
-        hardware_tflops_per_gpu=hw_fl / step / n / 1e12,
-        mfu=model_fl / step / n / peak_fl,
-        hfu=hw_fl / step / n / peak_fl,
+        **step_rates(
+            step_s=step,
+            tokens=s.batch * model.seq_len,
+            model_flops=model_fl,
+            hardware_flops=hw_fl,
+            gpus=n,
+            peak_flops=peak_fl,
+        ),
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
         memory_breakdown_bytes=mem[worst],

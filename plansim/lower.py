@@ -27,20 +27,21 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.kernels import KernelCostModel
+from plansim.costs.layers import weight_gradient_s
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
-from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
-from plansim.strategy import Strategy, check_strategy
+from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
+from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.units import dtype_bytes
-from plansim.workload import ModelSpec, build_graph
+from plansim.workload import ModelSpec
 from plansim.workload.graph import MATMUL_KINDS
 
-__all__ = ["LayerProgram", "Segment", "hierarchical_local", "layer_programs", "lower"]
+__all__ = ["LayerProgram", "Segment", "layer_programs", "lower"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,23 +117,11 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, tp: int) -> dict
         bwd = kernels.backward(op)
         # A GEMM's backward is two kernels of half its backward FLOPs: input gradient and, for ops with weights,
         # weight gradient (kernels.backward); split schedules run the latter as a separate W pass (Qi et al. 2023).
-        wgrad = (
-            kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
-            if op["kind"] in MATMUL_KINDS and op["params"] > 0
-            else 0.0
-        )
+        wgrad = weight_gradient_s(op, kernels)
         _append(lp.bwd, bwd)
         _append(lp.bwd_input, bwd - wgrad)
         lp.wgrad_s += wgrad
     return programs
-
-
-def hierarchical_local(cluster: Cluster, s: Strategy, dp: int) -> int:
-    """Node-local group size of a hierarchical all-reduce among ``dp`` ranks ``tp`` apart (divides ``dp``)."""
-    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
-    while dp % local:
-        local -= 1
-    return local
 
 
 def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, segment_start: bool) -> float:
@@ -184,9 +173,7 @@ class _StageLowering:
         self.gathers: dict[tuple[int, int, str], int] = {}
         # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
         # gradient is reduced with the output layer's and synchronized with stage 0's copy after backward.
-        model = ctx.model
-        tied_copy = stage == self.s.pp - 1 and self.s.pp > 1 and model.tied_embeddings
-        self.tied_params = math.ceil(model.vocab / self.s.tp) * model.hidden if tied_copy else 0
+        self.tied_params = tied_copy_params(ctx.model, self.s) if stage == self.s.pp - 1 else 0
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _compute(self, task: Task) -> int:
@@ -377,9 +364,6 @@ class _StageLowering:
         self.ctx.sends[(direction, mb, g)] = (self.stage, idx)
 
     # -- data parallelism --------------------------------------------------------------------------------------
-    def _shard_alg(self) -> str:
-        return "butterfly" if self.s.dp_algorithm == "butterfly" else "ring"
-
     def _gather(self, mb: int, order: list[int], pos: int, phase: str) -> int:
         """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the next
         layer's (one layer ahead: it may start once the pass before the current one ended, so at most two layers'
@@ -391,7 +375,7 @@ class _StageLowering:
             if lp is None or lp.params <= 0:
                 self.gathers[(mb, order[i], phase)] = -1
                 continue
-            comm = Comm("all_gather", self._shard_alg(), "dp", lp.params * self.ctx.weight_b, "zero")
+            comm = Comm("all_gather", shard_algorithm(self.s), "dp", lp.params * self.ctx.weight_b, "zero")
             deps = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
             self.gathers[(mb, order[i], phase)] = self._dp(
                 Task(
@@ -414,7 +398,7 @@ class _StageLowering:
             return
         n_bytes = params * self.ctx.grad_b
         if self.zero3:
-            comm = Comm("reduce_scatter", self._shard_alg(), "dp", n_bytes, "dp")
+            comm = Comm("reduce_scatter", shard_algorithm(self.s), "dp", n_bytes, "dp")
             self._dp(
                 Task(f"rs{mb}.L{layer}", "dp", "grad_reduce", comm=comm, deps=((self.stage, task),), microbatch=mb)
             )
@@ -435,7 +419,7 @@ class _StageLowering:
             local = hierarchical_local(ctx.cluster, s, self.dp) if s.dp_algorithm == "hierarchical" else None
             comm = Comm("all_reduce", s.dp_algorithm, "dp", self.bucket[0], "dp", local=local)
         else:
-            comm = Comm("reduce_scatter", self._shard_alg(), "dp", self.bucket[0], "dp")
+            comm = Comm("reduce_scatter", shard_algorithm(self.s), "dp", self.bucket[0], "dp")
         self._dp(
             Task(
                 f"reduce{mb}.{self.last_dp + 1}",
@@ -459,8 +443,8 @@ class _StageLowering:
         self._flush_bucket(s.num_microbatches - 1)
         params = sum(ctx.programs[x].params for c in ctx.chunks[self.stage :: s.pp] for x in c if x in ctx.programs)
         params += self.tied_params
-        if s.pp > 1 and model.tied_embeddings and self.stage in (0, s.pp - 1):
-            tied = math.ceil(model.vocab / s.tp) * model.hidden
+        tied = tied_copy_params(model, s)
+        if tied and self.stage in (0, s.pp - 1):
             comm = Comm("all_reduce", "ring", "emb", tied * ctx.grad_b, "dp")
             self._dp(Task("embedding_sync", "dp", "embedding_sync", comm=comm, deps=((self.stage, self.last_compute),)))
         deps = [(self.stage, self.last_compute)]
@@ -470,7 +454,7 @@ class _StageLowering:
             Task("optimizer", "compute", "optimizer", optimizer_step_s(self.kernels, s, params), deps=tuple(deps))
         )
         if s.zero in (1, 2) and self.dp > 1:
-            comm = Comm("all_gather", self._shard_alg(), "dp", params * ctx.weight_b, "zero")
+            comm = Comm("all_gather", shard_algorithm(self.s), "dp", params * ctx.weight_b, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         states = model_state_bytes(
             params, self.dp, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
@@ -488,15 +472,8 @@ def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
     from plansim.workload import model_flops
 
-    s = strategy.resolve(cluster)
-    problems = check_strategy(s, model, cluster)
-    if problems:
-        raise PlansimError("; ".join(problems))
-    act_bytes = dtype_bytes(s.compute_dtype)
-    graph = build_graph(
-        model, micro_batch=s.micro_batch, tp=s.tp, sequence_parallel=s.sequence_parallel, act_bytes=act_bytes
-    )
-    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
+    prep = prepare_step(model, cluster, strategy)
+    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
     programs = layer_programs(graph, kernels, s.tp)
     layer_input = graph.graph["layer_input_bytes"]
     ctx = _Ctx(
@@ -506,8 +483,7 @@ def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         programs=programs,
         chunks=chunk_layers(model.layers, s.pp, s.virtual_stages),
         layer_input=layer_input,
-        # Megatron's scatter/gather optimization: 1/tp of the activation per rank (Narayanan et al. 2021, sec 4.1)
-        p2p_bytes=layer_input / (s.tp if s.tp > 1 and not s.sequence_parallel else 1),
+        p2p_bytes=p2p_message_bytes(graph, s),
         grad_b=grad_bytes_per_param(s),
         weight_b=dtype_bytes(s.compute_dtype),
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["Result"]
+__all__ = ["Result", "StepRates", "step_rates"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,33 @@ class Result:
 def _plain(value: Any) -> Any:
     """A JSON-ready deep copy (dicts and lists copied so callers cannot mutate the frozen result)."""
     return copy.deepcopy(value)
+
+
+class StepRates(TypedDict):
+    """The Result fields ``step_rates`` fills."""
+
+    step_time_s: float
+    tokens_per_s: float
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+
+
+def step_rates(
+    *, step_s: float, tokens: float, model_flops: float, hardware_flops: float, gpus: int, peak_flops: float
+) -> StepRates:
+    """The Result fields that follow from the step time: throughput, FLOP rates per GPU, MFU and HFU (model FLOPs
+    exclude recompute, hardware FLOPs include it: Korthikanti et al. 2022, sec 6)."""
+    return StepRates(
+        step_time_s=step_s,
+        tokens_per_s=tokens / step_s,
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        model_tflops_per_gpu=model_flops / step_s / gpus / 1e12,
+        hardware_tflops_per_gpu=hardware_flops / step_s / gpus / 1e12,
+        mfu=model_flops / step_s / gpus / peak_flops,
+        hfu=hardware_flops / step_s / gpus / peak_flops,
+    )

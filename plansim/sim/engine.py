@@ -33,7 +33,7 @@ from plansim.costs.collectives import bytes_sent_per_rank, schedule
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.lower import lower
-from plansim.result import Result
+from plansim.result import Result, step_rates
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId
 from plansim.sim.routing import Fabric
@@ -500,14 +500,14 @@ def _result(
         gpus=n,
         strategy=s.model_dump(),
         engine="des",
-        step_time_s=step,
-        tokens_per_s=s.batch * model.seq_len / step,
-        model_flops_per_step=graph.model_flops,
-        hardware_flops_per_step=graph.hardware_flops,
-        model_tflops_per_gpu=graph.model_flops / step / n / 1e12,
-        hardware_tflops_per_gpu=graph.hardware_flops / step / n / 1e12,
-        mfu=graph.model_flops / step / n / peak_fl,
-        hfu=graph.hardware_flops / step / n / peak_fl,
+        **step_rates(
+            step_s=step,
+            tokens=s.batch * model.seq_len,
+            model_flops=graph.model_flops,
+            hardware_flops=graph.hardware_flops,
+            gpus=n,
+            peak_flops=peak_fl,
+        ),
         fits=fits,
         peak_memory_bytes=int(worst.mem.peak_bytes),
         memory_breakdown_bytes=mem,

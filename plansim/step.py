@@ -1,0 +1,83 @@
+"""What both engines derive from (model, cluster, strategy) before pricing a step: one definition each.
+
+``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank and the
+kernel cost model; the helpers give the Megatron-LM quantities both engines use (pipeline message size, the tied
+embedding copy on the last stage, the node-local group of a hierarchical all-reduce, the sharded collectives'
+algorithm).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.strategy import Strategy, check_strategy
+from plansim.units import dtype_bytes
+from plansim.workload import ModelSpec, build_graph
+
+__all__ = [
+    "PreparedStep",
+    "hierarchical_local",
+    "p2p_message_bytes",
+    "prepare_step",
+    "shard_algorithm",
+    "tied_copy_params",
+]
+
+
+@dataclass(frozen=True)
+class PreparedStep:
+    """The resolved strategy, the op graph of one micro-batch on one TP rank, and the kernel cost model."""
+
+    strategy: Strategy
+    graph: nx.DiGraph
+    kernels: KernelCostModel
+
+
+def prepare_step(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> PreparedStep:
+    """Resolve and check ``strategy``; raises ``PlansimError`` naming every violation."""
+    s = strategy.resolve(cluster)
+    problems = check_strategy(s, model, cluster)
+    if problems:
+        raise PlansimError("; ".join(problems))
+    graph = build_graph(
+        model,
+        micro_batch=s.micro_batch,
+        tp=s.tp,
+        sequence_parallel=s.sequence_parallel,
+        act_bytes=dtype_bytes(s.compute_dtype),
+    )
+    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
+    return PreparedStep(s, graph, kernels)
+
+
+def p2p_message_bytes(graph: nx.DiGraph, s: Strategy) -> float:
+    """Bytes one rank sends per pipeline boundary and micro-batch: Megatron's scatter/gather optimization sends
+    1/tp of the activation per rank (Narayanan et al. 2021, sec 4.1); with sequence parallelism it is already split."""
+    return float(graph.graph["layer_input_bytes"]) / (s.tp if s.tp > 1 and not s.sequence_parallel else 1)
+
+
+def tied_copy_params(model: ModelSpec, s: Strategy) -> int:
+    """Megatron-LM keeps a copy of tied word embeddings (vocab-parallel: ceil(V/tp) rows) on the last stage when
+    pp > 1; 0 when there is none."""
+    if s.pp <= 1 or not model.tied_embeddings:
+        return 0
+    return math.ceil(model.vocab / s.tp) * model.hidden
+
+
+def hierarchical_local(cluster: Cluster, s: Strategy, dp: int) -> int:
+    """Node-local group size of a hierarchical all-reduce among ``dp`` ranks ``tp`` apart (divides ``dp``)."""
+    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
+    while dp % local:
+        local -= 1
+    return local
+
+
+def shard_algorithm(s: Strategy) -> str:
+    """ZeRO's reduce-scatter and all-gather run as butterflies when the DP all-reduce is one, else as rings."""
+    return "butterfly" if s.dp_algorithm == "butterfly" else "ring"
