@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
@@ -24,12 +24,23 @@ from plansim.hardware import Cluster, Link
 from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
-from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
+from plansim.step import (
+    PreparedStep,
+    hierarchical_local,
+    p2p_message_bytes,
+    prepare_step,
+    shard_algorithm,
+    tied_copy_params,
+    tp_pricer,
+)
 from plansim.strategy import Strategy
 from plansim.units import GB, dtype_bytes
 from plansim.workload import ModelSpec
 
-__all__ = ["simulate_analytic"]
+if TYPE_CHECKING:
+    from plansim.remat.plan import StageRemat
+
+__all__ = ["milp_stage_plans", "simulate_analytic"]
 
 
 @dataclass(frozen=True)
@@ -70,14 +81,17 @@ def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) ->
     """
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    tp_link = cluster.group_link(s.tp, 1)
-    costs = layer_costs(graph, kernels, lambda coll, n: _price(coll, "ring", s.tp, n, tp_link))
+    costs = layer_costs(graph, kernels, tp_pricer(cluster, s))
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
     p2p_bytes = p2p_message_bytes(graph, s)
+    plans = milp_stage_plans(prep, cluster, model, costs) if s.remat == "milp" else {}
     stages = [
-        _stage_cost(layers, costs, s, model, graph.graph["layer_input_bytes"], idx, _p2p(cluster, s, idx, p2p_bytes))
+        _stage_cost(
+            layers, costs, s, model, graph.graph["layer_input_bytes"], idx, _p2p(cluster, s, idx, p2p_bytes),
+            plans.get(idx),
+        )
         for idx, layers in enumerate(layout)
-    ]
+    ]  # fmt: skip
     return _assemble(model, cluster, s, graph, kernels, stages)
 
 
@@ -114,23 +128,25 @@ def _stage_cost(
     layer_input: float,
     idx: int,
     p2p: tuple[float, float],
+    plan: StageRemat | None = None,
 ) -> StageCost:
     blocks = [costs[i] for i in layers if 0 <= i < model.layers]
     ends = [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
     every = blocks + ends
-    recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
-    params = round(sum(c.params for c in every))
-    if idx == s.pp - 1:
-        params += tied_copy_params(model, s)
-    sched = get_schedule(s.schedule)
-    m, v = s.num_microbatches, s.virtual_stages
-    first, last = sched.ends_in_flight(s.pp, m, v)
-    ends_saved = sum(
-        costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
-    )
-    activations = stage_activation_bytes(
-        s.remat, [layer_activations(c, layer_input) for c in blocks], sched.in_flight(idx, s.pp, m, v), ends_saved
-    )
+    params = _stage_params(layers, costs, s, model, idx)
+    ends_saved = _ends_saved(layers, costs, s, model)
+    if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
+        recompute_s, recompute_tp_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
+        activations = plan.activation_bytes + ends_saved
+    else:
+        recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
+        sched = get_schedule(s.schedule)
+        activations = stage_activation_bytes(
+            s.remat,
+            [layer_activations(c, layer_input) for c in blocks],
+            sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
+            ends_saved,
+        )
     return StageCost(
         fwd_s=sum(c.fwd_s for c in every),
         bwd_s=sum(c.bwd_s for c in every),
@@ -146,6 +162,54 @@ def _stage_cost(
         num_layers=max(1, len(blocks)),
         bwd_weight_s=sum(c.bwd_weight_s for c in every),
     )
+
+
+def _stage_params(layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, idx: int) -> int:
+    params = round(sum(costs[i].params for i in layers if i in costs))
+    return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
+
+
+def _ends_saved(layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec) -> float:
+    """Activations of the embedding and output layer on this stage, every micro-batch in flight there included."""
+    first, last = get_schedule(s.schedule).ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+    return sum(
+        costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
+    )
+
+
+def milp_stage_plans(
+    prep: PreparedStep, cluster: Cluster, model: ModelSpec, costs: dict[int, LayerCost] | None = None
+) -> dict[int, StageRemat]:
+    """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
+    leaves after model states, workspace and the embedding/output activations), with the stage's micro-batches in
+    flight. Both engines price the stage from it."""
+    from plansim.remat.plan import stage_remat
+
+    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
+    tp_comm = tp_pricer(cluster, s)
+    if costs is None:
+        costs = layer_costs(graph, kernels, tp_comm)
+    sched = get_schedule(s.schedule)
+    plans = {}
+    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages)):
+        blocks = [i for i in layers if 0 <= i < model.layers]
+        params = _stage_params(layers, costs, s, model, idx)
+        largest = max(costs[i].params for i in layers if i in costs)
+        static = sum(_static_bytes(cluster, s, params, largest).values())
+        budget = s.remat_budget
+        if budget is None:
+            budget = cluster.gpu.memory_bytes - static - _ends_saved(layers, costs, s, model)
+        plans[idx] = stage_remat(
+            graph,
+            blocks,
+            kernels,
+            tp_comm,
+            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
+            budget_bytes=budget,
+            granularity=s.remat_granularity,
+            time_limit_s=s.remat_time_limit_s,
+        )
+    return plans
 
 
 def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
@@ -238,16 +302,21 @@ def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
     """Per-device bytes of one stage. Under ZeRO-3 each layer's weights are gathered whole before use, and the next
     layer's are prefetched meanwhile (Rajbhandari et al. 2020 sec 5.3; PyTorch FSDP's default prefetch): two layers
     of gathered weights are live on top of the 1/dp shard."""
+    static = _static_bytes(cluster, s, stage.params, stage.largest_layer_params)
+    return {**static, "activations": round(stage.activations), "workspace": static.pop("workspace")}
+
+
+def _static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
+    """Weights (ZeRO-3: the shard plus two gathered layers), gradients, optimizer states and workspace."""
     states = model_state_bytes(
-        stage.params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
+        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
     )
     gathering = s.zero >= 3 and (s.dp or 1) > 1
-    gathered = 2 * stage.largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
+    gathered = 2 * largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
         "weights": round(states.weights + gathered),
         "gradients": round(states.gradients),
         "optimizer": round(states.optimizer),
-        "activations": round(stage.activations),
         "workspace": int(cluster.gpu.workspace_reserve_bytes),
     }
 

@@ -11,8 +11,10 @@ all-gather of the updated weights.
 
 Memory: model states and the workspace reserve are static; each layer's saved activations are allocated at its
 forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
-transient of the forward and is rebuilt by the recompute task; ZeRO-3's gathered weights live from their gather to
-the end of the pass that uses them.
+transient of the forward and is rebuilt by the recompute task (``remat: milp``: per block, what its stage's MILP
+schedule keeps from forward to backward and recomputes in the stages of the block's gradient nodes; recomputed
+tensor-parallel collectives run at their priced time inside that task); ZeRO-3's gathered weights live from their
+gather to the end of the pass that uses them.
 
 Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
 sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
@@ -32,6 +34,7 @@ from plansim.costs.layers import weight_gradient_s
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.hardware import Cluster
+from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
 from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
@@ -146,6 +149,8 @@ class _Ctx:
     p2p_bytes: float
     grad_b: int
     weight_b: int
+    # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
+    milp: dict[int, LayerRemat] = field(default_factory=dict)
     # cross-stage dependencies by key, resolved once every stage is built
     sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
@@ -227,6 +232,12 @@ class _StageLowering:
             last = idx
         return first, last
 
+    def _rebuilds(self, layer: int) -> bool:
+        """Whether remat rebuilds anything of this block (allocating ``r/`` and ``rk/`` for its backward)."""
+        if not self.ctx.is_block(layer) or self.s.remat == "none":
+            return False
+        return self.s.remat != "milp" or self.ctx.milp[layer].recompute_s > 0
+
     # -- passes ------------------------------------------------------------------------------------------------
     def forward(self, mb: int, g: int) -> None:
         ctx, s = self.ctx, self.s
@@ -238,7 +249,10 @@ class _StageLowering:
                 continue
             block = ctx.is_block(layer)
             seg_start = block and (layers.index(layer) - (1 if layers[0] < 0 else 0)) % k_seg == 0
-            stored = _stored(s.remat, lp, ctx.layer_input, block, seg_start)
+            if block and s.remat == "milp":
+                stored = min(lp.saved, ctx.milp[layer].stored_bytes)
+            else:
+                stored = _stored(s.remat, lp, ctx.layer_input, block, seg_start)
             # With backward split (ZB-H1), the weight GEMMs' inputs outlive B until the deferred W pass.
             keep = min(stored, lp.wgrad_saved) if self.split else 0.0
             alloc = [(f"a/{mb}/{layer}", stored - keep, "activations"), (f"k/{mb}/{layer}", keep, "activations")]
@@ -261,7 +275,7 @@ class _StageLowering:
             self._send("F", mb, g, +1)
 
     def backward(self, mb: int, g: int, *, input_only: bool) -> None:
-        ctx, s = self.ctx, self.s
+        ctx = self.ctx
         layers = ctx.chunks[g]
         blocks = [x for x in layers if ctx.is_block(x)]
         k_seg = math.ceil(math.sqrt(len(blocks) or 1))
@@ -270,7 +284,6 @@ class _StageLowering:
             lp = ctx.programs.get(layer)
             if lp is None:
                 continue
-            block = ctx.is_block(layer)
             wait = ("B", mb, g + 1) if pos == 0 and g < len(ctx.chunks) - 1 else None
             deps: tuple[tuple[int, int], ...] = ()
             frees: list[str] = []
@@ -279,14 +292,14 @@ class _StageLowering:
                 if gather >= 0:
                     deps = ((self.stage, gather),)
                     frees.append(f"g/{mb}/{layer}/b")
-            if block and s.remat != "none":
+            if self._rebuilds(layer):
                 wait, deps = self._recompute(mb, layer, blocks, k_seg, wait, deps, frees)
             frees.append(f"a/{mb}/{layer}")
-            if block and s.remat != "none":
+            if self._rebuilds(layer):
                 frees.append(f"r/{mb}/{layer}")
             if not self.split:
                 frees.append(f"k/{mb}/{layer}")
-                if block and s.remat != "none":
+                if self._rebuilds(layer):
                     frees.append(f"rk/{mb}/{layer}")
             segs = lp.bwd_input if input_only else lp.bwd
             _, last = self._run(
@@ -298,13 +311,13 @@ class _StageLowering:
             self._send("B", mb, g, -1)
 
     def weight_grad(self, mb: int, g: int) -> None:
-        ctx, s = self.ctx, self.s
+        ctx = self.ctx
         for layer in reversed(ctx.chunks[g]):
             lp = ctx.programs.get(layer)
             if lp is None:
                 continue
             frees = [f"k/{mb}/{layer}"]
-            if ctx.is_block(layer) and s.remat != "none":
+            if self._rebuilds(layer):
                 frees.append(f"rk/{mb}/{layer}")
             idx = self._compute(
                 Task(f"W{mb}.L{layer}", "compute", "weight_grad", lp.wgrad_s, free=tuple(frees), microbatch=mb)
@@ -324,6 +337,19 @@ class _StageLowering:
         """Emit the recompute a layer's backward needs; returns the (wait, deps) left for the backward itself."""
         ctx, s = self.ctx, self.s
         lp = ctx.programs[layer]
+        if s.remat == "milp":  # what the schedule recomputes in the stages of this block's gradient nodes
+            plan = ctx.milp[layer]
+            alloc = ((f"r/{mb}/{layer}", plan.rebuilt_bytes, "activations"), (f"rk/{mb}/{layer}", 0.0, "activations"))
+            self._run(
+                [Segment(plan.recompute_s)],
+                f"R{mb}.L{layer}",
+                "recompute",
+                mb,
+                first_deps=deps,
+                alloc=alloc,
+                wait_key=wait,
+            )
+            return None, ()
         if s.remat == "selective":
             segs = [Segment(lp.selective_s)]
             todo = [layer]
@@ -487,6 +513,13 @@ def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         grad_b=grad_bytes_per_param(s),
         weight_b=dtype_bytes(s.compute_dtype),
     )
+    milp_flops = 0.0
+    if s.remat == "milp":
+        from plansim.analytic import milp_stage_plans
+
+        for plan in milp_stage_plans(prep, cluster, model).values():
+            ctx.milp.update(plan.layers)
+            milp_flops += plan.recompute_flops
     sched = get_schedule(s.schedule)
     m, p, v = s.num_microbatches, s.pp, s.virtual_stages
     stages = []
@@ -508,7 +541,7 @@ def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         task = stages[stage].tasks[idx]
         task.deps = (*task.deps, ctx.sends[key])
     dp = s.dp or 1
-    recompute_flops = sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
+    recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
     model_fl = model_flops(graph) * s.tp * dp * m
     return TaskGraph(
         stages=stages,

@@ -5,13 +5,16 @@ default solver on both. Import this module only where a MILP is solved: PuLP is 
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pulp
 
 from plansim.errors import PlansimError
 
-__all__ = ["add_variable", "default_solver", "solve"]
+__all__ = ["SOLVERS", "SolveOutcome", "add_variable", "default_solver", "make_solver", "run_solver", "solve"]
 
 
 def add_variable(
@@ -49,3 +52,135 @@ def solve(prob: Any, msg: bool = False, time_limit_s: float | None = None) -> st
     outcome = prob.solve(default_solver(msg, time_limit_s))
     code = int(getattr(outcome, "status", outcome))
     return _STATUS_NAMES.get(code, f"status {code}")
+
+
+@dataclass(frozen=True)
+class SolveOutcome:
+    """An honest account of one solve.
+
+    ``status``: ``optimal`` (proven, within the gap limit), ``feasible`` (a solution, unproven: a limit stopped the
+    search), ``infeasible``, ``unbounded`` or ``no solution``. ``bound`` and ``gap`` as the solver reports them
+    (HiGHS does; PuLP's CBC interface does not: None).
+    """
+
+    solver: str
+    status: str
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    solve_time_s: float
+
+
+#: ``--solver`` choices: HiGHS through highspy, or CBC (bundled with PuLP 3.x; on PATH for PuLP 4.x).
+SOLVERS = ("highs", "cbc")
+
+
+def make_solver(
+    name: str,
+    msg: bool = False,
+    time_limit_s: float | None = None,
+    gap_abs: float | None = None,
+    start: dict[str, float] | None = None,
+) -> Any:
+    """A PuLP solver object for ``name`` (``highs`` or ``cbc``); PlansimError naming the fix when unavailable.
+
+    ``gap_abs`` stops the search once objective and bound are that close; ``start`` (variable name -> value) is a
+    feasible solution to start from (HiGHS: ``Highs.setSolution``; CBC: PuLP's warm start)."""
+    available = set(pulp.listSolvers(onlyAvailable=True))
+    if name == "highs":
+        if "HiGHS" not in available:
+            raise PlansimError("solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
+        return _StartedHiGHS(start, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else None)
+    if name == "cbc":
+        for cls in ("PULP_CBC_CMD", "COIN_CMD"):
+            if cls in available:
+                return getattr(pulp, cls)(
+                    msg=msg,
+                    timeLimit=time_limit_s,
+                    gapAbs=gap_abs,
+                    gapRel=0.0 if gap_abs else None,
+                    warmStart=bool(start),
+                )
+        raise PlansimError(
+            "solver cbc: no CBC found (PuLP >= 4 bundles none: install coinor-cbc), or use --solver highs"
+        )
+    raise PlansimError(f"unknown solver {name!r}: choose one of {', '.join(SOLVERS)}")
+
+
+# PuLP's solution-status codes (``LpProblem.sol_status``): unlike the solve status, they tell a proven optimum (1)
+# from a solution found before a time limit (2), in 3.x and 4.x alike.
+_SOLUTION_STATUS = {1: "optimal", 2: "feasible", 0: "no solution", -1: "infeasible", -2: "unbounded"}
+
+
+def run_solver(
+    prob: Any,
+    solver: str = "highs",
+    *,
+    time_limit_s: float | None = None,
+    gap: float | None = None,
+    start: dict[str, float] | None = None,
+) -> SolveOutcome:
+    """Solve ``prob`` and report what is proven: a time-out with a solution is ``feasible``, not ``optimal``.
+
+    ``gap`` is relative to the whole objective, constant term included (PuLP hands the solver the objective without
+    it, so it becomes an absolute gap of ``gap * constant``, which implies the relative one)."""
+    constant = float(prob.objective.constant)
+    gap_abs = gap * abs(constant) if gap and constant else None
+    if start and solver == "cbc":
+        for var in prob.variables():
+            if var.name in start:
+                var.setInitialValue(start[var.name])
+    backend = make_solver(solver, time_limit_s=time_limit_s, gap_abs=gap_abs, start=start)
+    start = time.perf_counter()
+    outcome = prob.solve(backend)
+    elapsed = time.perf_counter() - start
+    code = int(getattr(outcome, "status", outcome))
+    sol = getattr(prob, "sol_status", None)
+    status = (
+        _SOLUTION_STATUS.get(int(sol), "no solution") if sol is not None else _STATUS_FALLBACK.get(code, "no solution")
+    )
+    if code == -1:
+        status = "infeasible"
+    objective = pulp.value(prob.objective) if status in ("optimal", "feasible") else None
+    bound = _highs_bound(prob) if solver == "highs" else None
+    if bound is not None:  # HiGHS is given the objective without PuLP's constant term
+        bound += float(prob.objective.constant)
+    if status == "optimal" and bound is None and not gap:
+        bound = objective
+    rel_gap = None
+    if objective is not None and bound is not None:
+        rel_gap = max(0.0, objective - bound) / max(abs(objective), 1e-300)
+    return SolveOutcome(solver, status, objective, bound, rel_gap, elapsed)
+
+
+_STATUS_FALLBACK = {1: "optimal", -1: "infeasible", -2: "unbounded"}
+
+
+def _highs_bound(prob: Any) -> float | None:
+    """HiGHS's proven lower bound (minimization), read from the highspy model PuLP keeps on the problem."""
+    model = getattr(prob, "solverModel", None)
+    if model is None or not hasattr(model, "getInfo"):
+        return None
+    bound = getattr(model.getInfo(), "mip_dual_bound", None)
+    return float(bound) if bound is not None and math.isfinite(bound) else None
+
+
+class _StartedHiGHS(pulp.HiGHS):  # type: ignore[misc, name-defined]
+    """PuLP's highspy interface, handing HiGHS a start solution before it runs (PuLP's own has no warm start)."""
+
+    def __init__(self, start: dict[str, float] | None, **options: Any) -> None:
+        super().__init__(**options)
+        self.start = start
+
+    def callSolver(self, lp: Any) -> None:
+        if self.start:
+            import highspy
+
+            cols = [0.0] * lp.solverModel.getNumCol()
+            for var in lp.variables():
+                cols[var.index] = self.start.get(var.name, 0.0)
+            solution = highspy.HighsSolution()
+            solution.col_value = cols
+            solution.value_valid = True
+            lp.solverModel.setSolution(solution)
+        super().callSolver(lp)

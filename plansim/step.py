@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.strategy import Strategy, check_strategy
@@ -27,6 +29,7 @@ __all__ = [
     "prepare_step",
     "shard_algorithm",
     "tied_copy_params",
+    "tp_pricer",
 ]
 
 
@@ -81,3 +84,17 @@ def hierarchical_local(cluster: Cluster, s: Strategy, dp: int) -> int:
 def shard_algorithm(s: Strategy) -> str:
     """ZeRO's reduce-scatter and all-gather run as butterflies when the DP all-reduce is one, else as rings."""
     return "butterfly" if s.dp_algorithm == "butterfly" else "ring"
+
+
+def tp_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
+    """Prices one tensor-parallel collective (ring, Megatron-LM's NCCL default within a node) on the TP group's
+    link: ``(collective, message bytes) -> (seconds, bytes this rank sends)``."""
+    link = cluster.group_link(s.tp, 1)
+
+    def price(collective: str, n_bytes: float) -> tuple[float, float]:
+        if s.tp <= 1 or n_bytes <= 0:
+            return 0.0, 0.0
+        seconds = collective_time(collective, "ring", s.tp, n_bytes, link.latency_s, link.bandwidth_Bps)
+        return seconds, bytes_sent_per_rank(collective, "ring", s.tp, n_bytes)
+
+    return price

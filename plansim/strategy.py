@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from plansim.data import data_dir
 from plansim.errors import PlansimError
+from plansim.units import parse_bytes
 from plansim.yamlfile import parse_yaml, read_mapping, validated
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
-REMAT_POLICIES = ("none", "full", "selective", "sqrt")
+REMAT_POLICIES = ("none", "full", "selective", "sqrt", "milp")
 DTYPES = ("fp32", "fp16", "bf16")
 DP_ALGORITHMS = ("ring", "tree", "butterfly", "naive", "ps", "hierarchical")
 
@@ -55,7 +56,17 @@ class Strategy(BaseModel):
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
     schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] = "1f1b"
     virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
-    remat: Literal["none", "full", "selective", "sqrt"] = "none"
+    remat: Literal["none", "full", "selective", "sqrt", "milp"] = "none"
+    remat_budget: float | None = Field(
+        default=None,
+        ge=0,
+        description="remat=milp: activation bytes per device (20GB, 16GiB or bytes); default: what the device "
+        "leaves after model states, workspace and the embedding/output activations",
+    )
+    remat_granularity: Literal["op", "layer"] = Field(
+        default="layer", description="remat=milp: schedule single ops or four-node blocks (faster)"
+    )
+    remat_time_limit_s: float = Field(default=20.0, gt=0, description="remat=milp: solver time limit per stage")
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )
@@ -63,6 +74,11 @@ class Strategy(BaseModel):
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
     grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
+
+    @field_validator("remat_budget", mode="before")
+    @classmethod
+    def _budget_units(cls, value: object) -> object:
+        return parse_bytes(value) if isinstance(value, str) else value  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _interleaving(self) -> Strategy:

@@ -1,0 +1,270 @@
+"""The Checkmate MILP (Jain et al., "Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization",
+MLSys 2020), written in the paper's notation and solved through PuLP.
+
+Nodes ``v_0 .. v_{n-1}`` are in topological order; the schedule has ``n`` stages and stage ``t`` ends with the first
+computation of ``v_t`` (sec 4.6, the *frontier-advancing* partition: ``R`` lower triangular with a unit diagonal,
+``S`` strictly lower triangular), which cuts the variables from ``O(n^2)`` per stage to ``O(n)`` and loses nothing
+once the order is fixed.
+
+Variables (sec 4.1-4.5): ``R[t,i]`` = 1 if stage ``t`` computes ``v_i``; ``S[t,i]`` = 1 if ``v_i``'s result is in
+memory when stage ``t`` starts; ``FREE[t,i,k]`` = 1 if ``v_i`` is freed right after ``v_k`` is computed in stage
+``t`` (``i`` an operand of ``k``, or ``k`` itself); ``U[t,k]`` the bytes in memory while ``v_k`` is computed in
+stage ``t``. Two reductions leave the optimum unchanged: a zero-byte result is kept once computed (``S = 1``, never
+recomputed), and a stage never recomputes a value it already holds (``R + S <= 1``; recomputing costs time and
+adds memory).
+
+Beyond the paper: with ``in_flight = m > 1`` micro-batches alive (pipeline parallelism), the other ``m - 1`` each
+hold what this one keeps from its forward to its backward pass, ``held = sum_i M_i S[F, i]`` at the first backward
+stage ``F``, so every ``U[t,k] + (m - 1) held`` must fit the budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pulp
+
+from plansim.milp import add_variable, run_solver
+from plansim.remat.graph import RematGraph
+from plansim.remat.result import RematResult, SolverReport
+from plansim.remat.schedule import replay, schedule_from_plan
+
+__all__ = ["CheckmateMILP", "solve_milp"]
+
+Expr = Any  # a PuLP affine expression or a number
+
+
+@dataclass
+class CheckmateMILP:
+    """The built problem: PuLP model and the variables (constants where a reduction fixed them)."""
+
+    graph: RematGraph
+    prob: Any
+    R: list[dict[int, Expr]]
+    S: list[dict[int, Expr]]
+    build_time_s: float
+
+    @property
+    def variables(self) -> int:
+        """Number of variables."""
+        return len(self.prob.variables())
+
+    @property
+    def constraints(self) -> int:
+        """Number of constraints."""
+        return int(self.prob.numConstraints())
+
+
+def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float = 1) -> CheckmateMILP:
+    """The Checkmate MILP for ``graph`` within ``budget_bytes`` (None: unlimited)."""
+    start = time.perf_counter()
+    n, mem, cost = len(graph), [v.memory for v in graph.nodes], [v.cost for v in graph.nodes]
+    zero = [m == 0 for m in mem]
+    prob = pulp.LpProblem("checkmate", pulp.LpMinimize)
+    R: list[dict[int, Expr]] = []
+    S: list[dict[int, Expr]] = []
+    for t in range(n):
+        # sec 4.6 frontier-advancing: stage t computes v_t (R[t,t] = 1), may recompute only v_i, i < t
+        R.append({i: 0 if zero[i] else add_variable(prob, f"R_{t}_{i}", 0, 1, "Binary") for i in range(t)} | {t: 1})
+        # S[0, :] = 0 (sec 4.2, nothing is in memory before the first stage); zero-byte results stay once computed
+        S.append({i: 1 if zero[i] else add_variable(prob, f"S_{t}_{i}", 0, 1, "Binary") for i in range(t)})
+    # objective (sec 4.1, eq 1a): total cost of every computation in every stage
+    recomputes = pulp.lpSum(cost[i] * R[t][i] for t in range(n) for i in R[t] if cost[i] and not _const(R[t][i]))
+    prob += recomputes + sum(cost)  # sum(cost): the frontier computations, a constant
+    for t in range(n):
+        for k, r in R[t].items():
+            if _const(r) and r == 0:
+                continue
+            for i in graph.nodes[k].deps:  # eq 1b: an operand is computed in this stage or kept into it
+                _add(prob, r <= R[t][i] + S[t][i], f"dep_{t}_{k}_{i}")
+        for i, s in S[t].items():
+            if not _const(s):
+                _add(prob, R[t][i] + s <= 1, f"once_{t}_{i}")  # reduction: never recompute what is held
+        _dominance(prob, graph, R, S, t)
+        if t + 1 < n:
+            for i, s in S[t + 1].items():  # eq 1c: keep only what was in memory during the previous stage
+                if not _const(s):
+                    _add(prob, s <= R[t][i] + S[t].get(i, 0), f"keep_{t + 1}_{i}")
+    others: Expr = 0
+    held = _held(graph, S, mem)
+    if in_flight > 1 and budget_bytes is not None and not _const(held):
+        h = add_variable(prob, "held", 0, None)
+        prob += h == held, "held"
+        others = (in_flight - 1) * h
+    _memory(prob, graph, R, S, mem, budget_bytes, others)
+    return CheckmateMILP(graph, prob, R, S, time.perf_counter() - start)
+
+
+def _dominance(prob: Any, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
+    """Cuts that remove only dominated schedules (not in the paper): a value recomputed in stage ``t``, or held into
+    it, is read in the stage or kept into the next; else dropping it costs nothing and frees memory."""
+    nxt = S[t + 1] if t + 1 < len(graph) else {}
+    for i in range(t):
+        if _const(S[t][i]):
+            continue
+        readers = pulp.lpSum(R[t][j] for j in graph.users[i] if j <= t)
+        if not _const(R[t][i]):
+            prob += (
+                R[t][i] <= nxt.get(i, 0) + pulp.lpSum(R[t][j] for j in graph.users[i] if i < j <= t),
+                f"use_r_{t}_{i}",
+            )
+        prob += S[t][i] <= nxt.get(i, 0) + readers, f"use_s_{t}_{i}"
+
+
+def _const(x: Expr) -> bool:
+    return isinstance(x, int | float)
+
+
+def _add(prob: Any, constraint: Any, name: str) -> None:
+    if isinstance(constraint, bool):  # both sides constant
+        if not constraint:  # pragma: no cover - the reductions never produce a false constant constraint
+            raise AssertionError(name)
+        return
+    prob += constraint, name
+
+
+def _held(graph: RematGraph, S: list[dict[int, Expr]], mem: list[float]) -> Expr:
+    first = graph.forward_count
+    if first >= len(graph):
+        return 0
+    return pulp.lpSum(mem[i] * S[first][i] for i in S[first] if mem[i])
+
+
+def _memory(
+    prob: Any,
+    graph: RematGraph,
+    R: list[dict[int, Expr]],
+    S: list[dict[int, Expr]],
+    mem: list[float],
+    budget: float | None,
+    others: Expr,
+) -> None:
+    """Memory accounting (sec 4.5): ``U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0]``, and
+    ``U[t,k] = U[t,k-1] + M_k R[t,k] - mem_freed_t(v_{k-1})`` with ``mem_freed_t(v_k) = sum M_i FREE[t,i,k]`` over
+    ``i`` in ``DEPS[k] + {k}``; ``U[t,k] + others <= budget``."""
+    n = len(graph)
+    for t in range(n):
+        prev: Expr = None
+        for k in range(t + 1):
+            u = add_variable(prob, f"U_{t}_{k}", 0, budget if _const(others) else None)
+            if k == 0:
+                base = pulp.lpSum(mem[i] * S[t][i] for i in S[t] if mem[i] and not _const(S[t][i]))
+                fixed = sum(mem[i] for i in S[t] if mem[i] and _const(S[t][i]) and S[t][i])
+                prob += u == base + fixed + mem[0] * R[t][0], f"U_{t}_0"
+            else:
+                freed = _freed(prob, graph, R, S, mem, t, k - 1)
+                prob += u == prev + mem[k] * R[t][k] - freed, f"U_{t}_{k}"
+            if budget is not None and not _const(others):
+                prob += u + others <= budget, f"budget_{t}_{k}"
+            prev = u
+
+
+def _freed(
+    prob: Any, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], mem: list[float], t: int, k: int
+) -> Expr:
+    """``mem_freed_t(v_k)`` with ``FREE[t,i,k]`` linearized (sec 4.5, eq 4-5): ``v_i`` is freed after ``v_k`` iff
+    ``v_k`` is computed, ``v_i`` is not kept into stage ``t + 1`` and no later node of the stage reads it, i.e. iff
+    ``num_hazards = (1 - R[t,k]) + S[t+1,i] + sum_{j in USERS[i], j > k} R[t,j]`` is 0."""
+    if _const(R[t][k]) and R[t][k] == 0:
+        return 0
+    terms = []
+    for i in sorted({*graph.nodes[k].deps, k}):
+        if not mem[i]:
+            continue
+        later = [R[t][j] for j in graph.users[i] if k < j <= t]
+        keep_next: Expr = S[t + 1][i] if t + 1 < len(graph) else 0
+        hazards = (1 - R[t][k]) + keep_next + pulp.lpSum(later)
+        kappa = 2 + len(later)
+        free = add_variable(prob, f"FREE_{t}_{i}_{k}", 0, 1, "Binary")
+        prob += 1 - free <= hazards, f"free_lo_{t}_{i}_{k}"
+        prob += kappa * (1 - free) >= hazards, f"free_hi_{t}_{i}_{k}"
+        terms.append(mem[i] * free)
+    return pulp.lpSum(terms)
+
+
+def solve_milp(
+    graph: RematGraph,
+    budget_bytes: float | None,
+    *,
+    in_flight: float = 1,
+    solver: str = "highs",
+    time_limit_s: float | None = None,
+    gap: float | None = None,
+    start: tuple[list[set[int]], list[set[int]]] | None = None,
+) -> RematResult:
+    """Build and solve the MILP; the schedule is extracted from ``R`` and ``S`` and checked by ``replay``.
+
+    ``start`` is a plan (per stage: computed nodes, kept values) to start from, e.g. the best baseline's.
+
+    >>> from plansim.remat.graph import linear_chain
+    >>> r = solve_milp(linear_chain(4), budget_bytes=4)
+    >>> r.solver.status, r.cost, r.peak_bytes <= 4
+    ('optimal', 12.0, True)
+    """
+    milp = build_milp(graph, budget_bytes, in_flight)
+    values = start_values(graph, *start) if start else None
+    outcome = run_solver(milp.prob, solver, time_limit_s=time_limit_s, gap=gap, start=values)
+    report = SolverReport(
+        solver=outcome.solver,
+        status=outcome.status,
+        objective=outcome.objective,
+        bound=outcome.bound,
+        gap=outcome.gap,
+        variables=milp.variables,
+        constraints=milp.constraints,
+        solve_time_s=outcome.solve_time_s,
+        build_time_s=milp.build_time_s,
+        time_limit_s=time_limit_s,
+        gap_limit=gap,
+    )
+    total = milp.build_time_s + outcome.solve_time_s
+    if outcome.status not in ("optimal", "feasible"):
+        reason = (
+            f"no schedule fits {budget_bytes:.4g} B"
+            if outcome.status == "infeasible"
+            else "time limit before any schedule"
+        )
+        return RematResult("milp", graph.name, budget_bytes, in_flight, False, None, None, total, report, reason)
+    compute = [{i for i, r in milp.R[t].items() if _value(r) > 0.5} for t in range(len(graph))]
+    keep = [{i for i, s in milp.S[t].items() if _value(s) > 0.5} for t in range(len(graph))]
+    sched = schedule_from_plan(graph, compute, keep)
+    rep = replay(graph, sched)
+    return RematResult("milp", graph.name, budget_bytes, in_flight, True, sched, rep, total, report)
+
+
+def start_values(graph: RematGraph, compute: list[set[int]], keep: list[set[int]]) -> dict[str, float]:
+    """Every variable's value (by name) for a plan, e.g. a baseline's: a MILP start the solver can improve on.
+
+    The plan must satisfy the reductions (``R + S <= 1``, nothing held that is neither read nor kept: see
+    ``baselines.tighten``); ``U`` and ``FREE`` follow from it as in ``_memory``."""
+    n, mem = len(graph), [v.memory for v in graph.nodes]
+    values: dict[str, float] = {}
+    for t in range(n):
+        nxt = keep[t + 1] if t + 1 < n else set()
+        for i in range(t):
+            if mem[i]:
+                values[f"R_{t}_{i}"] = float(i in compute[t])
+                values[f"S_{t}_{i}"] = float(i in keep[t])
+        used = sum(mem[i] for i in keep[t] if i < t)
+        for k in range(t + 1):
+            if k > 0 and k - 1 in compute[t]:
+                later = [j for j in compute[t] if j > k - 1]
+                for i in sorted({*graph.nodes[k - 1].deps, k - 1}):
+                    if not mem[i]:
+                        continue
+                    free = i not in nxt and not any(i in graph.nodes[j].deps for j in later)
+                    values[f"FREE_{t}_{i}_{k - 1}"] = float(free)
+                    used -= mem[i] * free
+            if k in compute[t]:
+                used += mem[k]
+            values[f"U_{t}_{k}"] = used
+    first = graph.forward_count
+    if first < n:
+        values["held"] = sum(mem[i] for i in keep[first] if i < first)
+    return values
+
+
+def _value(x: Expr) -> float:
+    return float(x) if _const(x) else float(x.varValue or 0.0)

@@ -1,0 +1,146 @@
+"""``remat: milp`` for one pipeline stage: the stage's blocks as a remat graph, the MILP within the activation
+budget, and what both engines read from its schedule (recompute time, FLOPs and bytes per layer).
+
+Solutions are memoized on the graph's content, the budget and the options, so the analytic engine, the
+discrete-event lowering and identical stages share one solve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from plansim.costs.kernels import KernelCostModel
+from plansim.costs.layers import CommPricer
+from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.graph import RematGraph
+from plansim.remat.result import RematResult
+from plansim.remat.solve import solve_remat
+from plansim.remat.stage import stage_graph
+
+__all__ = ["LayerRemat", "StageRemat", "stage_remat"]
+
+
+@dataclass(frozen=True)
+class LayerRemat:
+    """One layer under the schedule, per micro-batch: bytes it keeps from forward to backward, and the recompute
+    run in the stages of its gradient nodes (seconds, of which communication, and bytes rebuilt)."""
+
+    stored_bytes: float = 0.0
+    recompute_s: float = 0.0
+    recompute_comm_s: float = 0.0
+    rebuilt_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class StageRemat:
+    """A stage's schedule and its figures per micro-batch (activation bytes with ``in_flight`` micro-batches)."""
+
+    result: RematResult
+    recompute_s: float
+    recompute_comm_s: float
+    recompute_flops: float
+    activation_bytes: float
+    layers: dict[int, LayerRemat]
+
+
+def stage_remat(
+    op_graph: nx.DiGraph,
+    layers: Sequence[int],
+    kernels: KernelCostModel,
+    tp_comm: CommPricer,
+    *,
+    in_flight: float,
+    budget_bytes: float,
+    granularity: str = "layer",
+    time_limit_s: float = 20.0,
+    gap: float = 0.01,
+) -> StageRemat:
+    """Schedule the blocks ``layers`` of ``op_graph`` within ``budget_bytes`` of activations.
+
+    When no schedule fits, the result is the baseline with the smallest peak (``result.feasible`` False), so the
+    stage reports how much it needs and the strategy does not fit.
+    """
+    graph = stage_graph(op_graph, layers, kernels, tp_comm, granularity=granularity)  # type: ignore[arg-type]
+    return _solve(graph, float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
+
+
+def _signature(graph: RematGraph) -> tuple:
+    return tuple(
+        (n.cost, n.memory, n.deps, n.backward, n.layer, n.selective, n.comm_cost, n.flops) for n in graph.nodes
+    )
+
+
+class _Keyed:
+    """A graph hashed by content, for the memo."""
+
+    def __init__(self, graph: RematGraph) -> None:
+        self.graph = graph
+        self.key = _signature(graph)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and self.key == other.key
+
+
+def _solve(graph: RematGraph, in_flight: float, budget: float, time_limit_s: float, gap: float) -> StageRemat:
+    return _solve_keyed(_Keyed(graph), in_flight, budget, time_limit_s, gap)
+
+
+@lru_cache(maxsize=256)
+def _solve_keyed(keyed: _Keyed, in_flight: float, budget: float, time_limit_s: float, gap: float) -> StageRemat:
+    graph = keyed.graph
+    result = solve_remat(graph, budget, "milp", in_flight=in_flight, time_limit_s=time_limit_s, gap=gap)
+    if not result.feasible:
+        tightest = min((run_baseline(graph, m, budget, in_flight) for m in BASELINES), key=lambda r: r.peak_bytes)
+        result = RematResult(
+            "milp", graph.name, budget, in_flight, False, tightest.schedule, tightest.replay,
+            result.solve_time_s, result.solver, result.reason,
+        )  # fmt: skip
+    return _figures(graph, result)
+
+
+def _figures(graph: RematGraph, result: RematResult) -> StageRemat:
+    assert result.schedule is not None and result.replay is not None
+    first_backward = graph.forward_count
+    computed: set[int] = set()
+    live: set[int] = set()
+    held: set[int] | None = None
+    per: dict[int, dict[str, float]] = {}
+    totals = {"s": 0.0, "comm": 0.0, "flops": 0.0}
+    for op in result.schedule.ops:
+        if held is None and op.stage >= first_backward:
+            held = set(live)
+        node = graph.nodes[op.node]
+        if op.action == "free":
+            live.discard(op.node)
+            continue
+        live.add(op.node)
+        if op.node not in computed:
+            computed.add(op.node)
+            continue
+        layer = per.setdefault(graph.nodes[op.stage].layer, {"s": 0.0, "comm": 0.0, "bytes": 0.0})
+        layer["s"] += node.cost
+        layer["comm"] += node.comm_cost
+        layer["bytes"] += node.memory
+        totals["s"] += node.cost - node.comm_cost
+        totals["comm"] += node.comm_cost
+        totals["flops"] += node.flops
+    stored: dict[int, float] = {}
+    for i in held or set():
+        stored[graph.nodes[i].layer] = stored.get(graph.nodes[i].layer, 0.0) + graph.nodes[i].memory
+    layers = {
+        layer: LayerRemat(
+            stored.get(layer, 0.0),
+            per.get(layer, {}).get("s", 0.0),
+            per.get(layer, {}).get("comm", 0.0),
+            per.get(layer, {}).get("bytes", 0.0),
+        )
+        for layer in sorted({n.layer for n in graph.nodes})
+    }
+    return StageRemat(result, totals["s"], totals["comm"], totals["flops"], result.peak_bytes, layers)

@@ -1,0 +1,113 @@
+"""One entry point for every rematerialization method, and the memory-vs-overhead trade-off curve."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from plansim.errors import PlansimError
+from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.graph import RematGraph
+from plansim.remat.result import RematResult, SolverReport
+from plansim.remat.schedule import plan_of
+
+__all__ = ["METHODS", "solve_remat", "tradeoff"]
+
+#: Every method by name: the MILP and the baselines (``plansim remat`` and the strategy's ``remat`` take these).
+METHODS = ("milp", *BASELINES)
+
+
+def solve_remat(
+    graph: RematGraph,
+    budget_bytes: float | None = None,
+    method: str = "milp",
+    *,
+    in_flight: float = 1,
+    solver: str = "highs",
+    time_limit_s: float | None = None,
+    gap: float | None = None,
+    warm_start: bool = True,
+) -> RematResult:
+    """Schedule ``graph`` within ``budget_bytes`` (None: unlimited) with ``method``.
+
+    For the MILP, ``warm_start`` hands the solver the cheapest baseline schedule that fits, so a time limit never
+    leaves it worse than the heuristics; ``gap`` (relative to the objective) and ``time_limit_s`` bound the search,
+    and ``result.solver`` says whether the answer is proven optimal.
+
+    Examples
+    --------
+    >>> from plansim.remat.graph import linear_chain
+    >>> g = linear_chain(8)
+    >>> sqrt = solve_remat(g, method="sqrt")
+    >>> milp = solve_remat(g, sqrt.peak_bytes)
+    >>> milp.solver.status, milp.solver.solver, milp.cost <= sqrt.cost
+    ('optimal', 'highs', True)
+    >>> solve_remat(g).solver.solver   # keeping everything fits: optimal by the lower bound, no solve
+    'bounds'
+    """
+    if method not in METHODS:
+        raise PlansimError(f"remat method {method!r}: choose one of {', '.join(METHODS)}")
+    if budget_bytes is not None and budget_bytes < 0:
+        raise PlansimError(f"remat budget {budget_bytes} B: must be >= 0")
+    if in_flight < 1:
+        raise PlansimError(f"in_flight={in_flight}: at least one micro-batch is in flight")
+    if method != "milp":
+        return run_baseline(graph, method, budget_bytes, in_flight)
+    from plansim.remat.checkmate import solve_milp  # PuLP is a heavy import: only where a MILP is solved
+
+    decided = _decided_by_bounds(graph, budget_bytes, in_flight)
+    if decided is not None:
+        return decided
+    start = None
+    if warm_start:
+        fits = [r for r in (run_baseline(graph, m, budget_bytes, in_flight) for m in BASELINES) if r.feasible]
+        best = min(fits, key=lambda r: r.cost, default=None)
+        if best is not None and best.schedule is not None:
+            start = plan_of(graph, best.schedule)
+    return solve_milp(
+        graph, budget_bytes, in_flight=in_flight, solver=solver, time_limit_s=time_limit_s, gap=gap, start=start
+    )
+
+
+def _decided_by_bounds(graph: RematGraph, budget: float | None, in_flight: float) -> RematResult | None:
+    """The cases no solver is needed for: a budget below what computing the most demanding node needs (its operands
+    and its result live at once) is infeasible; a budget the keep-everything schedule fits is solved by it, since
+    no schedule costs less than computing each node once. Both are proofs, reported as such (solver ``bounds``)."""
+    start = time.perf_counter()
+    floor = max((n.memory + sum(graph.nodes[d].memory for d in set(n.deps)) for n in graph.nodes), default=0.0)
+    if budget is not None and budget < floor:
+        report = _bound_report("infeasible", None, time.perf_counter() - start)
+        reason = f"no schedule fits {budget:.4g} B: computing one node needs {floor:.4g} B"
+        return RematResult(
+            "milp", graph.name, budget, in_flight, False, None, None, report.solve_time_s, report, reason
+        )
+    keep_all = run_baseline(graph, "none", budget, in_flight)
+    if keep_all.feasible:
+        report = _bound_report("optimal", keep_all.cost, time.perf_counter() - start)
+        return replace(keep_all, method="milp", solver=report, solve_time_s=report.solve_time_s)
+    return None
+
+
+def _bound_report(status: str, objective: float | None, seconds: float) -> SolverReport:
+    return SolverReport(
+        "bounds", status, objective, objective, 0.0 if objective is not None else None, 0, 0, seconds, 0.0, None, None
+    )
+
+
+def tradeoff(
+    graph: RematGraph,
+    budgets: Iterable[float],
+    methods: Sequence[str] = METHODS,
+    *,
+    in_flight: float = 1,
+    **milp_options: Any,
+) -> list[RematResult]:
+    """Every method at every budget: the memory-vs-overhead trade-off (one result per method and budget)."""
+    out = []
+    for budget in budgets:
+        for method in methods:
+            options = milp_options if method == "milp" else {}
+            out.append(solve_remat(graph, budget, method, in_flight=in_flight, **options))
+    return out
