@@ -81,6 +81,7 @@ def make_solver(
     time_limit_s: float | None = None,
     gap_abs: float | None = None,
     start: dict[str, float] | None = None,
+    gap_rel: float | None = None,
 ) -> Any:
     """A PuLP solver object for ``name`` (``highs`` or ``cbc``); PlansimError naming the fix when unavailable.
 
@@ -90,7 +91,7 @@ def make_solver(
     if name == "highs":
         if "HiGHS" not in available:
             raise PlansimError("solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
-        return _StartedHiGHS(start, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else None)
+        return _StartedHiGHS(start, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else gap_rel)
     if name == "cbc":
         for cls in ("PULP_CBC_CMD", "COIN_CMD"):
             if cls in available:
@@ -98,7 +99,7 @@ def make_solver(
                     msg=msg,
                     timeLimit=time_limit_s,
                     gapAbs=gap_abs,
-                    gapRel=0.0 if gap_abs else None,
+                    gapRel=0.0 if gap_abs else gap_rel,
                     warmStart=bool(start),
                 )
         raise PlansimError(
@@ -126,11 +127,12 @@ def run_solver(
     it, so it becomes an absolute gap of ``gap * constant``, which implies the relative one)."""
     constant = float(prob.objective.constant)
     gap_abs = gap * abs(constant) if gap and constant else None
+    gap_rel = gap if gap and not constant else None
     if start and solver == "cbc":
         for var in prob.variables():
             if var.name in start:
                 var.setInitialValue(start[var.name])
-    backend = make_solver(solver, time_limit_s=time_limit_s, gap_abs=gap_abs, start=start)
+    backend = make_solver(solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start)
     start = time.perf_counter()
     outcome = prob.solve(backend)
     elapsed = time.perf_counter() - start
