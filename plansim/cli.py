@@ -159,6 +159,192 @@ def simulate(
         print_result(result)
 
 
+class RematFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+@_clear_errors
+def remat(
+    budget: Annotated[str, typer.Option("--budget", "-b", help="activation memory budget: 20GB, 20GiB, 512MB, bytes")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="preset name (plansim models) or model YAML path")
+    ] = None,
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")] = (
+        "dgx-a100"
+    ),
+    stage_layers: Annotated[
+        int | None,
+        typer.Option("--stage-layers", "-k", help="schedule the first K blocks (default: 8 at layer, 2 at op)"),
+    ] = None,
+    graph: Annotated[
+        str | None, typer.Option("--graph", help="a node-link JSON/YAML graph (id, cost s, memory B) instead")
+    ] = None,
+    solver: Annotated[str, typer.Option("--solver", help="MILP solver: highs or cbc")] = "highs",
+    time_limit: Annotated[float, typer.Option("--time-limit", help="seconds per MILP solve")] = 60.0,
+    gap: Annotated[float | None, typer.Option("--gap", help="stop within this relative gap, e.g. 0.01")] = None,
+    granularity: Annotated[
+        str, typer.Option("--granularity", help="op (one node per op) or layer (four per block)")
+    ] = "op",
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="sequences per micro-batch")] = 1,
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel degree (the graph is one rank's)")] = 1,
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="also write the trade-off curve (CSV, PNG, SVG) and schedule here")
+    ] = None,
+    fmt: Annotated[RematFormat, typer.Option("--format", "-f", help="output format")] = RematFormat.text,
+) -> None:
+    """Which activations to keep and which to recompute within --budget: the Checkmate MILP against the baselines."""
+    from plansim.errors import PlansimError
+    from plansim.milp import SOLVERS
+    from plansim.remat.api import parse_bytes, plan_remat, remat_graph
+
+    budget_bytes = parse_bytes(budget, "--budget")
+    if stage_layers is not None and graph is not None:
+        raise PlansimError("--stage-layers and --graph: give one (--graph schedules the file's graph, not the model's)")
+    if (model is None) == (graph is None):
+        raise PlansimError("give --model (a model's transformer blocks) or --graph (a graph file), one of them")
+    if solver not in SOLVERS:
+        raise PlansimError(f"--solver {solver!r}: choose one of {', '.join(SOLVERS)}")
+    if not time_limit > 0:
+        raise PlansimError(f"--time-limit {time_limit}: must be > 0 seconds")
+    if gap is not None and not 0 <= gap < 1:
+        raise PlansimError(f"--gap {gap}: must be in [0, 1), e.g. 0.01 for 1%")
+    g = remat_graph(
+        model,
+        hardware,
+        stage_layers=stage_layers,
+        graph_file=graph,
+        micro_batch=micro_batch,
+        tp=tp,
+        granularity=granularity,
+    )
+    plan = plan_remat(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
+    summary = plan.summary()
+    if out is not None:
+        summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
+    if fmt is RematFormat.json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        _print_remat(summary)
+
+
+def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solver: str) -> list[Any]:
+    """The trade-off curve over ``default_budgets`` and the plan's budget, with a progress bar on stderr; write it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from plansim.remat.api import default_budgets, tradeoff_curve, write_tradeoff
+
+    g = plan.graph
+    budgets = [b for b in default_budgets(g) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
+    with Progress(
+        TextColumn("trade-off curve"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("", total=len(budgets))
+
+        def step(budget: float) -> None:
+            progress.update(task, advance=1, description=f"budget {budget / 1e9:.3g} GB")
+
+        results = tradeoff_curve(g, budgets, progress=step, solver=solver, time_limit_s=time_limit, gap=gap)
+    title = f"{g.name}: recompute overhead vs peak memory"
+    return write_tradeoff(out, g, [*results, *plan.results], plan.milp, budget_bytes=plan.budget_bytes, title=title)
+
+
+def _print_remat(s: dict[str, Any]) -> None:
+    """The MILP's schedule at the budget and every baseline, as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(100, Console().width))
+    m, graph, budget = s["milp"], s["graph"], s["budget_bytes"]
+    total = graph["compute_s"]
+    peaks = [r["peak_bytes"] or 0.0 for r in (m, *s["baselines"].values())]
+    scale, unit = next((u for u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")) if max(budget, *peaks) >= u[0]), (1, "B"))
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1e3:,.3f} ms"
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    def size(x: float | None) -> str:
+        return "-" if x is None else f"{x / scale:,.3f} {unit}"
+
+    source = f"{s['model']} on {s['hardware']}" if s.get("model") else graph.get("file", graph["name"])
+    t = Table(title=f"remat MILP: {source}, budget {size(budget)}", show_header=False)
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    status = m.get("status", "-")
+    if m.get("proven_optimal"):
+        proven = "[green]yes[/green]" + (f" (within gap {m['gap_limit']:.2%})" if m.get("gap_limit") else "")
+    elif status == "feasible":
+        proven = "[yellow]no[/yellow]: the time limit came first"
+    else:
+        proven = "no"
+    rows = [
+        (
+            "graph",
+            f"{graph['name']}: {graph['nodes']} nodes ({graph['forward_nodes']} forward), {graph['edges']} edges",
+        ),
+        ("status", f"{status} ({m.get('solver', '-')})"),
+        ("proven optimal", proven),
+        ("objective (total compute)", ms(m.get("objective_s"))),
+        ("bound", ms(m.get("bound_s"))),
+        ("gap", pct(m.get("gap"))),
+        ("recompute time", f"{ms(m['recompute_s'])} ({pct(m['overhead'])} of {ms(total)})"),
+        ("peak vs budget", f"{size(m['peak_bytes'])} / {size(budget)}"),
+        ("variables / constraints", f"{m.get('variables', 0):,} / {m.get('constraints', 0):,}"),
+        ("solve time", f"{m.get('solve_time_s', 0):.2f} s (+{m.get('build_time_s', 0):.2f} s to build)"),
+        (
+            "nodes recomputed",
+            "-"
+            if m["recomputed_nodes"] is None
+            else f"{m['recomputed_distinct_nodes']} ({m['recomputed_nodes']} recomputations)",
+        ),
+    ]
+    for row in rows:
+        t.add_row(*row)
+    console.print(t)
+    if not s["feasible"]:
+        small = s["smallest_baseline_peak"]
+        what = "infeasible" if status == "infeasible" else f"no schedule ({status})"
+        console.print(
+            f"[red]{what}[/red]: no schedule fits {size(budget)}; the smallest baseline peak is "
+            f"{size(small['peak_bytes'])} ({small['method']})"
+        )
+    elif m["recomputed_ops"]:
+        r = Table(title=f"first {len(m['recomputed_ops'])} recomputed ops")
+        r.add_column("node")
+        r.add_column("recomputed for")
+        for op in m["recomputed_ops"]:
+            r.add_row(_short(op["node"]), _short(op["for"]))
+        console.print(r)
+    b = Table(title=f"every method at {size(budget)}")
+    for col in ("method", "fits", "peak", "recompute", "overhead"):
+        b.add_column(col, justify="left" if col in ("method", "fits") else "right")
+    for name, r in {"milp": m, **s["baselines"]}.items():
+        fits = "[green]yes[/green]" if r["fits"] else "[red]no[/red]"
+        b.add_row(name, fits, size(r["peak_bytes"]), ms(r["recompute_s"]), pct(r["overhead"]))
+    console.print(b)
+    for path in s.get("files", ()):
+        console.print(f"wrote {path}")
+
+
+def _short(name: str, width: int = 48) -> str:
+    """A merged node's name (``a+b+c+...``) cut to its first and last op."""
+    if len(name) <= width or "+" not in name:
+        return name
+    parts = name.split("+")
+    return f"{parts[0]}+…+{parts[-1]}"
+
+
 def _pairs(values: list[str] | None, option: str, form: str, example: str) -> dict[str, float]:
     """Parse repeated ``KEY=NUMBER`` options; a malformed one is a clear error naming the option."""
     from plansim.errors import PlansimError

@@ -329,12 +329,12 @@ def test_baseline_plans_are_feasible_milp_points(graph: RematGraph, in_flight: i
         base = run_baseline(graph, name, in_flight=in_flight)
         assert base.schedule is not None
         milp = build_milp(graph, base.peak_bytes, in_flight)
-        values = start_values(graph, *plan_of(graph, base.schedule))
+        values = start_values(graph, *plan_of(graph, base.schedule), memory_scale=milp.memory_scale)
         for var in milp.prob.variables():
             var.varValue = values.get(var.name, 0.0)
         broken = [name for name, c in milp.prob.constraints.items() if not c.valid(1e-6)]
         assert not broken, (name, broken[:5])
-        assert pulp.value(milp.prob.objective) == pytest.approx(base.cost, abs=1e-9)
+        assert pulp.value(milp.prob.objective) / milp.cost_scale == pytest.approx(base.cost, abs=1e-9)
 
 
 # --------------------------------------------------------------------------------------------------------------------

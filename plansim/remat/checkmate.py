@@ -20,7 +20,9 @@ stage ``F``, so every ``U[t,k] + (m - 1) held`` must fit the budget.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,8 @@ class CheckmateMILP:
     R: list[dict[int, Expr]]
     S: list[dict[int, Expr]]
     build_time_s: float
+    memory_scale: float = 1.0
+    cost_scale: float = 1.0
 
     @property
     def variables(self) -> int:
@@ -60,7 +64,11 @@ class CheckmateMILP:
 def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float = 1) -> CheckmateMILP:
     """The Checkmate MILP for ``graph`` within ``budget_bytes`` (None: unlimited)."""
     start = time.perf_counter()
-    n, mem, cost = len(graph), [v.memory for v in graph.nodes], [v.cost for v in graph.nodes]
+    # Bytes (~1e8) beside seconds (~1e-5) make HiGHS's tolerances misjudge optimality: both are rescaled by powers
+    # of two (exact) so that the largest node's memory and cost are about 1.
+    mf, cf = _unit_scale(v.memory for v in graph.nodes), _unit_scale(v.cost for v in graph.nodes)
+    n, mem, cost = len(graph), [v.memory * mf for v in graph.nodes], [v.cost * cf for v in graph.nodes]
+    budget_bytes = None if budget_bytes is None else budget_bytes * mf
     zero = [m == 0 for m in mem]
     prob = pulp.LpProblem("checkmate", pulp.LpMinimize)
     R: list[dict[int, Expr]] = []
@@ -94,7 +102,13 @@ def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float =
         prob += h == held, "held"
         others = (in_flight - 1) * h
     _memory(prob, graph, R, S, mem, budget_bytes, others)
-    return CheckmateMILP(graph, prob, R, S, time.perf_counter() - start)
+    return CheckmateMILP(graph, prob, R, S, time.perf_counter() - start, mf, cf)
+
+
+def _unit_scale(values: Iterable[float]) -> float:
+    """A power of two that brings the largest value to [1, 2)."""
+    top = max(values, default=0.0)
+    return 2.0 ** -(math.frexp(top)[1] - 1) if top > 0 else 1.0
 
 
 def _dominance(prob: Any, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
@@ -204,13 +218,13 @@ def solve_milp(
     ('optimal', 12.0, True)
     """
     milp = build_milp(graph, budget_bytes, in_flight)
-    values = start_values(graph, *start) if start else None
+    values = start_values(graph, *start, memory_scale=milp.memory_scale) if start else None
     outcome = run_solver(milp.prob, solver, time_limit_s=time_limit_s, gap=gap, start=values)
     report = SolverReport(
         solver=outcome.solver,
         status=outcome.status,
-        objective=outcome.objective,
-        bound=outcome.bound,
+        objective=None if outcome.objective is None else outcome.objective / milp.cost_scale,
+        bound=None if outcome.bound is None else outcome.bound / milp.cost_scale,
         gap=outcome.gap,
         variables=milp.variables,
         constraints=milp.constraints,
@@ -234,12 +248,14 @@ def solve_milp(
     return RematResult("milp", graph.name, budget_bytes, in_flight, True, sched, rep, total, report)
 
 
-def start_values(graph: RematGraph, compute: list[set[int]], keep: list[set[int]]) -> dict[str, float]:
+def start_values(
+    graph: RematGraph, compute: list[set[int]], keep: list[set[int]], *, memory_scale: float = 1.0
+) -> dict[str, float]:
     """Every variable's value (by name) for a plan, e.g. a baseline's: a MILP start the solver can improve on.
 
     The plan must satisfy the reductions (``R + S <= 1``, nothing held that is neither read nor kept: see
     ``baselines.tighten``); ``U`` and ``FREE`` follow from it as in ``_memory``."""
-    n, mem = len(graph), [v.memory for v in graph.nodes]
+    n, mem = len(graph), [v.memory * memory_scale for v in graph.nodes]
     values: dict[str, float] = {}
     for t in range(n):
         nxt = keep[t + 1] if t + 1 < n else set()
