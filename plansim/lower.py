@@ -339,14 +339,17 @@ class _StageLowering:
         lp = ctx.programs[layer]
         if s.remat == "milp":  # what the schedule recomputes in the stages of this block's gradient nodes
             plan = ctx.milp[layer]
-            alloc = ((f"r/{mb}/{layer}", plan.rebuilt_bytes, "activations"), (f"rk/{mb}/{layer}", 0.0, "activations"))
+            plan_alloc = (
+                (f"r/{mb}/{layer}", plan.rebuilt_bytes, "activations"),
+                (f"rk/{mb}/{layer}", 0.0, "activations"),
+            )
             self._run(
                 [Segment(plan.recompute_s)],
                 f"R{mb}.L{layer}",
                 "recompute",
                 mb,
                 first_deps=deps,
-                alloc=alloc,
+                alloc=plan_alloc,
                 wait_key=wait,
             )
             return None, ()

@@ -133,9 +133,9 @@ def run_solver(
             if var.name in start:
                 var.setInitialValue(start[var.name])
     backend = make_solver(solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start)
-    start = time.perf_counter()
+    began = time.perf_counter()
     outcome = prob.solve(backend)
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - began
     code = int(getattr(outcome, "status", outcome))
     sol = getattr(prob, "sol_status", None)
     status = (
@@ -167,7 +167,7 @@ def _highs_bound(prob: Any) -> float | None:
     return float(bound) if bound is not None and math.isfinite(bound) else None
 
 
-class _StartedHiGHS(pulp.HiGHS):  # type: ignore[misc, name-defined]
+class _StartedHiGHS(pulp.HiGHS):
     """PuLP's highspy interface, handing HiGHS a start solution before it runs (PuLP's own has no warm start)."""
 
     def __init__(self, start: dict[str, float] | None, **options: Any) -> None:

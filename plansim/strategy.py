@@ -78,7 +78,7 @@ class Strategy(BaseModel):
     @field_validator("remat_budget", mode="before")
     @classmethod
     def _budget_units(cls, value: object) -> object:
-        return parse_bytes(value) if isinstance(value, str) else value  # type: ignore[arg-type]
+        return parse_bytes(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _interleaving(self) -> Strategy:
