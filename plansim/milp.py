@@ -14,7 +14,7 @@ import pulp
 
 from plansim.errors import PlansimError
 
-__all__ = ["SOLVERS", "SolveOutcome", "add_variable", "default_solver", "make_solver", "run_solver", "solve"]
+__all__ = ["SOLVERS", "SolveOutcome", "add_variable", "make_solver", "run_solver"]
 
 
 def add_variable(
@@ -31,27 +31,6 @@ def add_variable(
     'x'
     """
     return prob.add_variable(name, low, up, cat)
-
-
-def default_solver(msg: bool = False, time_limit_s: float | None = None) -> Any:
-    """HiGHS via highspy when available, else PuLP's bundled CBC (PuLP 3.x only)."""
-    available = set(pulp.listSolvers(onlyAvailable=True))
-    if "HiGHS" in available:
-        return pulp.HiGHS(msg=msg, timeLimit=time_limit_s)
-    if "PULP_CBC_CMD" in available:  # pragma: no cover - only without highspy
-        return getattr(pulp, "PULP_CBC_CMD")(msg=msg, timeLimit=time_limit_s)  # noqa: B009 - absent from PuLP 4
-    raise PlansimError("no MILP solver found: install highspy (pip install highspy)")  # pragma: no cover
-
-
-# PuLP's status codes, the same in 3.x (an int from ``solve``) and 4.x (``LpSolveStats.status``, an int enum).
-_STATUS_NAMES = {1: "Optimal", 0: "Not Solved", -1: "Infeasible", -2: "Unbounded", -3: "Undefined", -4: "TimeLimit"}
-
-
-def solve(prob: Any, msg: bool = False, time_limit_s: float | None = None) -> str:
-    """Solve ``prob`` with the default solver; return the status name ("Optimal", "Infeasible", ...)."""
-    outcome = prob.solve(default_solver(msg, time_limit_s))
-    code = int(getattr(outcome, "status", outcome))
-    return _STATUS_NAMES.get(code, f"status {code}")
 
 
 @dataclass(frozen=True)
@@ -122,6 +101,7 @@ def run_solver(
     start: dict[str, float] | None = None,
 ) -> SolveOutcome:
     """Solve ``prob`` and report what is proven: a time-out with a solution is ``feasible``, not ``optimal``.
+    ``bound`` and ``gap`` assume a minimization (the remat MILP's sense).
 
     ``gap`` is relative to the whole objective, constant term included (PuLP hands the solver the objective without
     it, so it becomes an absolute gap of ``gap * constant``, which implies the relative one)."""

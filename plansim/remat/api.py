@@ -23,7 +23,7 @@ import networkx as nx
 
 from plansim import units
 from plansim.errors import PlansimError
-from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.baselines import BASELINES, run_baseline, tightest_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.solve import tradeoff
@@ -262,14 +262,8 @@ def _number(value: Any, where: str) -> float:
 
 def smallest_baseline_peak(graph: RematGraph, in_flight: float = 1) -> tuple[str, float]:
     """The baseline with the smallest peak and that peak (greedy searched for its smallest)."""
-    peaks = {m: run_baseline(graph, m, 0.0, in_flight).peak_bytes for m in BASELINES}
-    best = min(peaks, key=peaks.__getitem__)
-    return best, peaks[best]
-
-
-def _memory_floor(graph: RematGraph) -> float:
-    """A lower bound on any schedule's peak: a node's operands and its result are live together."""
-    return max(n.memory + sum(graph.nodes[d].memory for d in set(n.deps)) for n in graph.nodes)
+    best = tightest_baseline(graph, 0.0, in_flight)
+    return best.method, best.peak_bytes
 
 
 def default_budgets(graph: RematGraph, n: int = 12, *, below: float = 0.8, in_flight: float = 1) -> list[float]:
@@ -285,7 +279,7 @@ def default_budgets(graph: RematGraph, n: int = 12, *, below: float = 0.8, in_fl
         raise PlansimError(f"default_budgets: n={n}, need at least one budget")
     top = run_baseline(graph, "none", None, in_flight).peak_bytes
     tightest = smallest_baseline_peak(graph, in_flight)[1]
-    low = min(max(_memory_floor(graph), below * tightest), top)
+    low = min(max(graph.memory_floor, below * tightest), top)
     if n == 1 or top <= low:
         return [top]
     step = (top - low) / (n - 1)

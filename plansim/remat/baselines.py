@@ -26,7 +26,7 @@ from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.schedule import Replay, Schedule, replay, schedule_from_plan
 
-__all__ = ["BASELINES", "checkpoint_plan", "checkpoint_sets", "run_baseline", "tighten"]
+__all__ = ["BASELINES", "checkpoint_plan", "checkpoint_sets", "run_baseline", "tighten", "tightest_baseline"]
 
 
 def _last_need(graph: RematGraph) -> list[int]:
@@ -180,3 +180,8 @@ def _best_greedy(graph: RematGraph, budget: float | None, in_flight: float) -> t
             best = (key, sched, rep)
     assert best is not None
     return best[1], best[2]
+
+
+def tightest_baseline(graph: RematGraph, budget_bytes: float | None = None, in_flight: float = 1) -> RematResult:
+    """The baseline with the smallest peak (first in ``BASELINES`` order on ties)."""
+    return min((run_baseline(graph, m, budget_bytes, in_flight) for m in BASELINES), key=lambda r: r.peak_bytes)

@@ -90,6 +90,11 @@ class RematGraph:
         return sum(n.cost for n in self.nodes)
 
     @property
+    def memory_floor(self) -> float:
+        """A lower bound on any schedule's peak bytes: some node's operands and result are live together."""
+        return max((n.memory + sum(self.nodes[d].memory for d in set(n.deps)) for n in self.nodes), default=0.0)
+
+    @property
     def edges(self) -> int:
         """Number of dependency edges."""
         return sum(len(set(n.deps)) for n in self.nodes)

@@ -15,7 +15,7 @@ import networkx as nx
 
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import CommPricer
-from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.baselines import tightest_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.solve import solve_remat
@@ -97,7 +97,7 @@ def _solve_keyed(keyed: _Keyed, in_flight: float, budget: float, time_limit_s: f
     graph = keyed.graph
     result = solve_remat(graph, budget, "milp", in_flight=in_flight, time_limit_s=time_limit_s, gap=gap)
     if not result.feasible:
-        tightest = min((run_baseline(graph, m, budget, in_flight) for m in BASELINES), key=lambda r: r.peak_bytes)
+        tightest = tightest_baseline(graph, budget, in_flight)
         result = RematResult(
             "milp", graph.name, budget, in_flight, False, tightest.schedule, tightest.replay,
             result.solve_time_s, result.solver, result.reason,

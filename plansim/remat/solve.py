@@ -76,7 +76,7 @@ def _decided_by_bounds(graph: RematGraph, budget: float | None, in_flight: float
     and its result live at once) is infeasible; a budget the keep-everything schedule fits is solved by it, since
     no schedule costs less than computing each node once. Both are proofs, reported as such (solver ``bounds``)."""
     start = time.perf_counter()
-    floor = max((n.memory + sum(graph.nodes[d].memory for d in set(n.deps)) for n in graph.nodes), default=0.0)
+    floor = graph.memory_floor
     if budget is not None and budget < floor:
         report = _bound_report("infeasible", None, time.perf_counter() - start)
         reason = f"no schedule fits {budget:.4g} B: computing one node needs {floor:.4g} B"
