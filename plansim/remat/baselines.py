@@ -26,7 +26,15 @@ from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.schedule import Replay, Schedule, replay, schedule_from_plan
 
-__all__ = ["BASELINES", "checkpoint_plan", "checkpoint_sets", "run_baseline", "tighten", "tightest_baseline"]
+__all__ = [
+    "BASELINES",
+    "checkpoint_plan",
+    "checkpoint_sets",
+    "run_baseline",
+    "run_checkpoints",
+    "tighten",
+    "tightest_baseline",
+]
 
 
 def _last_need(graph: RematGraph) -> list[int]:
@@ -151,17 +159,35 @@ def run_baseline(
     >>> r.feasible, r.recompute_cost
     (True, 13.0)
     """
+    if method != "greedy":
+        return run_checkpoints(graph, FIXED[method](graph), budget_bytes, in_flight, method)
     start = time.perf_counter()
-    if method == "greedy":
-        sched, rep = _best_greedy(graph, budget_bytes, in_flight)
-    else:
-        sched = checkpoint_plan(graph, FIXED[method](graph))
-        rep = replay(graph, sched)
+    sched, rep = _best_greedy(graph, budget_bytes, in_flight)
+    return _result(graph, method, sched, rep, budget_bytes, in_flight, time.perf_counter() - start)
+
+
+def run_checkpoints(
+    graph: RematGraph, checkpoints: set[int], budget_bytes: float | None, in_flight: float, method: str
+) -> RematResult:
+    """The schedule that keeps ``checkpoints`` (``checkpoint_plan``) as a result named ``method``."""
+    start = time.perf_counter()
+    sched = checkpoint_plan(graph, checkpoints)
+    rep = replay(graph, sched)
+    return _result(graph, method, sched, rep, budget_bytes, in_flight, time.perf_counter() - start)
+
+
+def _result(
+    graph: RematGraph,
+    method: str,
+    sched: Schedule,
+    rep: Replay,
+    budget_bytes: float | None,
+    in_flight: float,
+    seconds: float,
+) -> RematResult:
     fits = budget_bytes is None or rep.peak_with(in_flight) <= budget_bytes * (1 + 1e-9)
     reason = "" if fits else f"peak {rep.peak_with(in_flight):.4g} B exceeds the budget {budget_bytes:.4g} B"
-    return RematResult(
-        method, graph.name, budget_bytes, in_flight, fits, sched, rep, time.perf_counter() - start, reason=reason
-    )
+    return RematResult(method, graph.name, budget_bytes, in_flight, fits, sched, rep, seconds, reason=reason)
 
 
 def _best_greedy(graph: RematGraph, budget: float | None, in_flight: float) -> tuple[Schedule, Replay]:

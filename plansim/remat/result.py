@@ -18,7 +18,9 @@ class SolverReport:
     ``status``: ``optimal`` (proven within ``gap_limit``), ``feasible`` (a schedule, not proven optimal: the time
     limit came first), ``infeasible`` (proven: no schedule fits the budget) or ``no solution`` (the time limit came
     before any schedule was found). ``bound`` is the solver's proven lower bound on the objective, ``gap`` the
-    relative distance between objective and bound (None where the solver does not report them: CBC).
+    relative distance between objective and bound (None where the solver does not report them: CBC). ``start``
+    names the schedule the solver started from (a baseline, or ``coarse`` for the layer-granularity MILP's mapped
+    to this graph; empty without one); ``solve_time_s`` includes finding it.
     """
 
     solver: str
@@ -32,6 +34,7 @@ class SolverReport:
     build_time_s: float
     time_limit_s: float | None
     gap_limit: float | None
+    start: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,5 +95,6 @@ class RematResult:
                 gap=self.solver.gap,
                 variables=self.solver.variables,
                 constraints=self.solver.constraints,
+                start=self.solver.start,
             )
         return row

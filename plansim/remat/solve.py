@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from plansim.errors import PlansimError
 from plansim.remat.baselines import BASELINES, run_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult, SolverReport
-from plansim.remat.schedule import plan_of
+from plansim.remat.start import milp_start
 
 __all__ = ["METHODS", "solve_remat", "tradeoff"]
 
@@ -32,8 +33,9 @@ def solve_remat(
 ) -> RematResult:
     """Schedule ``graph`` within ``budget_bytes`` (None: unlimited) with ``method``.
 
-    For the MILP, ``warm_start`` hands the solver the cheapest baseline schedule that fits, so a time limit never
-    leaves it worse than the heuristics; ``gap`` (relative to the objective) and ``time_limit_s`` bound the search,
+    For the MILP, ``warm_start`` hands the solver the cheapest schedule that fits among the baselines' and the
+    coarse MILP's, improved by a local search (``start.milp_start``), so a time limit never leaves it worse than the
+    heuristics; ``gap`` (relative to the objective) and ``time_limit_s`` bound the search,
     and ``result.solver`` says whether the answer is proven optimal.
 
     Examples
@@ -60,15 +62,44 @@ def solve_remat(
     decided = _decided_by_bounds(graph, budget_bytes, in_flight)
     if decided is not None:
         return decided
-    start = None
+    began = time.perf_counter()
+    limit = time_limit_s
+    start: RematResult | None = None
     if warm_start:
-        fits = [r for r in (run_baseline(graph, m, budget_bytes, in_flight) for m in BASELINES) if r.feasible]
-        best = min(fits, key=lambda r: r.cost, default=None)
-        if best is not None and best.schedule is not None:
-            start = plan_of(graph, best.schedule)
-    return solve_milp(
-        graph, budget_bytes, in_flight=in_flight, solver=solver, time_limit_s=time_limit_s, gap=gap, start=start
+        start = milp_start(graph, budget_bytes, in_flight, time_limit_s, partial(_coarse_solve, solver=solver, gap=gap))
+        if time_limit_s is not None:  # the start's search counts against the time limit
+            limit = max(1.0, time_limit_s - (time.perf_counter() - began))
+    result = solve_milp(
+        graph,
+        budget_bytes,
+        in_flight=in_flight,
+        solver=solver,
+        time_limit_s=limit,
+        gap=gap,
+        start=start,
+        relax=warm_start,
     )
+    if result.solver is None:  # pragma: no cover - solve_milp always reports
+        return result
+    seconds = time.perf_counter() - began
+    report = replace(
+        result.solver,
+        time_limit_s=time_limit_s,
+        solve_time_s=seconds - result.solver.build_time_s,
+    )
+    return replace(result, solver=report, solve_time_s=seconds)
+
+
+def _coarse_solve(
+    graph: RematGraph,
+    budget: float | None,
+    in_flight: float,
+    time_limit_s: float | None,
+    *,
+    solver: str,
+    gap: float | None,
+) -> RematResult:
+    return solve_remat(graph, budget, in_flight=in_flight, solver=solver, time_limit_s=time_limit_s, gap=gap)
 
 
 def _decided_by_bounds(graph: RematGraph, budget: float | None, in_flight: float) -> RematResult | None:

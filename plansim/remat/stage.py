@@ -16,8 +16,9 @@ and softmax only). ``full`` reruns a block but its first norm, whose node stands
 (and the zero-byte residual add merged into it): 4-6 % less than Megatron's whole-block rerun, which the analytic
 engine's ``full`` prices (measured on GPT-3 1.3B and Llama-2 7B blocks).
 
-Layer granularity (``granularity="layer"``) coarsens each block to four nodes: its first op (which saves the
-block's input), the ops before the attention core, the core (selective recompute's ops), and the rest. The MILP is
+Layer granularity (``granularity="layer"``) contracts the op-granularity graph to four nodes per block
+(``coarsen.layer_parts``): its first op (which saves the block's input), the ops before the attention core, the
+core (selective recompute's ops), and the rest. The MILP is
 then small enough for a planner's inner loop and can still express none, full and selective.
 """
 
@@ -31,10 +32,11 @@ import networkx as nx
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
+from plansim.remat.coarsen import contract, layer_parts
 from plansim.remat.graph import RematGraph, RematNode, training_graph
 from plansim.workload.graph import MATMUL_KINDS
 
-__all__ = ["GRANULARITIES", "block_groups", "stage_graph"]
+__all__ = ["GRANULARITIES", "stage_graph"]
 
 GRANULARITIES = ("op", "layer")
 
@@ -58,25 +60,6 @@ def _merged_groups(graph: nx.DiGraph, ops: Sequence[str]) -> dict[str, str]:
         users = sorted((u for u in graph.successors(v) if u in position), key=position.__getitem__)
         group[v] = group[users[0]] if graph.nodes[v]["saved_bytes"] == 0 and users else v
     return group
-
-
-def block_groups(graph: nx.DiGraph, ops: Sequence[str]) -> dict[str, Hashable]:
-    """Layer granularity: op -> (layer, part), part 0 the block's first op, 1 the ops before the attention core,
-    2 the core (``selective_recompute`` ops), 3 the rest."""
-    out: dict[str, Hashable] = {}
-    seen: dict[int, int] = {}
-    for v in ops:
-        data = graph.nodes[v]
-        layer = data["layer"]
-        if layer not in seen:
-            part = 0
-        elif data["selective_recompute"]:
-            part = 2
-        else:
-            part = 3 if seen[layer] >= 2 else 1
-        seen[layer] = max(seen.get(layer, 0), part)
-        out[v] = (layer, part)
-    return out
 
 
 def stage_graph(
@@ -105,14 +88,11 @@ def stage_graph(
     ops = [v for v, layer in graph.nodes(data="layer") if layer in wanted]
     if not ops:
         raise PlansimError(f"remat stage graph: no ops in layers {sorted(wanted)}")
-    group: Callable[[str], Hashable]
     merged = _merged_groups(graph, ops)
+    fine = _contract(graph, ops, merged.__getitem__, kernels, tp_comm, name)
     if granularity == "layer":
-        parts = block_groups(graph, [v for v in ops if merged[v] == v])
-        group = lambda v: parts[merged[v]]  # noqa: E731 - the part of the op a merged op joins
-    else:
-        group = merged.__getitem__
-    return _contract(graph, ops, group, kernels, tp_comm, name)
+        return contract(fine, layer_parts(fine), name=name)[0]
+    return fine
 
 
 def _contract(
