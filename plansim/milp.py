@@ -61,20 +61,25 @@ def make_solver(
     gap_abs: float | None = None,
     start: dict[str, float] | None = None,
     gap_rel: float | None = None,
+    mip: bool = True,
 ) -> Any:
     """A PuLP solver object for ``name`` (``highs`` or ``cbc``); PlansimError naming the fix when unavailable.
 
     ``gap_abs`` stops the search once objective and bound are that close; ``start`` (variable name -> value) is a
-    feasible solution to start from (HiGHS: ``Highs.setSolution``; CBC: PuLP's warm start)."""
+    feasible solution to start from (HiGHS: ``Highs.setSolution``; CBC: PuLP's warm start). ``mip=False`` solves
+    the LP relaxation (integrality dropped by the solver, the problem left as it is)."""
     available = set(pulp.listSolvers(onlyAvailable=True))
     if name == "highs":
         if "HiGHS" not in available:
             raise PlansimError("solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
-        return _StartedHiGHS(start, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else gap_rel)
+        return _StartedHiGHS(
+            start, mip=mip, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else gap_rel
+        )
     if name == "cbc":
         for cls in ("PULP_CBC_CMD", "COIN_CMD"):
             if cls in available:
                 return getattr(pulp, cls)(
+                    mip=mip,
                     msg=msg,
                     timeLimit=time_limit_s,
                     gapAbs=gap_abs,
@@ -99,9 +104,11 @@ def run_solver(
     time_limit_s: float | None = None,
     gap: float | None = None,
     start: dict[str, float] | None = None,
+    relax: bool = False,
 ) -> SolveOutcome:
     """Solve ``prob`` and report what is proven: a time-out with a solution is ``feasible``, not ``optimal``.
-    ``bound`` and ``gap`` assume a minimization (the remat MILP's sense).
+    ``bound`` and ``gap`` assume a minimization (the remat MILP's sense). ``relax`` solves the LP relaxation
+    instead: its optimum is then the bound (a lower bound on the MILP's).
 
     ``gap`` is relative to the whole objective, constant term included (PuLP hands the solver the objective without
     it, so it becomes an absolute gap of ``gap * constant``, which implies the relative one)."""
@@ -112,7 +119,9 @@ def run_solver(
         for var in prob.variables():
             if var.name in start:
                 var.setInitialValue(start[var.name])
-    backend = make_solver(solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start)
+    backend = make_solver(
+        solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start, mip=not relax
+    )
     began = time.perf_counter()
     outcome = prob.solve(backend)
     elapsed = time.perf_counter() - began
@@ -124,7 +133,7 @@ def run_solver(
     if code == -1:
         status = "infeasible"
     objective = pulp.value(prob.objective) if status in ("optimal", "feasible") else None
-    bound = _highs_bound(prob) if solver == "highs" else None
+    bound = _highs_bound(prob) if solver == "highs" and not relax else None
     if bound is not None:  # HiGHS is given the objective without PuLP's constant term
         bound += float(prob.objective.constant)
     if status == "optimal" and bound is None and not gap:
@@ -158,9 +167,9 @@ class _StartedHiGHS(pulp.HiGHS):
         if self.start:
             import highspy
 
-            cols = [0.0] * lp.solverModel.getNumCol()
-            for var in lp.variables():
-                cols[var.index] = self.start.get(var.name, 0.0)
+            # the columns in the order PuLP built them: ``exported_variables`` on 4.x, ``variables`` on 3.x
+            columns = getattr(lp, "exported_variables", lp.variables)()
+            cols = [self.start.get(var.name, 0.0) for var in columns]
             solution = highspy.HighsSolution()
             solution.col_value = cols
             solution.value_valid = True

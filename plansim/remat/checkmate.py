@@ -8,10 +8,10 @@ once the order is fixed.
 
 Variables (sec 4.1-4.5): ``R[t,i]`` = 1 if stage ``t`` computes ``v_i``; ``S[t,i]`` = 1 if ``v_i``'s result is in
 memory when stage ``t`` starts; ``FREE[t,i,k]`` = 1 if ``v_i`` is freed right after ``v_k`` is computed in stage
-``t`` (``i`` an operand of ``k``, or ``k`` itself); ``U[t,k]`` the bytes in memory while ``v_k`` is computed in
-stage ``t``. Two reductions leave the optimum unchanged: a zero-byte result is kept once computed (``S = 1``, never
-recomputed), and a stage never recomputes a value it already holds (``R + S <= 1``; recomputing costs time and
-adds memory).
+``t`` (``i`` an operand of ``k``, or ``k`` itself; continuous here, see ``_freed``); ``U[t,k]`` the bytes in memory
+while ``v_k`` is computed in stage ``t``. Two reductions leave the optimum unchanged: a zero-byte result is kept
+once computed (``S = 1``, never recomputed), and a stage never recomputes a value it already holds
+(``R + S <= 1``; recomputing costs time and adds memory).
 
 Beyond the paper: with ``in_flight = m > 1`` micro-batches alive (pipeline parallelism), the other ``m - 1`` each
 hold what this one keeps from its forward to its backward pass, ``held = sum_i M_i S[F, i]`` at the first backward
@@ -300,15 +300,7 @@ def solve_milp(
 def _relaxation(milp: CheckmateMILP, solver: str, time_limit_s: float | None) -> tuple[float | None, dict[int, float]]:
     """The LP relaxation's bound on the objective (unscaled; None if not solved to optimality) and the fraction of
     each forward value it holds when the backward pass starts (``S[F, i]``)."""
-    variables = list(milp.prob.variables())  # PuLP may add a dummy variable while solving
-    categories = [v.cat for v in variables]
-    for v in variables:
-        v.cat = pulp.LpContinuous
-    try:
-        outcome = run_solver(milp.prob, solver, time_limit_s=time_limit_s)
-    finally:
-        for v, cat in zip(variables, categories, strict=True):
-            v.cat = cat
+    outcome = run_solver(milp.prob, solver, time_limit_s=time_limit_s, relax=True)
     if outcome.status != "optimal" or outcome.objective is None:
         return None, {}
     first = milp.graph.forward_count
