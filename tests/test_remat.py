@@ -332,7 +332,9 @@ def test_baseline_plans_are_feasible_milp_points(graph: RematGraph, in_flight: i
         values = start_values(graph, *plan_of(graph, base.schedule), memory_scale=milp.memory_scale)
         for var in milp.prob.variables():
             var.varValue = values.get(var.name, 0.0)
-        broken = [name for name, c in milp.prob.constraints.items() if not c.valid(1e-6)]
+        # PuLP 3.x keeps the constraints in a dict attribute, 4.x returns them from a method
+        rows = milp.prob.constraints() if callable(milp.prob.constraints) else milp.prob.constraints.values()
+        broken = [c.name for c in rows if not c.valid(1e-6)]
         assert not broken, (name, broken[:5])
         assert pulp.value(milp.prob.objective) / milp.cost_scale == pytest.approx(base.cost, abs=1e-9)
 
