@@ -47,8 +47,8 @@ def report(label: str, graph: RematGraph, budget: float, time_limit: float, gap:
         f"{label}: {len(graph)} nodes, {graph.edges} edges, {s.variables} variables, {s.constraints} constraints; "
         f"budget {budget:.4g} B; status {s.status} ({s.solver}), objective {r.cost * unit:.5g} {name}, "
         f"bound {(s.bound or 0) * unit:.5g}, gap {100 * (s.gap or 0):.2f} %; recompute {r.recompute_cost * unit:.4g} "
-        f"{name} (best baseline: {base}; started from {s.start or 'nothing'}); build {s.build_time_s:.2f} s, solve {s.solve_time_s:.2f} s, "
-        f"wall {wall:.2f} s"
+        f"{name} (best baseline: {base}; started from {s.start or 'nothing'}); build {s.build_time_s:.2f} s, "
+        f"solve {s.solve_time_s:.2f} s, wall {wall:.2f} s"
     )
 
 

@@ -159,3 +159,27 @@ def test_curve_never_gets_worse_with_more_memory(curve) -> None:
     costs = [float(r["cost"]) for r in sorted(rows, key=lambda r: float(r["budget_bytes"]))]
     assert len(costs) >= 5
     assert all(b <= a * (1 + 1e-6) for a, b in itertools.pairwise(costs)), costs
+
+
+def test_chart_marks_budgets_without_a_schedule(tmp_path: Path) -> None:
+    """A MILP budget with no schedule is drawn as an x whose legend says why (proven or timed out)."""
+    import pandas as pd
+
+    from plansim.report.remat_chart import tradeoff_chart
+
+    inf = float("inf")
+    frame = pd.DataFrame(
+        [
+            ("milp", 1e9, False, inf, inf, "infeasible"),
+            ("milp", 2e9, False, inf, inf, "no solution"),
+            ("milp", 3e9, True, 2.9e9, 0.1, "optimal"),
+            ("full", 3e9, True, 1.5e9, 0.3, None),
+        ],
+        columns=["method", "budget_bytes", "feasible", "peak_bytes", "overhead", "status"],
+    )
+    svg = tmp_path / "c.svg"
+    tradeoff_chart(frame, svg, "t")
+    text = svg.read_text()
+    assert "no schedule fits (proven)" in text and "no schedule found in the time limit" in text
+    tradeoff_chart(frame[frame["feasible"]], tmp_path / "d.svg", "t")
+    assert "no schedule" not in (tmp_path / "d.svg").read_text()

@@ -20,7 +20,8 @@ def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: fl
     PNG beside it. Returns the paths written.
 
     x is the peak memory (GB), y the recompute overhead (% of the step's compute). The MILP is a line over its
-    feasible budgets, proven-optimal points filled, time-limited ones hollow; each baseline is one labeled point
+    feasible budgets, proven-optimal points filled, time-limited ones hollow; a budget where it has no schedule is
+    an x on the x axis (proven infeasible, or none found before the time limit); each baseline is one labeled point
     per distinct schedule (greedy may have several, one per budget); ``budget_bytes`` is a dashed vertical line.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -78,6 +79,7 @@ def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: fl
     for (px, py), names in labels.items():
         ax.annotate(", ".join(names), (px, py), textcoords="offset points", xytext=(6, 6), fontsize=8)
 
+    _unscheduled(ax, frame)
     if budget_bytes is not None and math.isfinite(budget_bytes):
         ax.axvline(budget_bytes / GB, color="grey", ls="--", lw=1, label=f"budget {budget_bytes / GB:.3g} GB")
     ax.set_xlabel("peak activation memory per micro-batch (GB)")
@@ -98,6 +100,20 @@ def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: fl
     fig.savefig(path, format="png")
     written.append(path)
     return written
+
+
+def _unscheduled(ax: Any, frame: Any) -> None:
+    """An x at each budget where the MILP has no schedule, labeled with why."""
+    none = frame[(frame["method"] == "milp") & ~frame["feasible"].astype(bool)]
+    if "status" not in none.columns:
+        return
+    for status, label, color in (
+        ("infeasible", "MILP: no schedule fits (proven)", "C3"),
+        ("no solution", "MILP: no schedule found in the time limit", "grey"),
+    ):
+        budgets = none[none["status"] == status]["budget_bytes"].map(float)
+        if len(budgets):
+            ax.plot(budgets / GB, [0.0] * len(budgets), "x", color=color, ms=9, mew=2, ls="none", label=label)
 
 
 def _cap(rows: Any, milp: Any) -> float | None:
