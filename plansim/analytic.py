@@ -13,13 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
 from plansim.costs.memory import model_state_bytes, stage_activation_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
@@ -33,14 +32,14 @@ from plansim.step import (
     tied_copy_params,
     tp_pricer,
 )
-from plansim.strategy import Strategy
+from plansim.strategy import Strategy, check_strategy
 from plansim.units import GB, dtype_bytes
 from plansim.workload import ModelSpec
 
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
 
-__all__ = ["milp_stage_plans", "simulate_analytic"]
+__all__ = ["AnalyticCache", "milp_stage_plans", "simulate_analytic"]
 
 
 @dataclass(frozen=True)
@@ -73,26 +72,69 @@ class StageCost:
         return self.compute_s + self.recompute_s + self.comm_s
 
 
-def simulate_analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> Result:
+@dataclass(frozen=True)
+class _Priced:
+    """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
+
+    prep: PreparedStep
+    costs: dict[int, LayerCost]
+    p2p_bytes: float
+    model_flops: float
+
+
+class AnalyticCache:
+    """Memoizes, for one model and cluster, the op graph and the per-layer costs that many strategies share (those
+    with equal micro-batch, tensor-parallel degree, sequence parallelism and dtype), so that a planner pricing
+    thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a cache."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster) -> None:
+        self.model, self.cluster = model, cluster
+        self._priced: dict[tuple, _Priced] = {}
+
+    def priced(self, prep_strategy: Strategy) -> _Priced:
+        """The shared part for a resolved, checked strategy."""
+        s = prep_strategy
+        key = (s.micro_batch, s.tp, s.sequence_parallel, s.compute_dtype)
+        hit = self._priced.get(key)
+        if hit is None:
+            from plansim.workload import model_flops
+
+            prep = prepare_step(self.model, self.cluster, s)
+            costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
+            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
+            self._priced[key] = hit
+        return hit
+
+
+def simulate_analytic(
+    model: ModelSpec, cluster: Cluster, strategy: Strategy, *, cache: AnalyticCache | None = None
+) -> Result:
     """Price one training step of ``model`` on ``cluster`` under ``strategy`` in closed form.
 
     Raises ``PlansimError`` when the strategy cannot run (each violation named); a strategy that runs but does not
-    fit in memory is a result with ``fits=False`` and a reason.
+    fit in memory is a result with ``fits=False`` and a reason. ``cache`` (for this model and cluster) shares the
+    op graph and layer costs between calls.
     """
-    prep = prepare_step(model, cluster, strategy)
-    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    costs = layer_costs(graph, kernels, tp_pricer(cluster, s))
+    s = strategy.resolve(cluster)
+    problems = check_strategy(s, model, cluster)
+    if problems:
+        raise PlansimError("; ".join(problems))
+    shared = (cache if cache is not None and cache.model is model and cache.cluster is cluster else None) or (
+        AnalyticCache(model, cluster)
+    )
+    priced = shared.priced(s)
+    prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
+    costs = priced.costs
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
-    p2p_bytes = p2p_message_bytes(graph, s)
     plans = milp_stage_plans(prep, cluster, model, costs) if s.remat == "milp" else {}
     stages = [
         _stage_cost(
-            layers, costs, s, model, graph.graph["layer_input_bytes"], idx, _p2p(cluster, s, idx, p2p_bytes),
-            plans.get(idx),
+            layers, costs, s, model, prep.graph.graph["layer_input_bytes"], idx,
+            _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx),
         )
         for idx, layers in enumerate(layout)
     ]  # fmt: skip
-    return _assemble(model, cluster, s, graph, kernels, stages)
+    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, stages)
 
 
 def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[float, float]:
@@ -350,19 +392,17 @@ def _assemble(
     model: ModelSpec,
     cluster: Cluster,
     s: Strategy,
-    graph: nx.DiGraph,
+    micro_batch_flops: float,
     kernels: KernelCostModel,
     stages: list[StageCost],
 ) -> Result:
-    from plansim.workload import model_flops
-
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
     breakdown, pipe_s, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, stages)
     step = sum(breakdown.values())
     mem = [_memory(cluster, s, st) for st in stages]
     peaks = [sum(x.values()) for x in mem]
     worst = max(range(len(stages)), key=lambda i: peaks[i])
-    model_fl = model_flops(graph) * s.tp * dp * m
+    model_fl = micro_batch_flops * s.tp * dp * m
     hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
     peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes

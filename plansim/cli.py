@@ -159,6 +159,102 @@ def simulate(
         print_result(result)
 
 
+class PlanFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@app.command()
+@_clear_errors
+def plan(
+    model: Annotated[str, typer.Option("--model", "-m", help="preset name (plansim models) or model YAML path")],
+    global_batch: Annotated[int, typer.Option("--global-batch", "-B", help="sequences per training step")],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")] = (
+        "dgx-a100"
+    ),
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default one node)")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="fix the tensor-parallel degree")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", help="fix the pipeline-parallel degree")] = None,
+    max_pp: Annotated[int | None, typer.Option("--max-pp", help="at most this many pipeline stages")] = None,
+    zero: Annotated[int | None, typer.Option("--zero", help="fix the ZeRO stage (0-3)")] = None,
+    micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="fix the micro-batch size")] = None,
+    schedule: Annotated[str | None, typer.Option("--schedule", help="fix the pipeline schedule")] = None,
+    remat: Annotated[
+        str, typer.Option("--remat", help="remat policies to search, comma-separated (milp: finalists only)")
+    ] = "none,selective,full",
+    allow_cross_node_tp: Annotated[
+        bool, typer.Option("--allow-cross-node-tp", help="let tensor parallelism span nodes")
+    ] = False,
+    objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
+    top: Annotated[int, typer.Option("--top", help="finalists re-simulated with the discrete-event engine")] = 10,
+    no_des: Annotated[bool, typer.Option("--no-des", help="rank by the analytic engine only")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="price candidates in N processes")] = 1,
+    tokens: Annotated[float | None, typer.Option("--tokens", help="tokens to train on: time and GPU-hours")] = None,
+    price: Annotated[
+        float | None, typer.Option("--price-per-gpu-hour", help="with --tokens: the cost of the training run")
+    ] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="write results.csv/.json, winner.yaml and charts here")
+    ] = None,
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+) -> None:
+    """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
+    from plansim.errors import PlansimError
+    from plansim.planner import Constraints
+    from plansim.planner import plan as run_plan
+    from plansim.planner.output import plan_summary, write_plan
+    from plansim.strategy import REMAT_POLICIES
+
+    policies = tuple(p.strip() for p in remat.split(",") if p.strip())
+    bad = [p for p in policies if p not in REMAT_POLICIES]
+    if bad or not policies:
+        raise PlansimError(f"--remat {remat}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
+    if jobs < 1:
+        raise PlansimError(f"--jobs {jobs}: at least 1")
+    searched = tuple(p for p in policies if p != "milp") or ("full",)
+    constraints = Constraints(
+        tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
+        allow_cross_node_tp=allow_cross_node_tp,
+    )  # fmt: skip
+    result = _with_progress(
+        lambda progress: run_plan(
+            model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
+            top_k=top, des=not no_des, milp="milp" in policies or policies == ("none", "selective", "full"),
+            jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=progress,
+        )
+    )  # fmt: skip
+    files = write_plan(result, out) if out is not None else []
+    if fmt is PlanFormat.json:
+        summary = plan_summary(result)
+        summary["files"] = [str(f) for f in files]
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        from plansim.report.plan_text import print_plan
+
+        print_plan(result, files)
+
+
+def _with_progress(run: Callable[[Callable[[int, int], None]], Any]) -> Any:
+    """Run ``run(progress)`` under a rich progress bar on stderr (silent where stderr is not a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("pricing candidates"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return run(progress)
+
+
 class RematFormat(StrEnum):
     text = "text"
     json = "json"

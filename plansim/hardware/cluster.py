@@ -156,8 +156,19 @@ class Cluster:
                 return i
         raise AssertionError("load_hardware checks that the outermost tier reaches every node")
 
+    @cached_property
+    def _tiers_by_block(self) -> dict[int, int]:
+        """``_highest_tier`` memo (a planner asks for the same few block sizes thousands of times)."""
+        return {}
+
     def _highest_tier(self, block: int) -> int:
         """Highest tier crossed by any contiguous block of ``block`` ranks."""
+        memo = self._tiers_by_block
+        if block not in memo:
+            memo[block] = self._scan_highest_tier(block)
+        return memo[block]
+
+    def _scan_highest_tier(self, block: int) -> int:
         per_node = self.gpus_per_node
         blocks = range(max(1, self.num_gpus // block))
         return max(

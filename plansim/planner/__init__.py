@@ -1,0 +1,288 @@
+"""The planner: search every placement of a model on a cluster at a global batch, explain the choice.
+
+``plan`` enumerates the space (``space``), prices it with the analytic engine and re-simulates the finalists with
+the discrete-event engine (``search``), and words the outcome (``explain``). The CLI's ``plansim plan`` prints what
+it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster, load_hardware
+from plansim.planner.explain import compare_sentence, describe, megatron_style
+from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, search
+from plansim.planner.space import Constraints, candidates, divisors
+from plansim.result import Result
+from plansim.strategy import Strategy
+from plansim.units import GB
+from plansim.workload import ModelSpec, load_model
+
+__all__ = ["Constraints", "PlanResult", "TrainingCost", "plan"]
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    """Time and money to train on ``tokens`` tokens at the winner's step time."""
+
+    tokens: float
+    steps: int
+    days: float
+    gpu_hours: float
+    cost: float | None
+
+
+@dataclass
+class PlanResult:
+    """The planner's answer: the ranked finalists (``frame``), the winner, the words, and what was rejected."""
+
+    model: str
+    hardware: str
+    gpus: int
+    global_batch: int
+    objective: str
+    outcome: SearchOutcome
+    megatron: Finalist | None
+    explanation: str
+    suggestion: str
+    training: TrainingCost | None
+    memory_capacity_bytes: float
+
+    @property
+    def winner(self) -> Strategy | None:
+        """The best strategy that fits (None if nothing fits)."""
+        fits = [f for f in self.outcome.finalists if f.result.fits]
+        return fits[0].priced.strategy if fits else None
+
+    @property
+    def winner_result(self) -> Result | None:
+        """The winner's result (the discrete-event engine's when it ran)."""
+        fits = [f for f in self.outcome.finalists if f.result.fits]
+        return fits[0].result if fits else None
+
+    def frame(self) -> Any:
+        """The finalists as a pandas DataFrame, best first: rank, strategy, the deciding engine's figures, the
+        analytic step time, comm per GPU by kind and the time breakdown."""
+        import pandas as pd
+
+        rows = []
+        for rank, f in enumerate(self.outcome.finalists, start=1):
+            r = f.result
+            rows.append(
+                {
+                    "rank": rank,
+                    "strategy": describe(f.priced.strategy),
+                    "engine": r.engine,
+                    "step_time_s": r.step_time_s,
+                    "analytic_step_time_s": f.priced.result.step_time_s,
+                    "tokens_per_s": r.tokens_per_s,
+                    "mfu": r.mfu,
+                    "fits": r.fits,
+                    "peak_memory_bytes": r.peak_memory_bytes,
+                    "memory_capacity_bytes": self.memory_capacity_bytes,
+                    **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
+                    **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
+                    **{f"strategy.{k}": v for k, v in f.priced.strategy.model_dump().items()},
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def rejected_summary(self) -> list[tuple[str, int]]:
+        """Rejected candidates by reason, most frequent first."""
+        return sorted(self.outcome.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def plan(
+    model: ModelSpec | str | Path,
+    hardware: Cluster | str | Path,
+    *,
+    gpus: int | None = None,
+    global_batch: int,
+    constraints: Constraints | None = None,
+    objective: str = "step_time",
+    top_k: int = 10,
+    des: bool = True,
+    milp: bool = True,
+    jobs: int = 1,
+    tokens: float | None = None,
+    price_per_gpu_hour: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PlanResult:
+    """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
+
+    Examples
+    --------
+    >>> r = plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, des=False,
+    ...          constraints=Constraints(dp_algorithms=("ring",), remat=("none",)))
+    >>> r.winner is not None and r.winner.dp * r.winner.tp * r.winner.pp == 8
+    True
+    """
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if gpus is not None and gpus < 1:
+        raise PlansimError(f"--gpus {gpus}: at least one GPU")
+    cluster = hardware if isinstance(hardware, Cluster) else load_hardware(str(hardware), gpus=gpus)
+    if global_batch < 1:
+        raise PlansimError(f"--global-batch {global_batch}: at least one sequence per step")
+    c = constraints or Constraints()
+    outcome = search(
+        spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, jobs=jobs,
+        progress=progress,
+    )  # fmt: skip
+    if not outcome.candidates:
+        raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
+    key = OBJECTIVES[objective]
+    mega_priced = megatron_style(outcome.fitting, _megatron_tp(spec, cluster), key)
+    mega = None
+    if mega_priced is not None:
+        same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
+        mega = same[0] if same else Finalist(mega_priced, _des_or_none(spec, cluster, mega_priced.strategy, des))
+    result = PlanResult(
+        spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
+        cluster.gpu.memory_bytes,
+    )  # fmt: skip
+    winner = result.winner_result
+    if winner is None:
+        result.suggestion = _smallest_change(spec, cluster, global_batch, c)
+        result.explanation = f"No strategy fits {spec.name} on {cluster.num_gpus} x {cluster.gpu.name}. " + (
+            result.suggestion
+        )
+        return result
+    result.explanation = _explain(result)
+    if tokens is not None:
+        result.training = training_cost(winner, tokens, spec.seq_len, global_batch, price_per_gpu_hour)
+    return result
+
+
+def training_cost(
+    result: Result, tokens: float, seq_len: int, global_batch: int, price_per_gpu_hour: float | None
+) -> TrainingCost:
+    """Steps, days, GPU-hours and cost to train on ``tokens`` tokens at ``result``'s step time.
+
+    >>> from types import SimpleNamespace
+    >>> r = SimpleNamespace(step_time_s=10.0, gpus=1024)
+    >>> t = training_cost(r, 2048 * 1536 * 8640, 2048, 1536, 2.0)   # 8,640 steps of 10 s: one day
+    >>> t.steps, t.days, t.gpu_hours, t.cost
+    (8640, 1.0, 24576.0, 49152.0)
+    """
+    if tokens <= 0:
+        raise PlansimError(f"--tokens {tokens}: must be positive")
+    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
+        raise PlansimError(f"--price-per-gpu-hour {price_per_gpu_hour}: must be >= 0")
+    steps = math.ceil(tokens / (seq_len * global_batch))
+    seconds = steps * result.step_time_s
+    gpu_hours = seconds * result.gpus / 3600
+    cost = gpu_hours * price_per_gpu_hour if price_per_gpu_hour is not None else None
+    return TrainingCost(tokens, steps, seconds / 86400, gpu_hours, cost)
+
+
+def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
+    """Tensor parallelism up to a node: the largest divisor of the node's GPUs that the heads allow."""
+    ok = [
+        t
+        for t in divisors(cluster.gpus_per_node)
+        if cluster.num_gpus % t == 0
+        and (model.family not in ("gpt", "llama") or (model.heads % t == 0 and model.kv_heads % t == 0))
+        and (model.family != "cnn" or t == 1)
+    ]
+    return max(ok, default=1)
+
+
+def _des_or_none(model: ModelSpec, cluster: Cluster, s: Strategy, des: bool) -> Result | None:
+    if not des:
+        return None
+    from plansim.sim.engine import simulate_des
+
+    return simulate_des(model, cluster, s)
+
+
+def _explain(r: PlanResult) -> str:
+    finalists = [f for f in r.outcome.finalists if f.result.fits]
+    best = finalists[0]
+    w = best.result
+    engine = "the discrete-event engine" if best.des is not None else "the analytic engine"
+    text = [
+        f"Best of {r.outcome.candidates:,} candidates ({len(r.outcome.fitting):,} fit) by {engine}: "
+        f"{describe(best.priced.strategy)}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s, "
+        f"MFU {w.mfu:.1%}, peak memory {w.peak_memory_bytes / GB:.1f} of {r.memory_capacity_bytes / GB:.1f} GB."
+    ]
+    if len(finalists) > 1:
+        runner = finalists[1]
+        text.append(
+            "Runner-up " + describe(runner.priced.strategy) + ". " + compare_sentence(w, runner.result, "the runner-up")
+        )
+    if r.megatron is not None:
+        if r.megatron.priced.strategy == best.priced.strategy:
+            text.append("It is the Megatron-style configuration (tp within a node, pp to fit, mb 1, selective).")
+        else:
+            text.append(
+                "Megatron-style " + describe(r.megatron.priced.strategy) + ". "
+                + compare_sentence(w, r.megatron.result, "the Megatron-style configuration")
+            )  # fmt: skip
+    else:
+        text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
+    return " ".join(text)
+
+
+def _no_candidate_message(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:
+    n = cluster.num_gpus
+    dps = sorted({n // (tp * pp) for tp in divisors(n) for pp in divisors(n // tp)})
+    if not any(global_batch % dp == 0 for dp in dps if c.dp in (None, dp)):
+        smallest = min(dps)
+        nearest = smallest * max(1, round(global_batch / smallest))
+        return (
+            f"--global-batch {global_batch} is not divisible by any data-parallel degree of {n} GPUs "
+            f"({', '.join(map(str, dps[:6]))}{', ...' if len(dps) > 6 else ''}): use a multiple of one, "
+            f"e.g. {nearest}"
+        )
+    return (
+        f"no strategy for {model.name} on {n} GPUs satisfies the constraints "
+        f"({', '.join(f'{k}={v}' for k, v in _set_constraints(c).items()) or 'none'}): relax them"
+    )
+
+
+def _set_constraints(c: Constraints) -> dict[str, Any]:
+    default = Constraints()
+    return {f.name: getattr(c, f.name) for f in dataclasses.fields(c) if getattr(c, f.name) != getattr(default, f.name)}
+
+
+def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:
+    """The first change, in order of how little it asks, after which some strategy fits: lift the user's limits on
+    ZeRO, remat and the micro-batch (one at a time, then all), then more GPUs (2x .. 16x)."""
+    lenient = dataclasses.replace(c, remat=("full",), dp_algorithms=("ring",))
+    tries: list[tuple[str, Constraints, Cluster]] = []
+    if c.micro_batch not in (None, 1) or c.max_micro_batch not in (None, 1):
+        one = dataclasses.replace(lenient, micro_batch=1, max_micro_batch=None)
+        tries.append(("use --micro-batch 1", one, cluster))
+    if c.zero not in (None, 3):
+        tries.append(("allow ZeRO-3 (--zero 3)", dataclasses.replace(lenient, zero=3), cluster))
+    if "full" not in c.remat:
+        tries.append(("allow full recomputation (remat=full)", lenient, cluster))
+    everything = Constraints(remat=("full",), dp_algorithms=("ring",), allow_cross_node_tp=c.allow_cross_node_tp)
+    if _set_constraints(c).keys() - {"remat", "dp_algorithms"}:
+        tries.append(("drop the --tp/--pp/--zero/--micro-batch limits", everything, cluster))
+    for factor in (2, 4, 8, 16):
+        bigger = load_hardware(cluster.node.name, gpus=cluster.num_gpus * factor)
+        tries.append((f"use {bigger.num_gpus} GPUs ({factor}x)", everything, bigger))
+    for words, cons, clus in tries:
+        if _any_fits(model, clus, global_batch, cons):
+            return f"Smallest change that fits: {words}."
+    return "Nothing tried fits (ZeRO-3, full recomputation, micro-batch 1, up to 16x the GPUs): use a larger GPU."
+
+
+def _any_fits(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> bool:
+    from plansim.analytic import AnalyticCache, simulate_analytic
+
+    cache = AnalyticCache(model, cluster)
+    for s in candidates(model, cluster, global_batch, c):
+        try:
+            if simulate_analytic(model, cluster, s, cache=cache).fits:
+                return True
+        except PlansimError:
+            continue
+    return False

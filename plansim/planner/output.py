@@ -1,0 +1,98 @@
+"""What ``plansim plan --out DIR`` writes: results.csv (the finalists, ranked), candidates.csv (every candidate that
+fits, analytic figures), results.json (the summary, the explanation, the rejected candidates), winner.yaml (a
+strategy file ``plansim simulate --strategy`` loads) and the charts (``report.plan_charts``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from plansim.planner.explain import describe
+
+if TYPE_CHECKING:
+    from plansim.planner import PlanResult
+
+__all__ = ["plan_summary", "winner_yaml", "write_plan"]
+
+
+def plan_summary(r: PlanResult) -> dict[str, Any]:
+    """The plan as plain data (``--format json`` and results.json)."""
+    winner = r.winner_result
+    out: dict[str, Any] = {
+        "model": r.model,
+        "hardware": r.hardware,
+        "gpus": r.gpus,
+        "global_batch": r.global_batch,
+        "objective": r.objective,
+        "candidates": r.outcome.candidates,
+        "fitting": len(r.outcome.fitting),
+        "winner": None if r.winner is None else _strategy_fields(r.winner),
+        "winner_result": None if winner is None else winner.to_dict(),
+        "explanation": r.explanation,
+        "suggestion": r.suggestion,
+        "rejected": dict(r.rejected_summary()),
+        "phase_s": r.outcome.phase_s,
+        "finalists": [
+            {
+                "rank": k,
+                "strategy": describe(f.priced.strategy),
+                "analytic": f.priced.result.to_dict(),
+                "des": None if f.des is None else f.des.to_dict(),
+            }
+            for k, f in enumerate(r.outcome.finalists, start=1)
+        ],
+        "megatron_style": None
+        if r.megatron is None
+        else {"strategy": describe(r.megatron.priced.strategy), "result": r.megatron.result.to_dict()},
+    }
+    if r.training is not None:
+        t = r.training
+        out["training"] = {
+            "tokens": t.tokens, "steps": t.steps, "days": t.days, "gpu_hours": t.gpu_hours, "cost": t.cost,
+        }  # fmt: skip
+    return out
+
+
+def _strategy_fields(s: Any) -> dict[str, Any]:
+    return {k: v for k, v in s.model_dump().items() if v is not None}
+
+
+def winner_yaml(r: PlanResult) -> str:
+    """The winner as a strategy file, with where it came from in a comment."""
+    assert r.winner is not None
+    head = (
+        f"# plansim plan: best of {r.outcome.candidates} candidates for {r.model} on {r.gpus} x {r.hardware}, "
+        f"global batch {r.global_batch}\n# load with: plansim simulate --model {r.model} --hardware {r.hardware} "
+        f"--gpus {r.gpus} --strategy winner.yaml\n"
+    )
+    return head + yaml.safe_dump(_strategy_fields(r.winner), sort_keys=False)
+
+
+def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
+    """Write the files named in the module docstring into ``out``; returns their paths."""
+    from plansim.report.plan_charts import memory_chart, time_chart
+
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    frame = r.frame()
+    frame.to_csv(directory / "results.csv", index=False)
+    written.append(directory / "results.csv")
+    rows = [{"strategy": describe(p.strategy), **p.result.to_row()} for p in r.outcome.fitting]
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(directory / "candidates.csv", index=False)
+    written.append(directory / "candidates.csv")
+    (directory / "results.json").write_text(json.dumps(plan_summary(r), indent=2))
+    written.append(directory / "results.json")
+    if r.winner is not None:
+        (directory / "winner.yaml").write_text(winner_yaml(r))
+        written.append(directory / "winner.yaml")
+    if len(frame):
+        title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
+        written += time_chart(frame, directory / "time_breakdown.svg", title)
+        written += memory_chart(frame, directory / "memory.svg", title)
+    return written

@@ -1,0 +1,202 @@
+"""The search: price every candidate with the analytic engine, drop what does not fit (counting why), rank by the
+objective, re-simulate the best K with the discrete-event engine and rank the finalists by that; ``remat: milp`` is
+priced for the finalists that recompute.
+
+Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
+prices chunks of the space in worker processes; the outcome is the same.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.planner.space import Constraints, candidates
+from plansim.result import Result
+from plansim.strategy import Strategy
+from plansim.workload import ModelSpec
+
+__all__ = ["OBJECTIVES", "Finalist", "Priced", "SearchOutcome", "fit_reason", "search"]
+
+#: Objective name -> sort key of a Result (smaller is better). With the GPU count and batch fixed, step time,
+#: tokens/s and cost per token order candidates alike; they differ when plans are compared across clusters.
+OBJECTIVES: dict[str, Callable[[Result], float]] = {
+    "step_time": lambda r: r.step_time_s,
+    "tokens_per_s": lambda r: -r.tokens_per_s,
+    "cost": lambda r: r.step_time_s * r.gpus / max(r.tokens_per_s * r.step_time_s, 1e-300),
+}
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One candidate and its analytic result, with its position in the enumeration (the tie-break)."""
+
+    index: int
+    strategy: Strategy
+    result: Result
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A finalist: its analytic result and the discrete-event engine's (None when the DES was skipped)."""
+
+    priced: Priced
+    des: Result | None
+
+    @property
+    def result(self) -> Result:
+        """The result the finalists are ranked by: the DES's when it ran."""
+        return self.des or self.priced.result
+
+
+@dataclass
+class SearchOutcome:
+    """Everything the search found: the ranked finalists, every fitting candidate (analytic order), what was
+    rejected and why, and how long each phase took."""
+
+    finalists: list[Finalist]
+    fitting: list[Priced]
+    candidates: int
+    rejected: Counter[str] = field(default_factory=Counter)
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+
+def fit_reason(result: Result, capacity: float) -> str:
+    """Why a result does not fit, in one of two words: model states alone, or activations on top of them."""
+    mem = result.memory_breakdown_bytes
+    states = sum(v for k, v in mem.items() if k != "activations")
+    if states > capacity:
+        return "does not fit: weights, gradients and optimizer states alone exceed memory"
+    return "does not fit: activations exceed what model states leave"
+
+
+def search(
+    model: ModelSpec,
+    cluster: Cluster,
+    global_batch: int,
+    constraints: Constraints | None = None,
+    *,
+    objective: str = "step_time",
+    top_k: int = 10,
+    des: bool = True,
+    milp: bool = True,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchOutcome:
+    """Search the space (see the module docstring). ``progress(done, total)`` is called while pricing."""
+    if objective not in OBJECTIVES:
+        raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
+    if top_k < 1:
+        raise PlansimError(f"--top {top_k}: at least one finalist")
+    key = OBJECTIVES[objective]
+    began = time.perf_counter()
+    space = list(candidates(model, cluster, global_batch, constraints or Constraints()))
+    enumerated = time.perf_counter()
+    priced, errors = _price_all(model, cluster, space, jobs, progress)
+    analytic = time.perf_counter()
+    capacity = cluster.gpu.memory_bytes
+    rejected: Counter[str] = Counter(errors)
+    fitting = []
+    for p in priced:
+        if p.result.fits:
+            fitting.append(p)
+        else:
+            rejected[fit_reason(p.result, capacity)] += 1
+    fitting.sort(key=lambda p: (key(p.result), p.index))
+    chosen = fitting[:top_k]
+    if milp and chosen:
+        chosen = _with_milp(model, cluster, chosen, key, top_k)
+    milp_done = time.perf_counter()
+    finalists = [Finalist(p, _des(model, cluster, p.strategy) if des else None) for p in chosen]
+    finalists.sort(key=lambda f: (not f.result.fits, key(f.result), f.priced.index))
+    done = time.perf_counter()
+    return SearchOutcome(
+        finalists,
+        fitting,
+        len(space),
+        rejected,
+        {
+            "enumerate": enumerated - began,
+            "analytic": analytic - enumerated,
+            "milp": milp_done - analytic,
+            "des": done - milp_done,
+        },
+    )
+
+
+def _price_all(
+    model: ModelSpec,
+    cluster: Cluster,
+    space: Sequence[Strategy],
+    jobs: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[Priced], Counter[str]]:
+    if jobs > 1 and len(space) > 1:
+        size = math.ceil(len(space) / (4 * jobs))
+        chunks = [(model, cluster, list(space[i : i + size]), i) for i in range(0, len(space), size)]
+        priced: list[Priced] = []
+        errors: Counter[str] = Counter()
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for part, errs in pool.map(_price_chunk, chunks):
+                priced.extend(part)
+                errors.update(errs)
+                if progress:
+                    progress(len(priced) + sum(errors.values()), len(space))
+        return priced, errors
+    return _price_chunk((model, cluster, list(space), 0), progress, len(space))
+
+
+def _price_chunk(
+    job: tuple[ModelSpec, Cluster, list[Strategy], int],
+    progress: Callable[[int, int], None] | None = None,
+    total: int = 0,
+) -> tuple[list[Priced], Counter[str]]:
+    model, cluster, strategies, offset = job
+    cache = AnalyticCache(model, cluster)
+    priced, errors = [], Counter[str]()
+    step = max(1, len(strategies) // 200)
+    for k, s in enumerate(strategies):
+        try:
+            priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, s, cache=cache)))
+        except PlansimError as exc:
+            errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
+        if progress and (k % step == 0 or k + 1 == len(strategies)):
+            progress(k + 1, total)
+    return priced, errors
+
+
+def _with_milp(
+    model: ModelSpec, cluster: Cluster, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+) -> list[Priced]:
+    """The finalists plus, for each that recomputes, the same strategy with ``remat: milp`` (the Checkmate MILP per
+    stage within the memory the stage leaves), kept when it fits; the best ``top_k`` of all."""
+    out = list(chosen)
+    seen = {p.strategy for p in chosen}
+    for p in chosen:
+        if p.strategy.remat == "none":
+            continue
+        s = p.strategy.model_copy(update={"remat": "milp"})
+        if s in seen:
+            continue
+        seen.add(s)
+        try:
+            r = simulate_analytic(model, cluster, s)
+        except PlansimError:
+            continue
+        if r.fits:
+            out.append(Priced(p.index, s, r))
+    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
+    return out[:top_k]
+
+
+def _des(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
+    from plansim.sim.engine import simulate_des
+
+    return simulate_des(model, cluster, s)

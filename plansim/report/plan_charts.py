@@ -1,0 +1,69 @@
+"""The planner's charts, from its finalists' DataFrame (``PlanResult.frame``): the step time broken down by part,
+and peak memory against the device's capacity. Matplotlib (Agg, no pyplot state) is imported here only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from plansim.units import GB
+
+__all__ = ["memory_chart", "time_chart"]
+
+_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
+
+
+def _figure(rows: int) -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 1.2 + 0.45 * rows), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Any, path: Path) -> list[Path]:
+    fig.tight_layout()
+    written = []
+    if path.suffix.lower() == ".svg":
+        fig.savefig(path, format="svg", metadata={"Date": None})
+        written.append(path)
+        path = path.with_suffix(".png")
+    fig.savefig(path, format="png")
+    written.append(path)
+    return written
+
+
+def _labels(frame: Any) -> list[str]:
+    return [f"#{r} {s}" for r, s in zip(frame["rank"], frame["strategy"], strict=True)]
+
+
+def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Stacked horizontal bars: each finalist's step time by part (ms), best at the top."""
+    fig, ax = _figure(len(frame))
+    labels = _labels(frame)[::-1]
+    left = [0.0] * len(frame)
+    for k, part in enumerate(_PARTS):
+        values = [float(v) * 1e3 for v in frame[f"time_{part}_s"]][::-1]
+        ax.barh(labels, values, left=left, color=f"C{k}", label=part.replace("_", " "))
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_xlabel("step time (ms)")
+    ax.set_title(f"{title}: step time by part")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.tick_params(axis="y", labelsize=7)
+    return _save(fig, Path(path))
+
+
+def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Horizontal bars: each finalist's peak memory (GB) against the device's capacity (dashed line)."""
+    fig, ax = _figure(len(frame))
+    labels = _labels(frame)[::-1]
+    peaks = [float(v) / GB for v in frame["peak_memory_bytes"]][::-1]
+    ax.barh(labels, peaks, color="C0")
+    capacity = float(frame["memory_capacity_bytes"].iloc[0]) / GB
+    ax.axvline(capacity, color="C3", ls="--", lw=1.2, label=f"capacity {capacity:.0f} GB")
+    ax.set_xlabel("peak memory on the worst GPU (GB)")
+    ax.set_title(f"{title}: memory")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.tick_params(axis="y", labelsize=7)
+    return _save(fig, Path(path))
