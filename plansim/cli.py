@@ -223,6 +223,8 @@ def plan(
             jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=progress,
         )
     )  # fmt: skip
+    if result.winner is None:
+        raise PlansimError(result.explanation)
     files = write_plan(result, out) if out is not None else []
     if fmt is PlanFormat.json:
         summary = plan_summary(result)

@@ -231,14 +231,15 @@ def _explain(r: PlanResult) -> str:
 
 def _no_candidate_message(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:
     n = cluster.num_gpus
-    dps = sorted({n // (tp * pp) for tp in divisors(n) for pp in divisors(n // tp)})
-    if not any(global_batch % dp == 0 for dp in dps if c.dp in (None, dp)):
-        smallest = min(dps)
-        nearest = smallest * max(1, round(global_batch / smallest))
+    dps = sorted({n // (tp * pp) for tp in divisors(n) for pp in divisors(n // tp) if c.dp in (None, n // (tp * pp))})
+    mb = c.micro_batch or 1
+    if not any(global_batch % (dp * mb) == 0 for dp in dps):
+        unit = min(dps) * mb
+        nearest = unit * max(1, round(global_batch / unit))
         return (
-            f"--global-batch {global_batch} is not divisible by any data-parallel degree of {n} GPUs "
-            f"({', '.join(map(str, dps[:6]))}{', ...' if len(dps) > 6 else ''}): use a multiple of one, "
-            f"e.g. {nearest}"
+            f"--global-batch {global_batch} is not a multiple of micro-batch x dp for any split of {n} GPUs "
+            f"(micro-batch {mb}, dp in {', '.join(map(str, dps[:8]))}{', ...' if len(dps) > 8 else ''}): "
+            f"use a multiple of {unit}, e.g. {nearest}"
         )
     return (
         f"no strategy for {model.name} on {n} GPUs satisfies the constraints "
