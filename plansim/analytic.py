@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
-from plansim.costs.memory import model_state_bytes, stage_activation_bytes
+from plansim.costs.memory import REMAT_ACTIVATIONS, StageActivations, model_state_bytes, stage_activation_bytes_of
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
@@ -80,6 +80,13 @@ class _Priced:
     costs: dict[int, LayerCost]
     p2p_bytes: float
     model_flops: float
+    stage_sums: dict[tuple[int, ...], _StageSums]
+
+    def sums(self, layers: list[int], model: ModelSpec) -> _StageSums:
+        key = tuple(layers)
+        if key not in self.stage_sums:
+            self.stage_sums[key] = _StageSums(layers, self.costs, model, self.prep.graph.graph["layer_input_bytes"])
+        return self.stage_sums[key]
 
 
 class AnalyticCache:
@@ -101,7 +108,7 @@ class AnalyticCache:
 
             prep = prepare_step(self.model, self.cluster, s)
             costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
-            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
+            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph), {})
             self._priced[key] = hit
         return hit
 
@@ -130,7 +137,7 @@ def simulate_analytic(
     stages = [
         _stage_cost(
             layers, costs, s, model, prep.graph.graph["layer_input_bytes"], idx,
-            _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx),
+            _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx), priced.sums(layers, model),
         )
         for idx, layers in enumerate(layout)
     ]  # fmt: skip
@@ -162,6 +169,36 @@ def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: 
     return seconds, bytes_sent_per_rank(coll, algorithm, p, n_bytes, local=local)
 
 
+class _StageSums:
+    """The parts of a stage's cost that depend only on its layers (and, for recompute and activations, the remat
+    policy): summed once per layer list and reused by every strategy with the same layers and layer costs."""
+
+    def __init__(self, layers: list[int], costs: dict[int, LayerCost], model: ModelSpec, layer_input: float) -> None:
+        self.blocks = [costs[i] for i in layers if 0 <= i < model.layers]
+        every = self.blocks + [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
+        self.fwd_s = sum(c.fwd_s for c in every)
+        self.bwd_s = sum(c.bwd_s for c in every)
+        self.tp_s = sum(c.tp_fwd_s + c.tp_bwd_s for c in every)
+        self.tp_bytes = sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
+        self.tp_fwd_bytes_blocks = sum(c.tp_fwd_bytes for c in self.blocks)
+        self.largest_layer_params = max(c.params for c in every)
+        self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
+        self.layer_input = layer_input
+        self._recompute: dict[str, tuple[float, float, float]] = {}
+        self._activations: dict[str, StageActivations] = {}
+
+    def recompute(self, remat: str) -> tuple[float, float, float]:
+        if remat not in self._recompute:
+            self._recompute[remat] = _recompute(remat, self.blocks)
+        return self._recompute[remat]
+
+    def activations(self, remat: str) -> StageActivations:
+        if remat not in self._activations:
+            acts = [layer_activations(c, self.layer_input) for c in self.blocks]
+            self._activations[remat] = REMAT_ACTIVATIONS[remat](acts)
+        return self._activations[remat]
+
+
 def _stage_cost(
     layers: list[int],
     costs: dict[int, LayerCost],
@@ -171,38 +208,31 @@ def _stage_cost(
     idx: int,
     p2p: tuple[float, float],
     plan: StageRemat | None = None,
+    sums: _StageSums | None = None,
 ) -> StageCost:
-    blocks = [costs[i] for i in layers if 0 <= i < model.layers]
-    ends = [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
-    every = blocks + ends
+    sums = sums or _StageSums(layers, costs, model, layer_input)
     params = _stage_params(layers, costs, s, model, idx)
     ends_saved = _ends_saved(layers, costs, s, model)
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_tp_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
     else:
-        recompute_s, recompute_tp_s, recompute_flops = _recompute(s.remat, blocks)
-        sched = get_schedule(s.schedule)
-        activations = stage_activation_bytes(
-            s.remat,
-            [layer_activations(c, layer_input) for c in blocks],
-            sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
-            ends_saved,
-        )
+        recompute_s, recompute_tp_s, recompute_flops = sums.recompute(s.remat)
+        in_flight = get_schedule(s.schedule).in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
+        activations = stage_activation_bytes_of(sums.activations(s.remat), in_flight, ends_saved)
     return StageCost(
-        fwd_s=sum(c.fwd_s for c in every),
-        bwd_s=sum(c.bwd_s for c in every),
+        fwd_s=sums.fwd_s,
+        bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
-        comm_s=sum(c.tp_fwd_s + c.tp_bwd_s for c in every) + recompute_tp_s + p2p[0],
-        tp_bytes=sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
-        + (sum(c.tp_fwd_bytes for c in blocks) if s.remat in ("full", "sqrt") else 0.0),
+        comm_s=sums.tp_s + recompute_tp_s + p2p[0],
+        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if s.remat in ("full", "sqrt") else 0.0),
         params=params,
-        largest_layer_params=max(c.params for c in every),
+        largest_layer_params=sums.largest_layer_params,
         activations=activations,
         recompute_matmul_flops=recompute_flops,
         p2p_bytes=p2p[1],
-        num_layers=max(1, len(blocks)),
-        bwd_weight_s=sum(c.bwd_weight_s for c in every),
+        num_layers=max(1, len(sums.blocks)),
+        bwd_weight_s=sums.bwd_weight_s,
     )
 
 

@@ -43,6 +43,7 @@ PUBLISHED = [
     ("gpt3-6.7b", 6.7e9, 0.01),
     ("gpt3-13b", 13.0e9, 0.012),
     ("gpt3-175b", 175.0e9, 0.01),
+    ("megatron-1t", 1008e9, 0.001),  # Narayanan et al. 2021, Table 1
     ("llama2-7b", 6.74e9, 0.01),
     ("llama2-13b", 13.0e9, 0.01),
     ("llama2-70b", 69.0e9, 0.01),
@@ -88,7 +89,7 @@ def block_saved(graph: nx.DiGraph, *, selective: bool = False, layer: int = 0) -
 
 
 def test_every_preset_loads_under_its_own_name() -> None:
-    assert len(PRESETS) == 15
+    assert len(PRESETS) == 16
     for name in PRESETS:
         assert load_model(name).name == name
     rows = list_models()

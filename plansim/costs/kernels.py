@@ -93,9 +93,17 @@ class KernelCostModel:
         self.gpu = gpu
         self.dtype = dtype
         self.table = table
+        self._memo: dict[tuple[bool, float, float], float] = {}  # a stage's blocks repeat the same kernels
 
     def kernel_time(self, kind: str, flops: float, nbytes: float) -> float:
         """Seconds for one kernel of ``flops`` FLOPs moving ``nbytes`` bytes."""
+        key = (kind in MATMUL_KINDS, flops, nbytes)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._kernel_time(kind, flops, nbytes)
+        return hit
+
+    def _kernel_time(self, kind: str, flops: float, nbytes: float) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
         dtype = self.dtype if kind in MATMUL_KINDS else "fp32"

@@ -22,8 +22,10 @@ __all__ = [
     "REMAT_ACTIVATIONS",
     "LayerActivations",
     "ModelStates",
+    "StageActivations",
     "model_state_bytes",
     "stage_activation_bytes",
+    "stage_activation_bytes_of",
 ]
 
 ADAM_MIXED_K = 12  # fp32 master weights + momentum + variance, bytes per parameter (ZeRO sec 3.1)
@@ -131,5 +133,9 @@ def stage_activation_bytes(
     >>> stage_activation_bytes("full", [a] * 4, in_flight=2)   # 2 micro-batches x 4 inputs + one layer rebuilt
     50.0
     """
-    stage = REMAT_ACTIVATIONS[remat](layers)
+    return stage_activation_bytes_of(REMAT_ACTIVATIONS[remat](layers), in_flight, unrecomputed)
+
+
+def stage_activation_bytes_of(stage: StageActivations, in_flight: float, unrecomputed: float = 0.0) -> float:
+    """``stage_activation_bytes`` from a policy's stored and working bytes (``REMAT_ACTIVATIONS[remat](layers)``)."""
     return in_flight * stage.stored_per_microbatch + unrecomputed + stage.working

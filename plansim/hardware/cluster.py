@@ -77,6 +77,11 @@ class Cluster:
         self._check_rank(rank)
         return rank // self.gpus_per_node
 
+    @cached_property
+    def _links(self) -> dict[tuple[str, int, int], Link]:
+        """``group_link`` and ``p2p_link`` memo (a planner asks for the same links thousands of times)."""
+        return {}
+
     def group_link(self, size: int, stride: int) -> Link:
         """Effective per-rank link of a collective among ranks ``r, r+stride, ..., r+(size-1)*stride``.
 
@@ -102,6 +107,14 @@ class Cluster:
         PlansimError
             If ``size`` or ``stride`` is below 1, or the group spans more ranks than the cluster has.
         """
+        key = ("group", size, stride)
+        memo = self._links
+        if key not in memo:
+            memo[key] = self._group_link(size, stride)
+        return memo[key]
+
+    def _group_link(self, size: int, stride: int) -> Link:
+        """``group_link`` unmemoized."""
         self._check_group(size, stride)
         if size == 1:
             return _SELF
@@ -125,6 +138,14 @@ class Cluster:
         >>> link.bandwidth_Bps / 1e9  # one EDR NIC shared by two V100s, at 80 %
         5.0
         """
+        key = ("p2p", src_rank, dst_rank)
+        memo = self._links
+        if key not in memo:
+            memo[key] = self._p2p_link(src_rank, dst_rank)
+        return memo[key]
+
+    def _p2p_link(self, src_rank: int, dst_rank: int) -> Link:
+        """``p2p_link`` unmemoized."""
         src, dst = self.node_of(src_rank), self.node_of(dst_rank)
         if src_rank == dst_rank:
             return _SELF

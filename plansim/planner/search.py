@@ -172,16 +172,25 @@ def _price_chunk(
     return priced, errors
 
 
+#: ``remat: milp`` is tried for this many of the best finalists that recompute, whose stages hold at most
+#: ``MILP_MAX_BLOCKS`` blocks (a 24-block stage at layer granularity is a 192-node MILP: ~10 s; see
+#: benchmarks/bench_remat.py and the README's remat chart).
+MILP_FINALISTS = 3
+MILP_MAX_BLOCKS = 24
+
+
 def _with_milp(
     model: ModelSpec, cluster: Cluster, chosen: list[Priced], key: Callable[[Result], float], top_k: int
 ) -> list[Priced]:
-    """The finalists plus, for each that recomputes, the same strategy with ``remat: milp`` (the Checkmate MILP per
-    stage within the memory the stage leaves), kept when it fits; the best ``top_k`` of all."""
+    """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
+    blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
+    leaves), kept when it fits; the best ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
-    for p in chosen:
-        if p.strategy.remat == "none":
-            continue
+    eligible = [
+        p for p in chosen if p.strategy.remat != "none" and math.ceil(model.layers / p.strategy.pp) <= MILP_MAX_BLOCKS
+    ][:MILP_FINALISTS]
+    for p in eligible:
         s = p.strategy.model_copy(update={"remat": "milp"})
         if s in seen:
             continue

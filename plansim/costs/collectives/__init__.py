@@ -166,4 +166,10 @@ def bytes_sent_per_rank(collective: str, algorithm: str, p: int, n_bytes: float,
     >>> bytes_sent_per_rank("all_reduce", "ring", 8, 8e6)  # 2 (p-1)/p n
     14000000.0
     """
-    return float(np.mean(schedule(collective, algorithm, p, local).bytes_sent(n_bytes)[:p]))
+    return _mean_sent_per_byte(collective, algorithm, p, local) * n_bytes
+
+
+@lru_cache(maxsize=1024)
+def _mean_sent_per_byte(collective: str, algorithm: str, p: int, local: int | None) -> float:
+    """What one worker sends per byte of message, on average (sends are linear in the message size)."""
+    return float(np.mean(schedule(collective, algorithm, p, local).bytes_sent(1.0)[:p]))

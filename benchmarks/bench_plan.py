@@ -1,0 +1,43 @@
+"""How fast the planner searches (issue "the planner": the full space for GPT-3 175B on 1,024 A100s in under 10 s
+for the analytic pass and the top-10 DES pass in under 60 s; a 1T-parameter model on 3,072 GPUs likewise).
+
+For each case: candidates, candidates that fit, candidates per second of the analytic pass, and the time of each
+phase (enumerate, analytic, milp for the finalists that recompute, des for the top 10), then the winner.
+
+Run: python benchmarks/bench_plan.py [--jobs N] [--no-des]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from plansim.planner import plan
+from plansim.planner.explain import describe
+
+CASES = [("gpt3-175b", "dgx-a100", 1024, 1536), ("megatron-1t", "dgx-a100", 3072, 3072)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--no-des", action="store_true")
+    args = parser.parse_args()
+    for model, hardware, gpus, batch in CASES:
+        began = time.perf_counter()
+        r = plan(model, hardware, gpus=gpus, global_batch=batch, des=not args.no_des, jobs=args.jobs)
+        wall = time.perf_counter() - began
+        phases = r.outcome.phase_s
+        rate = r.outcome.candidates / max(phases["analytic"], 1e-9)
+        winner = describe(r.winner) if r.winner else "none fits"
+        step = r.winner_result.step_time_s if r.winner_result else float("nan")
+        print(
+            f"{model} on {gpus} x {hardware}, batch {batch}: {r.outcome.candidates:,} candidates, "
+            f"{len(r.outcome.fitting):,} fit; analytic {phases['analytic']:.2f} s ({rate:,.0f} candidates/s), "
+            f"enumerate {phases['enumerate']:.2f} s, milp {phases['milp']:.2f} s, des {phases['des']:.2f} s "
+            f"(top {len(r.outcome.finalists)}); wall {wall:.2f} s; winner {winner}, {step:.3f} s per step"
+        )
+
+
+if __name__ == "__main__":
+    main()
