@@ -81,6 +81,7 @@ class _Priced:
     p2p_bytes: float
     model_flops: float
     stage_sums: dict[tuple[int, ...], _StageSums]
+    stages: dict[tuple, StageCost]
 
     def sums(self, layers: list[int], model: ModelSpec) -> _StageSums:
         key = tuple(layers)
@@ -108,7 +109,7 @@ class AnalyticCache:
 
             prep = prepare_step(self.model, self.cluster, s)
             costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
-            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph), {})
+            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph), {}, {})
             self._priced[key] = hit
         return hit
 
@@ -134,13 +135,19 @@ def simulate_analytic(
     costs = priced.costs
     layout = stage_layers(model.layers, s.pp, s.virtual_stages)
     plans = milp_stage_plans(prep, cluster, model, costs) if s.remat == "milp" else {}
-    stages = [
-        _stage_cost(
-            layers, costs, s, model, prep.graph.graph["layer_input_bytes"], idx,
-            _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx), priced.sums(layers, model),
-        )
-        for idx, layers in enumerate(layout)
-    ]  # fmt: skip
+    stages = []
+    for idx, layers in enumerate(layout):
+        # a stage's cost does not depend on ZeRO or the all-reduce: strategies differing only there share it
+        key = (tuple(layers), idx, s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.dp)
+        stage = priced.stages.get(key) if s.remat != "milp" else None
+        if stage is None:
+            stage = _stage_cost(
+                layers, costs, s, model, prep.graph.graph["layer_input_bytes"], idx,
+                _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx), priced.sums(layers, model),
+            )  # fmt: skip
+            if s.remat != "milp":
+                priced.stages[key] = stage
+        stages.append(stage)
     return _assemble(model, cluster, s, priced.model_flops, prep.kernels, stages)
 
 
@@ -370,11 +377,19 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
     return optimizer_step_s(kernels, s, params)
 
 
-def _memory(cluster: Cluster, s: Strategy, stage: StageCost) -> dict[str, int]:
+def _memory(
+    cluster: Cluster, s: Strategy, stage: StageCost, memo: dict[tuple[float, float], dict[str, int]] | None = None
+) -> dict[str, int]:
     """Per-device bytes of one stage. Under ZeRO-3 each layer's weights are gathered whole before use, and the next
     layer's are prefetched meanwhile (Rajbhandari et al. 2020 sec 5.3; PyTorch FSDP's default prefetch): two layers
     of gathered weights are live on top of the 1/dp shard."""
-    static = _static_bytes(cluster, s, stage.params, stage.largest_layer_params)
+    key = (stage.params, stage.largest_layer_params)
+    if memo is None or key not in memo:
+        static = _static_bytes(cluster, s, stage.params, stage.largest_layer_params)
+        if memo is None:
+            memo = {}
+        memo[key] = static
+    static = dict(memo[key])
     return {**static, "activations": round(stage.activations), "workspace": static.pop("workspace")}
 
 
@@ -404,16 +419,22 @@ def _time_breakdown(
     weights = [st.bwd_weight_s for st in stages]
     pipe_s = get_schedule(s.schedule).step_time(times, m, s.virtual_stages, weight_times=weights)
     bottleneck = stages[max(range(len(stages)), key=lambda i: times[i])]
-    dpc = max(
-        (_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in stages), key=lambda c: c.exposed_s
-    )
+    seen: dict[tuple[float, ...], DataParallelComm] = {}  # a pipeline's middle stages repeat
+
+    def dp_comm(st: StageCost) -> DataParallelComm:
+        key = (st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s)
+        if key not in seen:
+            seen[key] = _dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s)
+        return seen[key]
+
+    dpc = max((dp_comm(st) for st in stages), key=lambda c: c.exposed_s)
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
         "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
         "bubble": pipe_s - m * bottleneck.time_s,
-        "optimizer": max(_optimizer_s(kernels, s, st.params) for st in stages),
+        "optimizer": max(_optimizer_s(kernels, s, p) for p in {st.params for st in stages}),
     }
     return breakdown, pipe_s, dpc, emb_bytes
 
@@ -429,7 +450,8 @@ def _assemble(
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
     breakdown, pipe_s, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, stages)
     step = sum(breakdown.values())
-    mem = [_memory(cluster, s, st) for st in stages]
+    static: dict[tuple[float, float], dict[str, int]] = {}
+    mem = [_memory(cluster, s, st, static) for st in stages]
     peaks = [sum(x.values()) for x in mem]
     worst = max(range(len(stages)), key=lambda i: peaks[i])
     model_fl = micro_batch_flops * s.tp * dp * m
