@@ -1,5 +1,7 @@
 """How fast the planner searches (issue "the planner": the full space for GPT-3 175B on 1,024 A100s in under 10 s
-for the analytic pass and the top-10 DES pass in under 60 s; a 1T-parameter model on 3,072 GPUs likewise).
+for the analytic pass and the top-10 DES pass in under 60 s; a 1T-parameter model on 3,072 GPUs likewise), and the
+winner against the best Megatron-style configuration (tp within a node, pp to fit, 1F1B or interleaved) by the DES,
+for GPT-3 175B on 1,024 A100-80GB and on 512 H100.
 
 For each case: candidates, candidates that fit, candidates per second of the analytic pass, and the time of each
 phase (enumerate, analytic, milp for the finalists that recompute, des for the top 10), then the winner.
@@ -15,7 +17,11 @@ import time
 from plansim.planner import plan
 from plansim.planner.explain import describe
 
-CASES = [("gpt3-175b", "dgx-a100", 1024, 1536), ("megatron-1t", "dgx-a100", 3072, 3072)]
+CASES = [
+    ("gpt3-175b", "dgx-a100", 1024, 1536),
+    ("gpt3-175b", "dgx-h100", 512, 1536),
+    ("megatron-1t", "dgx-a100", 3072, 3072),
+]
 
 
 def main() -> None:
@@ -37,6 +43,12 @@ def main() -> None:
             f"enumerate {phases['enumerate']:.2f} s, milp {phases['milp']:.2f} s, des {phases['des']:.2f} s "
             f"(top {len(r.outcome.finalists)}); wall {wall:.2f} s; winner {winner}, {step:.3f} s per step"
         )
+        if r.megatron is not None:
+            mega = r.megatron.result
+            print(
+                f"  Megatron-style {describe(r.megatron.priced.strategy)}: {mega.step_time_s:.3f} s per step "
+                f"({mega.engine}); the winner is {mega.step_time_s / step - 1:+.1%} faster"
+            )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,10 @@ _EXPORTS = {
     "load_strategy": "plansim.strategy",
     "Result": "plansim.result",
     "PlansimError": "plansim.errors",
+    "plan": "plansim.planner",
+    "Constraints": "plansim.planner",
+    "PlanResult": "plansim.planner",
+    "solve_remat": "plansim.remat",
 }
 
 __all__ = sorted(_EXPORTS)

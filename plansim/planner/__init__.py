@@ -68,30 +68,34 @@ class PlanResult:
 
     def frame(self) -> Any:
         """The finalists as a pandas DataFrame, best first: rank, strategy, the deciding engine's figures, the
-        analytic step time, comm per GPU by kind and the time breakdown."""
+        analytic step time, comm per GPU by kind and the time breakdown; then the Megatron-style configuration
+        (``role`` megatron-style, no rank) when it is not a finalist."""
         import pandas as pd
 
-        rows = []
-        for rank, f in enumerate(self.outcome.finalists, start=1):
-            r = f.result
-            rows.append(
-                {
-                    "rank": rank,
-                    "strategy": describe(f.priced.strategy),
-                    "engine": r.engine,
-                    "step_time_s": r.step_time_s,
-                    "analytic_step_time_s": f.priced.result.step_time_s,
-                    "tokens_per_s": r.tokens_per_s,
-                    "mfu": r.mfu,
-                    "fits": r.fits,
-                    "peak_memory_bytes": r.peak_memory_bytes,
-                    "memory_capacity_bytes": self.memory_capacity_bytes,
-                    **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
-                    **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
-                    **{f"strategy.{k}": v for k, v in f.priced.strategy.model_dump().items()},
-                }
-            )
+        rows = [self._row(rank, "finalist", f) for rank, f in enumerate(self.outcome.finalists, start=1)]
+        mega = self.megatron
+        if mega is not None and all(f.priced.strategy != mega.priced.strategy for f in self.outcome.finalists):
+            rows.append(self._row(None, "megatron-style", mega))
         return pd.DataFrame(rows)
+
+    def _row(self, rank: int | None, role: str, f: Finalist) -> dict[str, Any]:
+        r = f.result
+        return {
+            "rank": rank,
+            "role": role,
+            "strategy": describe(f.priced.strategy),
+            "engine": r.engine,
+            "step_time_s": r.step_time_s,
+            "analytic_step_time_s": f.priced.result.step_time_s,
+            "tokens_per_s": r.tokens_per_s,
+            "mfu": r.mfu,
+            "fits": r.fits,
+            "peak_memory_bytes": r.peak_memory_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
+            **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
+            **{f"strategy.{k}": v for k, v in f.priced.strategy.model_dump().items()},
+        }
 
     def rejected_summary(self) -> list[tuple[str, int]]:
         """Rejected candidates by reason, most frequent first."""

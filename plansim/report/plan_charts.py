@@ -17,7 +17,7 @@ def _figure(rows: int) -> tuple[Any, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 1.2 + 0.45 * rows), dpi=120)
+    fig = Figure(figsize=(10, 1.6 + 0.45 * rows), dpi=120)
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
@@ -35,7 +35,10 @@ def _save(fig: Any, path: Path) -> list[Path]:
 
 
 def _labels(frame: Any) -> list[str]:
-    return [f"#{r} {s}" for r, s in zip(frame["rank"], frame["strategy"], strict=True)]
+    return [
+        f"#{int(r)} {s}" if role == "finalist" else f"Megatron-style: {s}"
+        for r, role, s in zip(frame["rank"], frame["role"], frame["strategy"], strict=True)
+    ]
 
 
 def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
@@ -48,8 +51,8 @@ def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
         ax.barh(labels, values, left=left, color=f"C{k}", label=part.replace("_", " "))
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_xlabel("step time (ms)")
-    ax.set_title(f"{title}: step time by part")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"{title}: step time by part", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(_PARTS), frameon=False)
     ax.tick_params(axis="y", labelsize=7)
     return _save(fig, Path(path))
 
@@ -63,7 +66,7 @@ def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
     capacity = float(frame["memory_capacity_bytes"].iloc[0]) / GB
     ax.axvline(capacity, color="C3", ls="--", lw=1.2, label=f"capacity {capacity:.0f} GB")
     ax.set_xlabel("peak memory on the worst GPU (GB)")
-    ax.set_title(f"{title}: memory")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"{title}: memory", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     ax.tick_params(axis="y", labelsize=7)
     return _save(fig, Path(path))

@@ -19,7 +19,7 @@ __all__ = ["print_plan"]
 
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     """Print ``r`` for a terminal."""
-    console = Console(width=max(160, Console().width))
+    console = Console(width=max(200, Console().width))
     t = Table(title=f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}")
     for name, justify in (
         ("#", "right"), ("strategy", "left"), ("step", "right"), ("tokens/s", "right"), ("MFU", "right"),
@@ -34,7 +34,7 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
             f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
         )
         t.add_row(
-            str(row["rank"]),
+            str(int(row["rank"])) if row["role"] == "finalist" else "M",
             row["strategy"],
             f"{row['step_time_s'] * 1e3:,.1f} ms" + ("" if row["engine"] == "des" else "*"),
             f"{row['tokens_per_s']:,.0f}",
@@ -47,6 +47,10 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     console.print(t)
     if len(frame) and (frame["engine"] != "des").any():
         console.print("* analytic engine (the discrete-event re-simulation was skipped)")
+    if len(frame) and (frame["role"] != "finalist").any():
+        console.print(
+            "M: the Megatron-style configuration (tp within a node, pp to fit, mb 1, selective), for reference"
+        )
     console.print(r.explanation)
     if r.training is not None:
         tc = r.training
