@@ -98,6 +98,29 @@ class AnalyticCache:
     def __init__(self, model: ModelSpec, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
         self._priced: dict[tuple, _Priced] = {}
+        self._states: dict[tuple, bool] = {}
+
+    def model_states_exceed(self, strategy: Strategy) -> bool:
+        """Whether some stage's weights, gradients, optimizer states and workspace alone exceed the device's memory
+        (then ``simulate_analytic`` reports ``fits=False`` whatever the activations): the memory model's static
+        part, without pricing the step. False for a strategy that cannot run (pricing it names why)."""
+        s = strategy.resolve(self.cluster)
+        key = (s.tp, s.pp, s.virtual_stages, s.dp, s.zero, s.compute_dtype, s.fp32_grad_accum)
+        if key not in self._states:
+            if check_strategy(s, self.model, self.cluster):
+                return False
+            costs = next((p.costs for k, p in self._priced.items() if k[1] == s.tp), None) or self.priced(s).costs
+            capacity = self.cluster.gpu.memory_bytes
+            self._states[key] = any(
+                sum(
+                    _static_bytes(
+                        self.cluster, s, _stage_params(layers, costs, s, self.model, idx),
+                        max(costs[i].params for i in layers if i in costs),
+                    ).values()
+                ) > capacity
+                for idx, layers in enumerate(stage_layers(self.model.layers, s.pp, s.virtual_stages))
+            )  # fmt: skip
+        return self._states[key]
 
     def priced(self, prep_strategy: Strategy) -> _Priced:
         """The shared part for a resolved, checked strategy."""

@@ -200,3 +200,38 @@ def test_cli_plan_bad_input_is_one_line(argv: list[str], words: list[str]) -> No
     for w in words:
         assert w in lines[0]
     assert "Traceback" not in res.output
+
+
+def test_model_states_prune_is_exact() -> None:
+    """``model_states_exceed`` rejects without pricing only what the priced step also rejects, and those are the
+    strategies with a stage whose weights, gradients, optimizer states and workspace alone exceed the device."""
+    from plansim.analytic import AnalyticCache
+
+    model, cluster = load_model("gpt3-13b"), load_hardware("dgx-a100", gpus=8)
+    cache = AnalyticCache(model, cluster)
+    pruned = kept = 0
+    for s in candidates(model, cluster, 16, Constraints(dp_algorithms=("ring",), remat=("full",))):
+        r = simulate_analytic(model, cluster, s)
+        states = max(
+            sum(v for k, v in _stage_memory(model, cluster, s, i).items() if k != "activations") for i in range(s.pp)
+        )
+        exceed = cache.model_states_exceed(s)
+        assert exceed == (states > cluster.gpu.memory_bytes)
+        assert not (exceed and r.fits)
+        pruned, kept = pruned + exceed, kept + (not exceed)
+    assert pruned and kept
+
+
+def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
+    """Stage ``idx``'s static memory (weights, gradients, optimizer states, workspace) by the memory model's own
+    functions, from a freshly built graph (no cache)."""
+    from plansim.analytic import _stage_params, _static_bytes
+    from plansim.costs.layers import layer_costs
+    from plansim.stages import stage_layers
+    from plansim.step import prepare_step, tp_pricer
+
+    prep = prepare_step(model, cluster, s)
+    costs = layer_costs(prep.graph, prep.kernels, tp_pricer(cluster, prep.strategy))
+    layers = stage_layers(model.layers, s.pp, s.virtual_stages)[idx]
+    largest = max(costs[i].params for i in layers if i in costs)
+    return _static_bytes(cluster, prep.strategy, _stage_params(layers, costs, prep.strategy, model, idx), largest)

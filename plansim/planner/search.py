@@ -23,7 +23,15 @@ from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec
 
-__all__ = ["OBJECTIVES", "Finalist", "Priced", "SearchOutcome", "fit_reason", "search"]
+__all__ = [
+    "ACTIVATIONS_EXCEED",
+    "OBJECTIVES",
+    "STATES_EXCEED",
+    "Finalist",
+    "Priced",
+    "SearchOutcome",
+    "search",
+]
 
 #: Objective name -> sort key of a Result (smaller is better). With the GPU count and batch fixed, step time,
 #: tokens/s and cost per token order candidates alike; they differ when plans are compared across clusters.
@@ -68,13 +76,10 @@ class SearchOutcome:
     phase_s: dict[str, float] = field(default_factory=dict)
 
 
-def fit_reason(result: Result, capacity: float) -> str:
-    """Why a result does not fit, in one of two words: model states alone, or activations on top of them."""
-    mem = result.memory_breakdown_bytes
-    states = sum(v for k, v in mem.items() if k != "activations")
-    if states > capacity:
-        return "does not fit: weights, gradients and optimizer states alone exceed memory"
-    return "does not fit: activations exceed what model states leave"
+#: The two reasons a candidate does not fit: ``AnalyticCache.model_states_exceed`` (some stage's model states
+#: alone), else the priced step's activations.
+STATES_EXCEED = "does not fit: weights, gradients and optimizer states alone exceed memory"
+ACTIVATIONS_EXCEED = "does not fit: activations exceed what model states leave"
 
 
 def search(
@@ -101,14 +106,13 @@ def search(
     enumerated = time.perf_counter()
     priced, errors = _price_all(model, cluster, space, jobs, progress)
     analytic = time.perf_counter()
-    capacity = cluster.gpu.memory_bytes
     rejected: Counter[str] = Counter(errors)
     fitting = []
     for p in priced:
         if p.result.fits:
             fitting.append(p)
         else:
-            rejected[fit_reason(p.result, capacity)] += 1
+            rejected[ACTIVATIONS_EXCEED] += 1
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = fitting[:top_k]
     if milp and chosen:
@@ -164,7 +168,10 @@ def _price_chunk(
     step = max(1, len(strategies) // 200)
     for k, s in enumerate(strategies):
         try:
-            priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, s, cache=cache)))
+            if cache.model_states_exceed(s):  # no activations can make it fit: the step is not priced
+                errors[STATES_EXCEED] += 1
+            else:
+                priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, s, cache=cache)))
         except PlansimError as exc:
             errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
         if progress and (k % step == 0 or k + 1 == len(strategies)):
