@@ -3,7 +3,8 @@ objective, re-simulate the best K with the discrete-event engine and rank the fi
 priced for the finalists that recompute.
 
 Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
-prices chunks of the space in worker processes; the outcome is the same.
+prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
+the same.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def search(
     if milp and chosen:
         chosen = _with_milp(model, cluster, chosen, key, top_k)
     milp_done = time.perf_counter()
-    finalists = [Finalist(p, _des(model, cluster, p.strategy) if des else None) for p in chosen]
+    finalists = [Finalist(p, r) for p, r in zip(chosen, _des_all(model, cluster, chosen, des, jobs), strict=True)]
     finalists.sort(key=lambda f: (not f.result.fits, key(f.result), f.priced.index))
     done = time.perf_counter()
     return SearchOutcome(
@@ -212,7 +213,18 @@ def _with_milp(
     return out[:top_k]
 
 
-def _des(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
+def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
     from plansim.sim.engine import simulate_des
 
-    return simulate_des(model, cluster, s)
+    return simulate_des(*job)
+
+
+def _des_all(model: ModelSpec, cluster: Cluster, chosen: Sequence[Priced], des: bool, jobs: int) -> list[Result | None]:
+    """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes."""
+    if not des:
+        return [None] * len(chosen)
+    work = [(model, cluster, p.strategy) for p in chosen]
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
+            return list(pool.map(_des, work))
+    return [_des(w) for w in work]
