@@ -240,3 +240,21 @@ def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     layers = stage_layers(model.layers, s.pp, s.virtual_stages)[idx]
     largest = max(costs[i].params for i in layers if i in costs)
     return _static_bytes(cluster, prep.strategy, _stage_params(layers, costs, prep.strategy, model, idx), largest)
+
+
+@pytest.mark.parametrize(
+    "fields,words",
+    [
+        ({"remat": ("milp",)}, "finalists only"),
+        ({"remat": ("most",)}, "remat policies"),
+        ({"dp_algorithms": ("smoke",)}, "dp algorithms"),
+        ({"tp": 0}, "--tp 0"),
+        ({"zero": 4}, "--zero 4"),
+        ({"schedule": "1f2b"}, "--schedule 1f2b"),
+    ],
+)
+def test_constraints_name_the_bad_field(fields: dict, words: str) -> None:
+    from plansim.errors import PlansimError
+
+    with pytest.raises(PlansimError, match=words):
+        Constraints(**fields)

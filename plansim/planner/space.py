@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.strategy import DP_ALGORITHMS, SCHEDULES, Strategy
+from plansim.strategy import DP_ALGORITHMS, REMAT_POLICIES, SCHEDULES, Strategy
 from plansim.workload import ModelSpec
 
 __all__ = ["SEARCH_REMAT", "Constraints", "candidates", "divisors"]
@@ -56,6 +56,11 @@ class Constraints:
             raise PlansimError(f"--zero {self.zero}: choose 0, 1, 2 or 3")
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise PlansimError(f"--schedule {self.schedule}: choose one of {', '.join(SCHEDULES)}")
+        if "milp" in self.remat:
+            raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
+        wrong = [r for r in self.remat if r not in REMAT_POLICIES]
+        if wrong or not self.remat:
+            raise PlansimError(f"remat policies {wrong or '(none)'}: choose among {', '.join(SEARCH_REMAT)}, or sqrt")
         bad = [a for a in self.dp_algorithms if a not in DP_ALGORITHMS]
         if bad or not self.dp_algorithms:
             raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(DP_ALGORITHMS)}")
