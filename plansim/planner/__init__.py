@@ -17,7 +17,7 @@ from typing import Any
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.planner.explain import compare_sentence, describe, megatron_style
-from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, search
+from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_result, search
 from plansim.planner.space import Constraints, candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
@@ -145,7 +145,9 @@ def plan(
     mega = None
     if mega_priced is not None:
         same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
-        mega = same[0] if same else Finalist(mega_priced, _des_or_none(spec, cluster, mega_priced.strategy, des))
+        mega = (
+            same[0] if same else Finalist(mega_priced, des_result(spec, cluster, mega_priced.strategy) if des else None)
+        )
     result = PlanResult(
         spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
         cluster.gpu.memory_bytes,
@@ -195,14 +197,6 @@ def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
         and (model.family != "cnn" or t == 1)
     ]
     return max(ok, default=1)
-
-
-def _des_or_none(model: ModelSpec, cluster: Cluster, s: Strategy, des: bool) -> Result | None:
-    if not des:
-        return None
-    from plansim.sim.engine import simulate_des
-
-    return simulate_des(model, cluster, s)
 
 
 def _explain(r: PlanResult) -> str:

@@ -213,10 +213,15 @@ def _with_milp(
     return out[:top_k]
 
 
-def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
+def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
+    """One strategy through the discrete-event engine (symmetric mode), as the finalists are re-simulated."""
     from plansim.sim.engine import simulate_des
 
-    return simulate_des(*job)
+    return simulate_des(model, cluster, s)
+
+
+def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
+    return des_result(*job)
 
 
 def _des_all(model: ModelSpec, cluster: Cluster, chosen: Sequence[Priced], des: bool, jobs: int) -> list[Result | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from plansim.report.figures import save_figure
 from plansim.units import GB
 
 __all__ = ["memory_chart", "time_chart"]
@@ -20,18 +21,6 @@ def _figure(rows: int) -> tuple[Any, Any]:
     fig = Figure(figsize=(10, 1.6 + 0.45 * rows), dpi=120)
     FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
-
-
-def _save(fig: Any, path: Path) -> list[Path]:
-    fig.tight_layout()
-    written = []
-    if path.suffix.lower() == ".svg":
-        fig.savefig(path, format="svg", metadata={"Date": None})
-        written.append(path)
-        path = path.with_suffix(".png")
-    fig.savefig(path, format="png")
-    written.append(path)
-    return written
 
 
 def _labels(frame: Any) -> list[str]:
@@ -54,7 +43,7 @@ def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
     ax.set_title(f"{title}: step time by part", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(_PARTS), frameon=False)
     ax.tick_params(axis="y", labelsize=7)
-    return _save(fig, Path(path))
+    return save_figure(fig, path)
 
 
 def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
@@ -69,4 +58,4 @@ def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
     ax.set_title(f"{title}: memory", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     ax.tick_params(axis="y", labelsize=7)
-    return _save(fig, Path(path))
+    return save_figure(fig, path)

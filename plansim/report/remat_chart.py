@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from plansim.report.figures import save_figure
 from plansim.units import GB
 
 __all__ = ["tradeoff_chart"]
@@ -90,16 +91,7 @@ def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: fl
     ax.set_ylim(bottom, cap * 1.04 if cap is not None else None)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-
-    written = []
-    if path.suffix.lower() == ".svg":
-        fig.savefig(path, format="svg", metadata={"Date": None})
-        written.append(path)
-        path = path.with_suffix(".png")
-    fig.savefig(path, format="png")
-    written.append(path)
-    return written
+    return save_figure(fig, path)
 
 
 def _unscheduled(ax: Any, frame: Any) -> None:
