@@ -10,7 +10,9 @@ engine uses too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
@@ -80,14 +82,31 @@ class _Priced:
     costs: dict[int, LayerCost]
     p2p_bytes: float
     model_flops: float
-    stage_sums: dict[tuple[int, ...], _StageSums]
-    stages: dict[tuple, StageCost]
+    stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
+    pipelines: dict[tuple, _Pipeline] = field(default_factory=dict)
+    stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
+    p2p: dict[tuple, list[tuple[float, float]]] = field(default_factory=dict)
+    _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
 
-    def sums(self, layers: list[int], model: ModelSpec) -> _StageSums:
-        key = tuple(layers)
-        if key not in self.stage_sums:
-            self.stage_sums[key] = _StageSums(layers, self.costs, model, self.prep.graph.graph["layer_input_bytes"])
-        return self.stage_sums[key]
+    def sums(self, layers: tuple[int, ...], model: ModelSpec) -> _StageSums:
+        """The sums of a layer list; lists whose layers cost alike (a pipeline's middle stages) share one."""
+        hit = self.stage_sums.get(layers)
+        if hit is None:
+            alike = tuple(self.costs[i] for i in layers if i in self.costs)
+            hit = self._alike.get(alike)
+            if hit is None:
+                hit = _StageSums(list(layers), self.costs, model, self.prep.graph.graph["layer_input_bytes"])
+                self._alike[alike] = hit
+            self.stage_sums[layers] = hit
+        return hit
+
+    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[tuple[float, float]]:
+        """``_p2p`` of every stage of ``s``'s pipeline."""
+        key = (s.schedule, s.pp, s.virtual_stages, s.tp * (s.dp or 1))
+        hit = self.p2p.get(key)
+        if hit is None:
+            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.p2p_bytes) for idx in range(s.pp)]
+        return hit
 
 
 class AnalyticCache:
@@ -118,7 +137,7 @@ class AnalyticCache:
                         max(costs[i].params for i in layers if i in costs),
                     ).values()
                 ) > capacity
-                for idx, layers in enumerate(stage_layers(self.model.layers, s.pp, s.virtual_stages))
+                for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages))
             )  # fmt: skip
         return self._states[key]
 
@@ -132,7 +151,7 @@ class AnalyticCache:
 
             prep = prepare_step(self.model, self.cluster, s)
             costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
-            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph), {}, {})
+            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
             self._priced[key] = hit
         return hit
 
@@ -155,23 +174,80 @@ def simulate_analytic(
     )
     priced = shared.priced(s)
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
-    costs = priced.costs
-    layout = stage_layers(model.layers, s.pp, s.virtual_stages)
-    plans = milp_stage_plans(prep, cluster, model, costs) if s.remat == "milp" else {}
-    stages = []
-    for idx, layers in enumerate(layout):
-        # a stage's cost does not depend on ZeRO or the all-reduce: strategies differing only there share it
-        key = (tuple(layers), idx, s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.dp)
-        stage = priced.stages.get(key) if s.remat != "milp" else None
-        if stage is None:
-            stage = _stage_cost(
-                layers, costs, s, model, prep.graph.graph["layer_input_bytes"], idx,
-                _p2p(cluster, s, idx, priced.p2p_bytes), plans.get(idx), priced.sums(layers, model),
-            )  # fmt: skip
-            if s.remat != "milp":
-                priced.stages[key] = stage
-        stages.append(stage)
-    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, stages)
+    # a pipeline's stages do not depend on ZeRO or the all-reduce: strategies differing only there share them
+    key = (s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.dp)
+    pipe = priced.pipelines.get(key) if s.remat != "milp" else None
+    if pipe is None:
+        plans = milp_stage_plans(prep, cluster, model, priced.costs) if s.remat == "milp" else {}
+        sched = get_schedule(s.schedule)
+        ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+        tied = tied_copy_params(model, s)
+        stages = []
+        for idx, (layers, p2p) in enumerate(
+            zip(_layout(model.layers, s.pp, s.virtual_stages), priced.p2p_of(cluster, s), strict=True)
+        ):
+            sums = priced.sums(layers, model)
+            params = sums.params + (tied if idx == s.pp - 1 else 0)
+            ends_saved = _ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
+            if s.remat == "milp":
+                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_saved, plans[idx]))
+                continue
+            in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
+            stage_key = (id(sums), s.remat, in_flight, p2p, params, ends_saved)
+            stage = priced.stage_costs.get(stage_key)
+            if stage is None:
+                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_saved)
+            stages.append(stage)
+        pipe = _Pipeline.of(stages, s)
+        if s.remat != "milp":
+            priced.pipelines[key] = pipe
+    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe)
+
+
+@lru_cache(maxsize=4096)
+def _layout(num_layers: int, pp: int, v: int) -> tuple[tuple[int, ...], ...]:
+    """``stage_layers`` as tuples, memoized (a planner asks for the same few layouts thousands of times)."""
+    return tuple(tuple(layers) for layers in stage_layers(num_layers, pp, v))
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """A pipeline's stages and what every ZeRO/all-reduce variant of it reads: the schedule's step time, the
+    bottleneck stage, and the stages grouped where the data-parallel traffic (params, layers, backward and forward
+    time) or the static memory (params, largest layer) can differ, so that each group is priced once."""
+
+    stages: list[StageCost]
+    pipe_s: float
+    bottleneck: StageCost
+    dp_groups: list[StageCost]
+    memory_groups: list[StageCost]
+    memory_group_of: list[int]
+    activations: list[int]
+    tp_bytes: float
+    p2p_bytes: float
+    recompute_matmul_flops: float
+
+    @classmethod
+    def of(cls, stages: list[StageCost], s: Strategy) -> _Pipeline:
+        times = [st.time_s for st in stages]
+        weights = [st.bwd_weight_s for st in stages]
+        pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
+        bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
+        dp_groups: dict[tuple[float, ...], StageCost] = {}
+        memory_groups: dict[tuple[float, float], int] = {}
+        representatives: list[StageCost] = []
+        group_of = []
+        for st in stages:
+            dp_groups.setdefault((st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s), st)
+            g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
+            if g == len(representatives):
+                representatives.append(st)
+            group_of.append(g)
+        return cls(
+            stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
+            [round(st.activations) for st in stages], max(st.tp_bytes for st in stages),
+            max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
+        )  # fmt: skip
 
 
 def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[float, float]:
@@ -213,6 +289,8 @@ class _StageSums:
         self.tp_fwd_bytes_blocks = sum(c.tp_fwd_bytes for c in self.blocks)
         self.largest_layer_params = max(c.params for c in every)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
+        self.params = round(sum(costs[i].params for i in layers if i in costs))
+        self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
         self._recompute: dict[str, tuple[float, float, float]] = {}
         self._activations: dict[str, StageActivations] = {}
@@ -230,32 +308,29 @@ class _StageSums:
 
 
 def _stage_cost(
-    layers: list[int],
-    costs: dict[int, LayerCost],
-    s: Strategy,
-    model: ModelSpec,
-    layer_input: float,
-    idx: int,
+    sums: _StageSums,
+    remat: str,
+    in_flight: float,
     p2p: tuple[float, float],
+    params: int,
+    ends_saved: float,
     plan: StageRemat | None = None,
-    sums: _StageSums | None = None,
 ) -> StageCost:
-    sums = sums or _StageSums(layers, costs, model, layer_input)
-    params = _stage_params(layers, costs, s, model, idx)
-    ends_saved = _ends_saved(layers, costs, s, model)
+    """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
+    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes) of its sends, ``params`` it
+    holds and ``ends_saved`` bytes of embedding/output activations."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_tp_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
     else:
-        recompute_s, recompute_tp_s, recompute_flops = sums.recompute(s.remat)
-        in_flight = get_schedule(s.schedule).in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-        activations = stage_activation_bytes_of(sums.activations(s.remat), in_flight, ends_saved)
+        recompute_s, recompute_tp_s, recompute_flops = sums.recompute(remat)
+        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
         comm_s=sums.tp_s + recompute_tp_s + p2p[0],
-        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if s.remat in ("full", "sqrt") else 0.0),
+        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if remat in ("full", "sqrt") else 0.0),
         params=params,
         largest_layer_params=sums.largest_layer_params,
         activations=activations,
@@ -266,14 +341,17 @@ def _stage_cost(
     )
 
 
-def _stage_params(layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, idx: int) -> int:
+def _stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, idx: int) -> int:
     params = round(sum(costs[i].params for i in layers if i in costs))
     return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
 
 
-def _ends_saved(layers: list[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec) -> float:
-    """Activations of the embedding and output layer on this stage, every micro-batch in flight there included."""
-    first, last = get_schedule(s.schedule).ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+def _ends_saved(
+    layers: Sequence[int], costs: dict[int, LayerCost], ends_in_flight: tuple[float, float], model: ModelSpec
+) -> float:
+    """Activations of the embedding and output layer on this stage, every micro-batch in flight there included
+    (``ends_in_flight``: the schedule's micro-batches in flight at the first and the last chunk)."""
+    first, last = ends_in_flight
     return sum(
         costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
     )
@@ -300,7 +378,8 @@ def milp_stage_plans(
         static = sum(_static_bytes(cluster, s, params, largest).values())
         budget = s.remat_budget
         if budget is None:
-            budget = cluster.gpu.memory_bytes - static - _ends_saved(layers, costs, s, model)
+            ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+            budget = cluster.gpu.memory_bytes - static - _ends_saved(layers, costs, ends, model)
         plans[idx] = stage_remat(
             graph,
             blocks,
@@ -400,22 +479,6 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
     return optimizer_step_s(kernels, s, params)
 
 
-def _memory(
-    cluster: Cluster, s: Strategy, stage: StageCost, memo: dict[tuple[float, float], dict[str, int]] | None = None
-) -> dict[str, int]:
-    """Per-device bytes of one stage. Under ZeRO-3 each layer's weights are gathered whole before use, and the next
-    layer's are prefetched meanwhile (Rajbhandari et al. 2020 sec 5.3; PyTorch FSDP's default prefetch): two layers
-    of gathered weights are live on top of the 1/dp shard."""
-    key = (stage.params, stage.largest_layer_params)
-    if memo is None or key not in memo:
-        static = _static_bytes(cluster, s, stage.params, stage.largest_layer_params)
-        if memo is None:
-            memo = {}
-        memo[key] = static
-    static = dict(memo[key])
-    return {**static, "activations": round(stage.activations), "workspace": static.pop("workspace")}
-
-
 def _static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
     """Weights (ZeRO-3: the shard plus two gathered layers), gradients, optimizer states and workspace."""
     states = model_state_bytes(
@@ -432,34 +495,25 @@ def _static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_pa
 
 
 def _time_breakdown(
-    model: ModelSpec, cluster: Cluster, s: Strategy, kernels: KernelCostModel, stages: list[StageCost]
-) -> tuple[dict[str, float], float, DataParallelComm, float]:
-    """The step's time by part (they sum to the step time), the pipeline's time, the worst stage's DP/ZeRO
-    traffic, and the bytes of the tied-embedding gradient sync. Compute, recompute and blocking communication are
-    the bottleneck stage's."""
+    model: ModelSpec, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline
+) -> tuple[dict[str, float], DataParallelComm, float]:
+    """The step's time by part (they sum to the step time), the worst stage's DP/ZeRO traffic, and the bytes of the
+    tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
     m = s.num_microbatches
-    times = [st.time_s for st in stages]
-    weights = [st.bwd_weight_s for st in stages]
-    pipe_s = get_schedule(s.schedule).step_time(times, m, s.virtual_stages, weight_times=weights)
-    bottleneck = stages[max(range(len(stages)), key=lambda i: times[i])]
-    seen: dict[tuple[float, ...], DataParallelComm] = {}  # a pipeline's middle stages repeat
-
-    def dp_comm(st: StageCost) -> DataParallelComm:
-        key = (st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s)
-        if key not in seen:
-            seen[key] = _dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s)
-        return seen[key]
-
-    dpc = max((dp_comm(st) for st in stages), key=lambda c: c.exposed_s)
+    bottleneck = pipe.bottleneck
+    dpc = max(
+        (_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
+        key=lambda c: c.exposed_s,
+    )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
         "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
-        "bubble": pipe_s - m * bottleneck.time_s,
-        "optimizer": max(_optimizer_s(kernels, s, p) for p in {st.params for st in stages}),
+        "bubble": pipe.pipe_s - m * bottleneck.time_s,
+        "optimizer": max(_optimizer_s(kernels, s, p) for p in {st.params for st in pipe.memory_groups}),
     }
-    return breakdown, pipe_s, dpc, emb_bytes
+    return breakdown, dpc, emb_bytes
 
 
 def _assemble(
@@ -468,17 +522,20 @@ def _assemble(
     s: Strategy,
     micro_batch_flops: float,
     kernels: KernelCostModel,
-    stages: list[StageCost],
+    pipe: _Pipeline,
 ) -> Result:
     dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
-    breakdown, pipe_s, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, stages)
+    stages = pipe.stages
+    breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe)
     step = sum(breakdown.values())
-    static: dict[tuple[float, float], dict[str, int]] = {}
-    mem = [_memory(cluster, s, st, static) for st in stages]
-    peaks = [sum(x.values()) for x in mem]
-    worst = max(range(len(stages)), key=lambda i: peaks[i])
+    static = [_static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
+    totals = [sum(x.values()) for x in static]
+    peaks = [totals[g] + a for g, a in zip(pipe.memory_group_of, pipe.activations, strict=True)]
+    worst = max(range(len(stages)), key=peaks.__getitem__)
+    worst_static = dict(static[pipe.memory_group_of[worst]])
+    memory = {**worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace")}
     model_fl = micro_batch_flops * s.tp * dp * m
-    hw_fl = model_fl + sum(st.recompute_matmul_flops for st in stages) * s.tp * dp * m
+    hw_fl = model_fl + pipe.recompute_matmul_flops * s.tp * dp * m
     peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes
     return Result(
@@ -497,17 +554,17 @@ def _assemble(
         ),
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
-        memory_breakdown_bytes=mem[worst],
+        memory_breakdown_bytes=memory,
         comm_bytes_per_gpu={
             "dp": dpc.dp_bytes + emb_bytes,
-            "tp": m * max(st.tp_bytes for st in stages),
-            "pp": m * max(st.p2p_bytes for st in stages),
+            "tp": m * pipe.tp_bytes,
+            "pp": m * pipe.p2p_bytes,
             "zero": dpc.zero_bytes,
         },
         time_breakdown_s=breakdown,
-        reason="" if fits else _no_fit_reason(worst, mem[worst], peaks[worst], cluster),
+        reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
         num_microbatches=m,
-        bubble_fraction=breakdown["bubble"] / pipe_s if pipe_s else 0.0,
+        bubble_fraction=breakdown["bubble"] / pipe.pipe_s if pipe.pipe_s else 0.0,
         stage_peak_memory_bytes=[int(p) for p in peaks],
     )
 
