@@ -169,6 +169,27 @@ def test_bad_calls_raise() -> None:
         net.set_capacity(A, 5.0)
 
 
+def test_a_route_is_fixed_once_made() -> None:
+    """``send`` along a reused ``route`` is ``transfer``; a link a route uses keeps its capacity."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, {A: 10.0, B: math.inf})
+    route = net.route({A: 1, B: 2})
+    with pytest.raises(RuntimeError, match="route already uses"):
+        net.set_capacity(A, 5.0)
+    ends = []
+
+    def go(delay: float) -> Generator[simpy.Event, None, None]:
+        yield env.timeout(delay)
+        yield net.send(route, 50.0)
+        ends.append(env.now)
+
+    env.process(go(0.0))
+    env.process(go(0.0))
+    env.run()
+    assert ends == [10.0, 10.0]  # two bundles share A's 10 B/s: 50 B each at 5 B/s
+    assert net.link_bytes == {A: 100.0, B: 200.0}
+
+
 # Random networks against a brute-force reference.
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
+from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.planner.space import Constraints, candidates
 from plansim.result import Result
@@ -164,6 +165,18 @@ def _price_chunk(
     total: int = 0,
 ) -> tuple[list[Priced], Counter[str]]:
     model, cluster, strategies, offset = job
+    with gc_paused():
+        return _price_strategies(model, cluster, strategies, offset, progress, total)
+
+
+def _price_strategies(
+    model: ModelSpec,
+    cluster: Cluster,
+    strategies: list[Strategy],
+    offset: int,
+    progress: Callable[[int, int], None] | None,
+    total: int,
+) -> tuple[list[Priced], Counter[str]]:
     cache = AnalyticCache(model, cluster)
     priced, errors = [], Counter[str]()
     step = max(1, len(strategies) // 200)

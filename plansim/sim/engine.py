@@ -31,11 +31,12 @@ import simpy
 
 from plansim.costs.collectives import bytes_sent_per_rank, schedule
 from plansim.errors import PlansimError
+from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.lower import lower
 from plansim.result import Result, step_rates
 from plansim.sim.memory import MemoryTracker
-from plansim.sim.network import FlowNetwork, LinkId
+from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
@@ -92,6 +93,7 @@ class _Phase:
     bytes_factor: float
     latency_s: float
     injected: float
+    route: Route
 
 
 @dataclass
@@ -112,7 +114,7 @@ class Timeline:
 
 
 class _Device:
-    __slots__ = ("end", "events", "factor", "label", "mem", "offset", "program", "rank", "stage", "start")
+    __slots__ = ("deps", "end", "events", "factor", "label", "mem", "offset", "program", "rank", "stage", "start")
 
     def __init__(self, rank: int, stage: int, offset: int, program: StageProgram, capacity: float) -> None:
         self.rank = rank
@@ -125,6 +127,7 @@ class _Device:
         self.start = [math.nan] * n
         self.end = [math.nan] * n
         self.events: dict[int, simpy.Event] = {}
+        self.deps: list[list[simpy.Event]] = []  # per task, the events of the tasks it waits for
         self.factor = 1.0
 
 
@@ -143,6 +146,8 @@ class _Engine:
         # when a collective really started (its last member arrived), per (rank, task index) of each member
         self.comm_start: dict[tuple[int, int], float] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
+        # (rank, comm) -> (members, simulated members, phases): what each of a rank's collectives needs
+        self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase]]] = {}
         self.devices: dict[int, _Device] = {}
         offsets = range(self.width) if mode == "full" else range(1)
         for prog in graph.stages:
@@ -157,6 +162,8 @@ class _Engine:
                     referenced[st].add(j)
         for dev in self.devices.values():
             dev.events = {j: self.env.event() for j in referenced[dev.stage]}
+        for dev in self.devices.values():
+            dev.deps = [[self._event(dev, st, j) for st, j in task.deps] for task in dev.program.tasks]
 
     def _apply_stragglers(self) -> None:
         for rank, factor in self.what_if.stragglers.items():
@@ -183,10 +190,11 @@ class _Engine:
 
     def _stream(self, dev: _Device, indices: list[int]) -> Generator[simpy.Event, Any, None]:
         env, tasks, jitter = self.env, dev.program.tasks, self.what_if.jitter
+        deps = dev.deps
         for i in indices:
             task = tasks[i]
             if task.deps:
-                waits = [e for e in (self._event(dev, st, j) for st, j in task.deps) if not e.processed]
+                waits = [e for e in deps[i] if e.callbacks is not None]  # not yet processed
                 if waits:
                     yield waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
             start = env.now
@@ -249,28 +257,46 @@ class _Engine:
 
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
         """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived."""
-        members = self.members(dev, comm)
-        done = self.env.event()
-        if comm.group == "pp":
-            self.env.process(self._collective(comm, members, done))
-            return done
-        participants = sum(1 for r in members if r in self.devices)
+        group_key = (dev.rank, comm)
+        known = self.groups.get(group_key)
+        if known is None:
+            members = self.members(dev, comm)
+            participants = 1 if comm.group == "pp" else sum(1 for r in members if r in self.devices)
+            known = self.groups[group_key] = (members, participants, self.phases(comm, members))
+        members, participants, phases = known
+        if participants <= 1:  # a send, or the only simulated member (symmetric mode): nobody to wait for
+            return self._collective(comm, phases)
         key = (dev.program.tasks[index].name, members)
-        entry = self.rendezvous.setdefault(key, [0, done, []])
+        entry = self.rendezvous.setdefault(key, [0, self.env.event(), []])
         entry[0] += 1
         entry[2].append((dev.rank, index))
         if entry[0] == participants:
             del self.rendezvous[key]
-            if participants > 1:
-                for waiter in entry[2]:
-                    self.comm_start[waiter] = self.env.now
-            self.env.process(self._collective(comm, members, entry[1]))
+            for waiter in entry[2]:
+                self.comm_start[waiter] = self.env.now
+            self._collective(comm, phases, entry[1])
         return entry[1]
 
-    def _collective(self, comm: Comm, members: tuple[int, ...], done: simpy.Event) -> Generator[Any, Any, None]:
-        for ph in self.phases(comm, members):
-            yield self.net.transfer(ph.weights, ph.bytes_factor * comm.n_bytes, ph.latency_s, comm.kind)
-        done.succeed()
+    def _collective(self, comm: Comm, phases: list[_Phase], done: simpy.Event | None = None) -> simpy.Event:
+        """Run the collective's phases one after another (each starts when the previous one's transfer ends, by a
+        callback: no SimPy process per collective). Returns the event that fires at the end: ``done`` if given,
+        else the last transfer's own event when there is one phase."""
+        send, n_bytes, kind = self.net.send, comm.n_bytes, comm.kind
+        if done is None and len(phases) == 1:
+            ph = phases[0]
+            return send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s, kind)
+        end = done if done is not None else self.env.event()
+
+        def advance(k: int) -> None:
+            if k == len(phases):
+                end.succeed()
+                return
+            ph = phases[k]
+            event = send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s, kind)
+            event.callbacks.append(lambda _event: advance(k + 1))
+
+        advance(0)
+        return end
 
     def phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         """The collective as phases of bundled transfers (cached per group and algorithm)."""
@@ -348,8 +374,9 @@ class _Engine:
                             injected += w
                         for link in route:
                             weights[link] += w
+            kept = self._own_links(dict(weights), own)
             phases.append(
-                _Phase(self._own_links(dict(weights), own), count * biggest / len(channels), count * latency, injected)
+                _Phase(kept, count * biggest / len(channels), count * latency, injected, self.net.route(kept))
             )
             i = j
         return phases
@@ -438,13 +465,14 @@ def simulate_des(
         raise PlansimError(f"mode '{mode}' is unknown: choose one of {', '.join(MODES)}")
     what_if = what_if or WhatIf()
     what_if.check(cluster)
-    wall = time.perf_counter()
-    s = strategy.resolve(cluster)
-    graph = lower(model, cluster, s)
-    engine = _Engine(graph, cluster, mode, what_if)
-    engine.run()
-    wall = time.perf_counter() - wall
-    return _result(model, cluster, s, graph, engine, wall)
+    with gc_paused():
+        wall = time.perf_counter()
+        s = strategy.resolve(cluster)
+        graph = lower(model, cluster, s)
+        engine = _Engine(graph, cluster, mode, what_if)
+        engine.run()
+        wall = time.perf_counter() - wall
+        return _result(model, cluster, s, graph, engine, wall)
 
 
 def _result(

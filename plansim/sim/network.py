@@ -50,7 +50,7 @@ from types import MappingProxyType
 import simpy
 from simpy.events import NORMAL, Event
 
-__all__ = ["FlowNetwork", "LinkId"]
+__all__ = ["FlowNetwork", "LinkId", "Route"]
 
 #: A directed edge ``(u, v)`` of the cluster topology graph. Links are full duplex: each direction has its own
 #: capacity.
@@ -126,6 +126,17 @@ class _Transfer:
         self.end = math.inf  # when transmission ends at the current rate
         # Its connected component as of the last reallocation; dropped at the end (no reference cycle outlives it).
         self.group: list[_Transfer] = []
+
+
+class Route:
+    """A bundle's links, checked and split (``FlowNetwork.route``): finite ones with their ``_Link`` state, and
+    infinite ones by id (tallied only)."""
+
+    __slots__ = ("finite", "infinite")
+
+    def __init__(self, finite: list[tuple[_Link, float]], infinite: list[tuple[LinkId, float]]) -> None:
+        self.finite = finite
+        self.infinite = infinite
 
 
 class _Completion(Event):
@@ -211,6 +222,8 @@ class FlowNetwork:
         """
         if self.transfers_started:
             raise RuntimeError("link capacities can only be changed before the first transfer starts")
+        if link in self._links:
+            raise RuntimeError(f"link {link}: a route already uses it; set capacities before making routes")
         self._check_capacity(link, capacity_Bps)
         self._capacity[link] = float(capacity_Bps)
 
@@ -221,7 +234,7 @@ class FlowNetwork:
 
         ``weights`` maps each link the bundle crosses to its number of member flows on that link (> 0). Links of
         infinite capacity impose no limit; with no finite link (or ``n_bytes == 0``) the event fires after
-        ``latency_s`` alone.
+        ``latency_s`` alone. ``send(route(weights), ...)`` is the same for a caller that reuses one route.
 
         Raises
         ------
@@ -230,9 +243,18 @@ class FlowNetwork:
         ValueError
             If a weight is not positive, or ``n_bytes`` or ``latency_s`` is negative.
         """
-        env = self.env
-        if n_bytes < 0 or latency_s < 0:
-            raise ValueError(f"n_bytes ({n_bytes}) and latency_s ({latency_s}) must not be negative")
+        return self.send(self.route(weights), n_bytes, latency_s, kind)
+
+    def route(self, weights: Mapping[LinkId, float]) -> Route:
+        """``weights`` checked and split into finite and infinite links, for ``send`` (see ``transfer``).
+
+        Raises
+        ------
+        KeyError
+            If a link has no capacity.
+        ValueError
+            If a weight is not positive.
+        """
         finite: list[tuple[_Link, float]] = []
         infinite: list[tuple[LinkId, float]] = []
         links = self._links
@@ -246,6 +268,14 @@ class FlowNetwork:
                 infinite.append((link_id, weight))
             else:
                 finite.append((link, weight))
+        return Route(finite, infinite)
+
+    def send(self, route: Route, n_bytes: float, latency_s: float = 0.0, kind: str = "") -> simpy.Event:
+        """``transfer`` along a ``route`` made by this network's ``route``."""
+        env = self.env
+        if n_bytes < 0 or latency_s < 0:
+            raise ValueError(f"n_bytes ({n_bytes}) and latency_s ({latency_s}) must not be negative")
+        finite, infinite = route.finite, route.infinite
         self.transfers_started += 1
         if not finite or n_bytes == 0:
             self._tally(finite, infinite, n_bytes, kind)
@@ -253,12 +283,16 @@ class FlowNetwork:
         now = env.now
         done = _Completion(env)
         transfer = _Transfer(finite, infinite, n_bytes, latency_s, kind, done, now)
+        alone = True
         for link, weight in finite:
-            if not link.flows:
+            flows = link.flows
+            if not flows:
                 link.busy_since = now
-            link.flows[transfer] = weight
+            else:
+                alone = False
+            flows[transfer] = weight
         self._active[transfer] = None
-        if all(len(link.flows) == 1 for link, _ in finite):  # alone on its links: its rate is known now
+        if alone:  # alone on its links: its rate is known now
             transfer.new_rate = min(link.capacity / weight for link, weight in finite)
             self._apply([transfer], now)
             self._arm()
