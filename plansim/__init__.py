@@ -31,6 +31,8 @@ _EXPORTS = {
     "Constraints": "plansim.planner",
     "PlanResult": "plansim.planner",
     "solve_remat": "plansim.remat",
+    "compare": "plansim.comparison",
+    "Comparison": "plansim.comparison",
 }
 
 __all__ = sorted(_EXPORTS)

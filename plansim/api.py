@@ -13,7 +13,7 @@ from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, load_model
 from plansim.yamlfile import validated
 
-__all__ = ["ENGINES", "simulate"]
+__all__ = ["ENGINES", "as_strategy", "simulate"]
 
 
 def _analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
@@ -38,7 +38,8 @@ def _des(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any)
 ENGINES: dict[str, Callable[..., Result]] = {"analytic": _analytic, "des": _des}
 
 
-def _as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
+def as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
+    """A Strategy from a Strategy, inline ``key=value`` text, a YAML path or shipped name, or a mapping of fields."""
     if isinstance(strategy, Strategy):
         return strategy
     if isinstance(strategy, str):
@@ -95,7 +96,7 @@ def simulate(
     if engine not in ENGINES:
         raise PlansimError(f"engine '{engine}' is unknown: choose one of {', '.join(ENGINES)}")
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    strat = _as_strategy(strategy)
+    strat = as_strategy(strategy)
     if isinstance(hardware, Cluster):
         cluster = hardware
     else:

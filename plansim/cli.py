@@ -257,6 +257,88 @@ def _with_progress(run: Callable[[Callable[[int, int], None]], Any]) -> Any:
         return run(progress)
 
 
+@app.command()
+@_clear_errors
+def compare(
+    model: Annotated[str, typer.Option("--model", "-m", help="preset name (plansim models) or model YAML path")],
+    strategy: Annotated[
+        list[str],
+        typer.Option("--strategy", "-s", help="a strategy to compare (repeat): inline 'dp=8,tp=2,...', YAML or name"),
+    ],
+    hardware: Annotated[
+        list[str] | None, typer.Option("--hardware", "-H", help="node type or YAML path (repeat to compare)")
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", "-g", help="GPUs of every cluster (default: each strategy's dp*tp*pp)")
+    ] = None,
+    engine: Annotated[str, typer.Option("--engine", "-e", help="des (default: gives the timeline) or analytic")] = (
+        "des"
+    ),
+    scaling: Annotated[
+        str | None, typer.Option("--scaling", help="GPU counts for throughput curves, comma-separated: 256,512,1024")
+    ] = None,
+    scaling_engine: Annotated[
+        str, typer.Option("--scaling-engine", help="engine of the scaling curves: analytic (default) or des")
+    ] = "analytic",
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="write results.csv/.json, scaling.csv and the charts here")
+    ] = None,
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+) -> None:
+    """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
+    from plansim.comparison import compare as run_compare
+    from plansim.errors import PlansimError
+    from plansim.report.compare_output import comparison_summary, print_comparison, write_comparison
+
+    counts: list[int] = []
+    for item in (scaling or "").split(","):
+        if item.strip():
+            try:
+                counts.append(int(item))
+            except ValueError:
+                raise PlansimError(f"--scaling {scaling}: expected GPU counts such as 256,512,1024") from None
+    total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts))
+    result = _with_steps(
+        "simulating",
+        total,
+        lambda step: run_compare(
+            model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
+            scaling_engine=scaling_engine, progress=step,
+        ),
+    )  # fmt: skip
+    files = write_comparison(result, out) if out is not None else []
+    if fmt is PlanFormat.json:
+        summary = comparison_summary(result)
+        summary["files"] = [str(f) for f in files]
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        print_comparison(result, files)
+
+
+def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
+    """Run ``run(step)`` under a rich progress bar on stderr that advances at each ``step(label)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=total)
+        started = [False]
+
+        def step(label: str) -> None:
+            bar.update(task, advance=1 if started[0] else 0, description=label)
+            started[0] = True
+
+        return run(step)
+
+
 class RematFormat(StrEnum):
     text = "text"
     json = "json"

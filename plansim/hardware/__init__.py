@@ -10,7 +10,7 @@ from plansim.hardware.cluster import Cluster
 from plansim.hardware.link import Link
 from plansim.hardware.loader import list_hardware, load_gpu, load_hardware, load_node
 from plansim.hardware.schema import GPUSpec, NodeSpec
-from plansim.hardware.topology import build_topology
+from plansim.hardware.topology import build_topology, link_tier
 
 __all__ = [
     "Cluster",
@@ -18,6 +18,7 @@ __all__ = [
     "Link",
     "NodeSpec",
     "build_topology",
+    "link_tier",
     "list_hardware",
     "load_gpu",
     "load_hardware",

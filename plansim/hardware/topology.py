@@ -20,7 +20,7 @@ import networkx as nx
 
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["build_topology"]
+__all__ = ["build_topology", "link_tier"]
 
 
 def build_topology(node: NodeSpec, num_gpus: int) -> nx.Graph:
@@ -98,3 +98,33 @@ def _add_fabric(graph: nx.Graph, node: NodeSpec) -> None:
             downlinks[parent] += uplink
             first_node[parent] = min(first_node.get(parent, first_node[child]), first_node[child])
         children = sorted({f"{outer.name}{outer.group(first_node[c])}" for c in children}, key=first_node.__getitem__)
+
+
+def link_tier(node: NodeSpec, link: str) -> str:
+    """The tier a topology link (``"u->v"``, as the discrete-event engine names links) belongs to: ``nvlink``
+    (GPU to NVSwitch, or GPU to GPU in an NVLink mesh), ``pcie`` (GPU to a PCIe switch), ``nic`` (GPU to its NIC),
+    else the outermost fabric tier it touches (``leaf``, ``spine``, ... as the profile names them).
+
+    >>> from plansim.hardware import load_node
+    >>> a100 = load_node("dgx-a100")
+    >>> [link_tier(a100, x) for x in ("gpu0->node0/nvswitch", "gpu0->node0/nic0", "node0/nic0->leaf0/rail0")]
+    ['nvlink', 'nic', 'leaf']
+    """
+    tiers = [t.name for t in node.fabric]
+
+    def level(vertex: str) -> tuple[int, str]:
+        if vertex.startswith("gpu") or vertex.endswith(("/nvswitch", "/nvlink_mesh")):
+            return 0, "pcie" if node.intra_node.topology == "pcie" else "nvlink"
+        if vertex.endswith("/pcie"):
+            return 0, "pcie"
+        if "/nic" in vertex:
+            return 1, "nic"
+        name = vertex.split("/", 1)[0].rstrip("0123456789")
+        if name in tiers:
+            return 2 + tiers.index(name), name
+        raise ValueError(f"link {link!r}: {vertex!r} is not a vertex of a plansim topology")
+
+    ends = link.split("->")
+    if len(ends) != 2:
+        raise ValueError(f"link {link!r}: expected 'u->v'")
+    return max(level(v) for v in ends)[1]

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["save_figure"]
+__all__ = ["bar_figure", "save_figure", "stacked_barh"]
 
 
-def save_figure(fig: Any, path: str | Path) -> list[Path]:
-    """Lay out ``fig`` and write it to ``path``: with a ``.svg`` path an SVG plus a PNG beside it, else a PNG.
-    Returns the paths written."""
+def save_figure(fig: Any, path: str | Path, *, top: float = 1.0) -> list[Path]:
+    """Lay out ``fig`` (its axes below ``top``, a fraction of its height, leaving room for a figure legend) and
+    write it to ``path``: with a ``.svg`` path an SVG plus a PNG beside it, else a PNG. Returns the paths written."""
     path = Path(path)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, top))
     written = []
     if path.suffix.lower() == ".svg":
         fig.savefig(path, format="svg", metadata={"Date": None})
@@ -22,3 +22,26 @@ def save_figure(fig: Any, path: str | Path) -> list[Path]:
     fig.savefig(path, format="png")
     written.append(path)
     return written
+
+
+def bar_figure(rows: int, *, columns: int = 1, width: float = 10.0) -> tuple[Any, list[Any]]:
+    """A figure (Agg canvas, no pyplot state) tall enough for ``rows`` horizontal bars, with ``columns`` axes side
+    by side."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, 1.6 + 0.45 * rows), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig, [fig.add_subplot(1, columns, k + 1) for k in range(columns)]
+
+
+def stacked_barh(ax: Any, labels: list[str], series: dict[str, list[float]]) -> list[float]:
+    """Horizontal bars for ``labels`` (first at the top), stacked by ``series`` (name -> one value per label,
+    colours C0, C1, ... in order); returns the bar totals in label order."""
+    order = labels[::-1]
+    left = [0.0] * len(labels)
+    for k, (name, values) in enumerate(series.items()):
+        shown = list(values)[::-1]
+        ax.barh(order, shown, left=left, color=f"C{k}", label=name)
+        left = [a + b for a, b in zip(left, shown, strict=True)]
+    return left[::-1]

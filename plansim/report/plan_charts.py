@@ -6,21 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from plansim.report.figures import save_figure
+from plansim.report.figures import bar_figure, save_figure, stacked_barh
 from plansim.units import GB
 
 __all__ = ["memory_chart", "time_chart"]
 
 _PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
-
-
-def _figure(rows: int) -> tuple[Any, Any]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 1.6 + 0.45 * rows), dpi=120)
-    FigureCanvasAgg(fig)
-    return fig, fig.add_subplot()
 
 
 def _labels(frame: Any) -> list[str]:
@@ -32,13 +23,10 @@ def _labels(frame: Any) -> list[str]:
 
 def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
     """Stacked horizontal bars: each finalist's step time by part (ms), best at the top."""
-    fig, ax = _figure(len(frame))
-    labels = _labels(frame)[::-1]
-    left = [0.0] * len(frame)
-    for k, part in enumerate(_PARTS):
-        values = [float(v) * 1e3 for v in frame[f"time_{part}_s"]][::-1]
-        ax.barh(labels, values, left=left, color=f"C{k}", label=part.replace("_", " "))
-        left = [a + b for a, b in zip(left, values, strict=True)]
+    fig, (ax,) = bar_figure(len(frame))
+    stacked_barh(
+        ax, _labels(frame), {p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS}
+    )
     ax.set_xlabel("step time (ms)")
     ax.set_title(f"{title}: step time by part", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(_PARTS), frameon=False)
@@ -48,7 +36,7 @@ def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
 
 def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
     """Horizontal bars: each finalist's peak memory (GB) against the device's capacity (dashed line)."""
-    fig, ax = _figure(len(frame))
+    fig, (ax,) = bar_figure(len(frame))
     labels = _labels(frame)[::-1]
     peaks = [float(v) / GB for v in frame["peak_memory_bytes"]][::-1]
     ax.barh(labels, peaks, color="C0")

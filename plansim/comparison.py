@@ -1,0 +1,240 @@
+"""Compare strategies and hardware for one model: every (hardware, strategy) pair simulated, as one DataFrame, and
+optionally scaling curves (throughput against GPU count). ``plansim compare`` prints and charts what this returns
+(``report.compare_text``, ``report.compare_charts``).
+
+Scaling (weak scaling, as Narayanan et al. 2021 sec 5.1 report throughput): a run's strategy keeps its tp, pp,
+micro-batch and schedule and its micro-batches per replica; dp grows with the GPU count, and the global batch
+with dp. GPU counts that tp x pp does not divide are reported as such, not simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plansim.api import ENGINES, as_strategy
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster, load_hardware, load_node
+from plansim.hardware.topology import link_tier
+from plansim.planner.explain import describe
+from plansim.result import Result
+from plansim.strategy import Strategy
+from plansim.workload import ModelSpec, load_model
+
+__all__ = ["Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
+
+_MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One compared configuration: its label, hardware, the strategy as run and the engine's result."""
+
+    label: str
+    hardware: str
+    strategy: Strategy
+    result: Result
+    memory_capacity_bytes: float
+
+    def tier_bytes(self) -> dict[str, float]:
+        """Bytes per step on the busiest link of each tier (``link_tier``): the discrete-event engine's link
+        traffic; empty for the analytic engine, which does not route traffic over links."""
+        timeline = self.result.timeline
+        if timeline is None:
+            return {}
+        node = load_node(self.hardware)
+        out: dict[str, float] = {}
+        for link, n_bytes in timeline.link_bytes.items():
+            tier = link_tier(node, link)
+            out[tier] = max(out.get(tier, 0.0), n_bytes)
+        return out
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One run's strategy at one GPU count: the result, or why it was not simulated."""
+
+    label: str
+    gpus: int
+    result: Result | None
+    reason: str = ""
+
+
+@dataclass
+class Comparison:
+    """The runs of ``compare`` (in the order given: hardware outermost) and their scaling points."""
+
+    model: str
+    engine: str
+    runs: list[Run]
+    scaling: list[ScalingPoint] = field(default_factory=list)
+
+    def frame(self) -> Any:
+        """One pandas row per run: label, hardware, GPUs, engine, step time, tokens/s, MFU, fit, peak memory and
+        capacity, memory by category (``mem_*_bytes``), comm per GPU by kind (``comm_*_bytes``), the time
+        breakdown (``time_*_s``), bytes on the busiest link of each tier (``tier_*_bytes``, DES only) and the
+        strategy's fields (``strategy.*``)."""
+        import pandas as pd
+
+        rows = []
+        for run in self.runs:
+            r = run.result
+            rows.append(
+                {
+                    "label": run.label,
+                    "hardware": run.hardware,
+                    "gpus": r.gpus,
+                    "engine": r.engine,
+                    "step_time_s": r.step_time_s,
+                    "tokens_per_s": r.tokens_per_s,
+                    "mfu": r.mfu,
+                    "fits": r.fits,
+                    "peak_memory_bytes": r.peak_memory_bytes,
+                    "memory_capacity_bytes": run.memory_capacity_bytes,
+                    "bubble_fraction": r.bubble_fraction,
+                    **{f"mem_{k}_bytes": r.memory_breakdown_bytes.get(k, 0) for k in _MEMORY},
+                    **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
+                    **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
+                    **{f"tier_{k}_bytes": v for k, v in run.tier_bytes().items()},
+                    **{f"strategy.{k}": v for k, v in run.strategy.model_dump().items()},
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def scaling_frame(self) -> Any:
+        """One pandas row per scaling point: label, GPUs, global batch, step time, tokens/s, MFU, fit, and the
+        reason a point was not simulated."""
+        import pandas as pd
+
+        rows = []
+        for p in self.scaling:
+            r = p.result
+            rows.append(
+                {
+                    "label": p.label,
+                    "gpus": p.gpus,
+                    "global_batch": None if r is None else r.strategy["global_batch"],
+                    "step_time_s": None if r is None else r.step_time_s,
+                    "tokens_per_s": None if r is None else r.tokens_per_s,
+                    "mfu": None if r is None else r.mfu,
+                    "fits": None if r is None else r.fits,
+                    "reason": p.reason or ("" if r is None or r.fits else r.reason),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def fastest(self) -> Run | None:
+        """The fastest run that fits (None if none does)."""
+        fitting = [r for r in self.runs if r.result.fits]
+        return min(fitting, key=lambda r: r.result.step_time_s) if fitting else None
+
+
+def compare(
+    model: ModelSpec | str | Path,
+    strategies: Sequence[Strategy | str | Mapping[str, Any]],
+    hardware: Sequence[Cluster | str] = ("dgx-a100",),
+    *,
+    gpus: int | None = None,
+    engine: str = "des",
+    scaling_gpus: Sequence[int] = (),
+    scaling_engine: str = "analytic",
+    progress: Callable[[str], None] | None = None,
+) -> Comparison:
+    """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
+
+    ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
+    out). ``progress(label)`` is called before each simulation.
+
+    Examples
+    --------
+    >>> c = compare("gpt3-1.3b", ["dp=8,micro_batch=2,global_batch=64", "dp=4,tp=2,micro_batch=2,global_batch=64"],
+    ...             engine="analytic")
+    >>> [r.label for r in c.runs]
+    ['dp8 tp1 pp1 mb2 zero0 remat=none ring', 'dp4 tp2 pp1 mb2 zero0 remat=none ring']
+    >>> list(c.frame()["gpus"])
+    [8, 8]
+    """
+    for name, value in (("--engine", engine), ("--scaling-engine", scaling_engine)):
+        if value not in ENGINES:
+            raise PlansimError(f"{name} {value}: choose one of {', '.join(ENGINES)}")
+    if not strategies:
+        raise PlansimError("--strategy: give at least one strategy to compare")
+    if not hardware:
+        raise PlansimError("--hardware: give at least one hardware profile")
+    if gpus is not None and gpus < 1:
+        raise PlansimError(f"--gpus {gpus}: at least one GPU")
+    bad = [g for g in scaling_gpus if g < 1]
+    if bad:
+        raise PlansimError(f"--scaling {bad[0]}: GPU counts must be at least 1")
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    parsed = [(as_strategy(s), _name(s)) for s in strategies]
+    runs: list[Run] = []
+    for hw in hardware:
+        for strategy, file_name in parsed:
+            cluster = _cluster(hw, gpus, strategy)
+            label = _label(file_name or describe(strategy.resolve(cluster)), cluster, len(hardware) > 1, runs)
+            if progress:
+                progress(label)
+            result = ENGINES[engine](spec, cluster, strategy)
+            run = Run(label, cluster.node.name, strategy.resolve(cluster), result, cluster.gpu.memory_bytes)
+            runs.append(run)
+    out = Comparison(spec.name, engine, runs)
+    for run in runs:
+        for g in scaling_gpus:
+            if progress:
+                progress(f"{run.label} on {g} GPUs")
+            out.scaling.append(_scaling_point(spec, run, g, scaling_engine))
+    return out
+
+
+def scaled_strategy(s: Strategy, gpus: int) -> Strategy:
+    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batches per replica, dp = gpus / (tp pp),
+    the global batch grown with dp.
+
+    >>> s = scaled_strategy(Strategy(dp=4, tp=2, micro_batch=2, global_batch=32), 16)
+    >>> s.dp, s.global_batch
+    (8, 64)
+    """
+    width = s.tp * s.pp
+    if gpus % width:
+        raise PlansimError(f"{gpus} GPUs: not a multiple of tp x pp = {width}")
+    dp = gpus // width
+    per_replica = s.batch // (s.dp or 1)
+    return s.model_copy(update={"dp": dp, "global_batch": per_replica * dp})
+
+
+def _scaling_point(spec: ModelSpec, run: Run, gpus: int, engine: str) -> ScalingPoint:
+    try:
+        s = scaled_strategy(run.strategy, gpus)
+        cluster = load_hardware(run.hardware, gpus=gpus)
+        return ScalingPoint(run.label, gpus, ENGINES[engine](spec, cluster, s))
+    except PlansimError as err:
+        return ScalingPoint(run.label, gpus, None, str(err))
+
+
+def _cluster(hw: Cluster | str, gpus: int | None, s: Strategy) -> Cluster:
+    if isinstance(hw, Cluster):
+        return hw if gpus is None or gpus == hw.num_gpus else load_hardware(hw.node.name, gpus=gpus)
+    if gpus is None and s.dp is not None:
+        gpus = s.dp * s.tp * s.pp
+    return load_hardware(str(hw), gpus=gpus)
+
+
+def _name(s: Strategy | str | Mapping[str, Any]) -> str | None:
+    """A strategy file's or shipped strategy's name; None for inline text, mappings and objects."""
+    if isinstance(s, str) and "=" not in s:
+        return Path(s.strip()).stem
+    return None
+
+
+def _label(name: str, cluster: Cluster, several_hardware: bool, runs: Sequence[Run]) -> str:
+    label = f"{name} @ {cluster.node.name}" if several_hardware else name
+    taken = {r.label for r in runs}
+    if label not in taken:
+        return label
+    k = 2
+    while f"{label} #{k}" in taken:
+        k += 1
+    return f"{label} #{k}"

@@ -1,0 +1,142 @@
+"""What ``plansim compare`` prints and writes: a rich table of the runs with a sentence on the fastest, and with
+``--out DIR`` results.csv (one row per run), results.json (every run's full result), scaling.csv and the charts of
+``report.compare_charts`` (time_breakdown, memory, communication, timeline for discrete-event runs, scaling)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from plansim.planner.explain import compare_sentence
+from plansim.units import GB
+
+if TYPE_CHECKING:
+    from plansim.comparison import Comparison
+
+__all__ = ["comparison_summary", "print_comparison", "write_comparison"]
+
+
+def comparison_summary(c: Comparison) -> dict[str, Any]:
+    """The comparison as plain data (``--format json`` and results.json)."""
+    fastest = c.fastest()
+    return {
+        "model": c.model,
+        "engine": c.engine,
+        "runs": [_run_summary(r) for r in c.runs],
+        "fastest": None if fastest is None else fastest.label,
+        "summary": summary_sentence(c),
+        "scaling": c.scaling_frame().to_dict("records") if c.scaling else [],
+    }
+
+
+def _run_summary(r: Any) -> dict[str, Any]:
+    return {
+        "label": r.label,
+        "hardware": r.hardware,
+        "memory_capacity_bytes": r.memory_capacity_bytes,
+        "tier_bytes": r.tier_bytes(),
+        "result": r.result.to_dict(),
+    }
+
+
+def summary_sentence(c: Comparison) -> str:
+    """Which run is fastest among those that fit, and against the next one why; which do not fit."""
+    fastest = c.fastest()
+    out = []
+    if fastest is None:
+        out.append("No run fits in memory.")
+    else:
+        w = fastest.result
+        out.append(f"Fastest: {fastest.label}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s.")
+        others = sorted((r for r in c.runs if r.result.fits and r is not fastest), key=lambda r: r.result.step_time_s)
+        if others:
+            out.append(compare_sentence(w, others[0].result, others[0].label))
+    for r in c.runs:
+        if not r.result.fits:
+            out.append(f"{r.label} does not fit: {r.result.reason}.")
+    return " ".join(out)
+
+
+def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
+    """Print ``c`` for a terminal."""
+    console = Console(width=max(200, Console().width))
+    t = Table(title=f"plansim compare: {c.model} ({c.engine} engine)")
+    for name, justify in (
+        ("run", "left"), ("GPUs", "right"), ("step", "right"), ("tokens/s", "right"), ("MFU", "right"),
+        ("memory / capacity", "right"), ("comm per GPU dp/tp/pp/zero", "right"),
+        ("compute/recompute/comm/bubble/optim", "right"),
+    ):  # fmt: skip
+        t.add_column(name, justify=justify, no_wrap=name == "run")  # type: ignore[arg-type]
+    for row in c.frame().to_dict("records"):
+        comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
+        parts = "/".join(
+            f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
+        )
+        t.add_row(
+            row["label"],
+            f"{row['gpus']:,}",
+            f"{row['step_time_s'] * 1e3:,.1f} ms",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{row['mfu']:.1%}",
+            f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
+            + ("" if row["fits"] else " [red]OOM[/red]"),
+            f"{comm} GB",
+            f"{parts} ms",
+        )
+    console.print(t)
+    console.print(summary_sentence(c))
+    if c.scaling:
+        s = Table(title="scaling (tp, pp and micro-batches per replica held; dp and the global batch grow)")
+        for name in ("run", "GPUs", "global batch", "step", "tokens/s", "MFU", "note"):
+            s.add_column(name, justify="left" if name in ("run", "note") else "right")
+        for row in c.scaling_frame().to_dict("records"):
+            ran = row["tokens_per_s"] == row["tokens_per_s"] and row["tokens_per_s"] is not None  # not NaN/None
+            s.add_row(
+                row["label"],
+                f"{row['gpus']:,}",
+                f"{int(row['global_batch']):,}" if ran else "-",
+                f"{row['step_time_s'] * 1e3:,.1f} ms" if ran else "-",
+                f"{row['tokens_per_s']:,.0f}" if ran else "-",
+                f"{row['mfu']:.1%}" if ran else "-",
+                row["reason"] or "",
+            )
+        console.print(s)
+    for path in files:
+        console.print(f"wrote {path}")
+
+
+def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
+    """Write the files named in the module docstring into ``out``; returns their paths."""
+    from plansim.report.compare_charts import (
+        communication_chart,
+        memory_chart,
+        scaling_chart,
+        time_chart,
+        timeline_chart,
+    )
+
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    frame = c.frame()
+    written = [directory / "results.csv", directory / "results.json"]
+    frame.to_csv(written[0], index=False)
+    written[1].write_text(json.dumps(comparison_summary(c), indent=2))
+    title = c.model
+    written += time_chart(frame, directory / "time_breakdown.svg", title)
+    written += memory_chart(frame, directory / "memory.svg", title)
+    written += communication_chart(frame, directory / "communication.svg", title)
+    timelines = [(r.label, r.result.timeline) for r in c.runs if r.result.timeline is not None]
+    if timelines:
+        written += timeline_chart(timelines, directory / "timeline.svg", title)
+    if c.scaling:
+        scaling = c.scaling_frame()
+        scaling.to_csv(directory / "scaling.csv", index=False)
+        written.append(directory / "scaling.csv")
+        if scaling["tokens_per_s"].notna().any():
+            written += scaling_chart(scaling, directory / "scaling.svg", title)
+    return written

@@ -1,0 +1,183 @@
+"""``plansim compare``: every run equals the engine called on its own, scaling keeps what it says it keeps, link
+tiers agree with the topology graph's own vertex kinds, and the CLI writes its files and fails in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from plansim.analytic import simulate_analytic
+from plansim.api import load_hardware, load_model
+from plansim.cli import app
+from plansim.comparison import compare, scaled_strategy
+from plansim.errors import PlansimError
+from plansim.hardware import link_tier, list_hardware, load_node
+from plansim.sim.engine import simulate_des
+from plansim.strategy import Strategy
+
+runner = CliRunner()
+
+A = "dp=4,tp=2,pp=2,micro_batch=2,global_batch=32,schedule=1f1b,zero=1,remat=selective"
+B = "dp=8,tp=2,pp=1,micro_batch=4,global_batch=32,remat=full"
+
+
+def test_each_run_is_its_engine_alone() -> None:
+    c = compare("gpt3-1.3b", [A, B], ["dgx-a100", "dgx-h100"], engine="des")
+    model = load_model("gpt3-1.3b")
+    assert [r.label.split(" @ ")[1] for r in c.runs] == ["dgx-a100"] * 2 + ["dgx-h100"] * 2
+    frame = c.frame()
+    for run, row in zip(c.runs, frame.to_dict("records"), strict=True):
+        cluster = load_hardware(run.hardware, gpus=16)
+        alone = simulate_des(model, cluster, Strategy.parse(A if "pp2" in run.label else B))
+        assert run.result.step_time_s == alone.step_time_s
+        assert run.result.peak_memory_bytes == alone.peak_memory_bytes
+        assert row["step_time_s"] == alone.step_time_s
+        assert row["memory_capacity_bytes"] == cluster.gpu.memory_bytes
+        assert sum(row[f"time_{k}_s"] for k in alone.time_breakdown_s) == pytest.approx(alone.step_time_s)
+        assert {k: row[f"mem_{k}_bytes"] for k in alone.memory_breakdown_bytes} == alone.memory_breakdown_bytes
+    best = c.fastest()
+    assert best is not None
+    assert best.result.step_time_s == min(r.result.step_time_s for r in c.runs if r.result.fits)
+
+
+def test_tier_bytes_are_the_busiest_link_of_each_tier() -> None:
+    c = compare("gpt3-1.3b", [A], ["dgx-a100"], engine="des")
+    run = c.runs[0]
+    node = load_node("dgx-a100")
+    links = run.result.timeline.link_bytes
+    tiers = run.tier_bytes()
+    assert set(tiers) == {link_tier(node, k) for k in links}
+    for tier, value in tiers.items():
+        assert value == max(v for k, v in links.items() if link_tier(node, k) == tier)
+    assert compare("gpt3-1.3b", [A], engine="analytic").runs[0].tier_bytes() == {}
+
+
+@pytest.mark.parametrize("name", [h["name"] for h in list_hardware()])
+def test_link_tier_agrees_with_the_topology_graph(name: str) -> None:
+    """Every edge of a 64-GPU cluster, both directions: the tier named from the link's text equals the one read
+    off the graph's vertex attributes (kind, and tier for switches)."""
+    cluster = load_hardware(name, gpus=64)
+    graph = cluster.topology
+    order = [t.name for t in cluster.node.fabric]
+
+    def level(v: str) -> tuple[int, str]:
+        data = graph.nodes[v]
+        if data["kind"] == "switch":
+            return 2 + order.index(data["tier"]), data["tier"]
+        if data["kind"] == "nic":
+            return 1, "nic"
+        if data["kind"] == "pcie" or (data["kind"] == "gpu" and cluster.node.intra_node.topology == "pcie"):
+            return 0, "pcie"
+        return 0, "nvlink"
+
+    for u, v in graph.edges:
+        for a, b in ((u, v), (v, u)):
+            assert link_tier(cluster.node, f"{a}->{b}") == max(level(a), level(b))[1]
+
+
+def test_link_tier_rejects_a_foreign_name() -> None:
+    with pytest.raises(ValueError, match="not a vertex"):
+        link_tier(load_node("dgx-a100"), "gpu0->router7")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2, 4]),
+    dp=st.integers(1, 8),
+    mb=st.integers(1, 4),
+    m=st.integers(1, 6),
+    factor=st.integers(1, 16),
+)
+def test_scaled_strategy_keeps_the_replica(tp: int, pp: int, dp: int, mb: int, m: int, factor: int) -> None:
+    s = Strategy(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * m)
+    gpus = tp * pp * factor
+    t = scaled_strategy(s, gpus)
+    assert (t.dp, t.tp, t.pp, t.micro_batch) == (factor, tp, pp, mb)
+    assert t.num_microbatches == s.num_microbatches == m
+    assert t.global_batch == factor * mb * m
+    if tp * pp > 1:
+        with pytest.raises(PlansimError, match="not a multiple"):
+            scaled_strategy(s, tp * pp * factor + 1)
+
+
+def test_scaling_points_are_their_engine_alone() -> None:
+    c = compare("gpt3-1.3b", [A], engine="analytic", scaling_gpus=[8, 10, 12, 32])
+    frame = c.scaling_frame()
+    assert list(frame["gpus"]) == [8, 10, 12, 32]
+    assert "not a multiple of tp x pp = 4" in frame["reason"][1] and math.isnan(frame["tokens_per_s"][1])
+    assert "whole number of nodes" in frame["reason"][2] and math.isnan(frame["tokens_per_s"][2])
+    model = load_model("gpt3-1.3b")
+    for g in (8, 32):
+        alone = simulate_analytic(model, load_hardware("dgx-a100", gpus=g), scaled_strategy(c.runs[0].strategy, g))
+        row = frame[frame["gpus"] == g].iloc[0]
+        assert row["tokens_per_s"] == alone.tokens_per_s and row["global_batch"] == alone.strategy["global_batch"]
+
+
+def test_labels_name_files_and_stay_unique(tmp_path: Path) -> None:
+    f = tmp_path / "mine.yaml"
+    f.write_text("dp: 8\nmicro_batch: 2\nglobal_batch: 32\n")
+    c = compare("gpt3-1.3b", [str(f), str(f), B], engine="analytic")
+    assert [r.label for r in c.runs] == ["mine", "mine #2", "dp8 tp2 pp1 mb4 zero0 remat=full ring"]
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"strategies": []}, "at least one strategy"),
+        ({"strategies": [A], "hardware": []}, "at least one hardware"),
+        ({"strategies": [A], "engine": "exact"}, "--engine exact"),
+        ({"strategies": [A], "scaling_gpus": [0]}, "--scaling 0"),
+        ({"strategies": [A], "gpus": 0}, "--gpus 0"),
+    ],
+)
+def test_bad_arguments_name_the_option(kwargs: dict, words: str) -> None:
+    with pytest.raises(PlansimError, match=words.replace("-", r"\-")):
+        compare("gpt3-1.3b", **kwargs)
+
+
+def test_cli_compare_writes_tables_and_charts(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    res = runner.invoke(
+        app,
+        ["compare", "--model", "gpt3-1.3b", "-s", A, "-s", B, "--hardware", "dgx-a100", "--hardware", "dgx-h100",
+         "--scaling", "16,32", "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Fastest:" in res.stdout and "scaling" in res.stdout
+    for name in ("time_breakdown", "memory", "communication", "timeline", "scaling"):
+        for ext in ("svg", "png"):
+            assert (out / f"{name}.{ext}").stat().st_size > 1000, name
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    summary = json.loads((out / "results.json").read_text())
+    assert len(summary["runs"]) == 4 and summary["fastest"] in [r["label"] for r in summary["runs"]]
+    assert all(r["tier_bytes"]["nvlink"] > 0 for r in summary["runs"])
+    assert len((out / "scaling.csv").read_text().splitlines()) == 1 + 8
+    js = runner.invoke(app, ["compare", "--model", "gpt3-1.3b", "-s", B, "--engine", "analytic", "--format", "json"])
+    assert js.exit_code == 0 and json.loads(js.stdout)["engine"] == "analytic"
+
+
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["-s", "dp=1,tp=3,micro_batch=1,global_batch=8"], ["tp"]),
+        (["-s", B, "--hardware", "dgx-z900"], ["dgx-z900"]),
+        (["-s", B, "--scaling", "16,lots"], ["--scaling"]),
+        (["-s", B, "--engine", "exact"], ["--engine exact"]),
+    ],
+    ids=["impossible strategy", "unknown hardware", "bad scaling", "bad engine"],
+)
+def test_cli_compare_bad_input_is_one_line(argv: list[str], words: list[str]) -> None:
+    res = runner.invoke(app, ["compare", "--model", "gpt3-1.3b", *argv])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for w in words:
+        assert w in lines[0]
