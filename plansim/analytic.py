@@ -124,7 +124,7 @@ class AnalyticCache:
         (then ``simulate_analytic`` reports ``fits=False`` whatever the activations): the memory model's static
         part, without pricing the step. False for a strategy that cannot run (pricing it names why)."""
         s = strategy.resolve(self.cluster)
-        key = (s.tp, s.pp, s.virtual_stages, s.dp, s.zero, s.compute_dtype, s.fp32_grad_accum)
+        key = (s.tp, s.pp, s.virtual_stages, s.layer_split, s.dp, s.zero, s.compute_dtype, s.fp32_grad_accum)
         if key not in self._states:
             if check_strategy(s, self.model, self.cluster):
                 return False
@@ -137,7 +137,7 @@ class AnalyticCache:
                         max(costs[i].params for i in layers if i in costs),
                     ).values()
                 ) > capacity
-                for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages))
+                for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
             )  # fmt: skip
         return self._states[key]
 
@@ -175,7 +175,7 @@ def simulate_analytic(
     priced = shared.priced(s)
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
     # a pipeline's stages do not depend on ZeRO or the all-reduce: strategies differing only there share them
-    key = (s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.dp)
+    key = (s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.layer_split, s.dp)
     pipe = priced.pipelines.get(key) if s.remat != "milp" else None
     if pipe is None:
         plans = milp_stage_plans(prep, cluster, model, priced.costs) if s.remat == "milp" else {}
@@ -184,7 +184,7 @@ def simulate_analytic(
         tied = tied_copy_params(model, s)
         stages = []
         for idx, (layers, p2p) in enumerate(
-            zip(_layout(model.layers, s.pp, s.virtual_stages), priced.p2p_of(cluster, s), strict=True)
+            zip(_layout(model.layers, s.pp, s.virtual_stages, s.layer_split), priced.p2p_of(cluster, s), strict=True)
         ):
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
@@ -205,9 +205,9 @@ def simulate_analytic(
 
 
 @lru_cache(maxsize=4096)
-def _layout(num_layers: int, pp: int, v: int) -> tuple[tuple[int, ...], ...]:
+def _layout(num_layers: int, pp: int, v: int, split: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
     """``stage_layers`` as tuples, memoized (a planner asks for the same few layouts thousands of times)."""
-    return tuple(tuple(layers) for layers in stage_layers(num_layers, pp, v))
+    return tuple(tuple(layers) for layers in stage_layers(num_layers, pp, v, split))
 
 
 @dataclass(frozen=True)
@@ -371,7 +371,7 @@ def milp_stage_plans(
         costs = layer_costs(graph, kernels, tp_comm)
     sched = get_schedule(s.schedule)
     plans = {}
-    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages)):
+    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         blocks = [i for i in layers if 0 <= i < model.layers]
         params = _stage_params(layers, costs, s, model, idx)
         largest = max(costs[i].params for i in layers if i in costs)

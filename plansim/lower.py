@@ -510,7 +510,7 @@ def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         model=model,
         cluster=cluster,
         programs=programs,
-        chunks=chunk_layers(model.layers, s.pp, s.virtual_stages),
+        chunks=chunk_layers(model.layers, s.pp, s.virtual_stages, s.layer_split),
         layer_input=layer_input,
         p2p_bytes=p2p_message_bytes(graph, s),
         grad_b=grad_bytes_per_param(s),

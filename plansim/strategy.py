@@ -56,6 +56,11 @@ class Strategy(BaseModel):
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
     schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] = "1f1b"
     virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
+    layer_split: tuple[int, ...] | None = Field(
+        default=None,
+        description="transformer blocks per pipeline stage, first to last (pp entries; the first stage also holds "
+        "the embedding, the last the output layer; inline: 5/7/7/5); default: even, the first stages one more",
+    )
     remat: Literal["none", "full", "selective", "sqrt", "milp"] = "none"
     remat_budget: float | None = Field(
         default=None,
@@ -74,6 +79,17 @@ class Strategy(BaseModel):
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
     grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
+
+    @field_validator("layer_split", mode="before")
+    @classmethod
+    def _split_text(cls, value: object) -> object:
+        """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
+        if isinstance(value, str):
+            try:
+                return tuple(int(part) for part in value.split("/"))
+            except ValueError:
+                raise ValueError(f"'{value}': write blocks per stage as 5/7/7/5") from None
+        return value
 
     @field_validator("remat_budget", mode="before")
     @classmethod
@@ -217,6 +233,15 @@ def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
     if model.family == "cnn" and s.tp > 1:
         problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
     chunks = s.pp * s.virtual_stages
+    if s.layer_split is not None:
+        split = s.layer_split
+        if s.virtual_stages > 1:
+            problems.append("layer_split applies to one model chunk per stage: leave it out with schedule=interleaved")
+        elif len(split) != s.pp or min(split) < 1 or sum(split) != model.layers:
+            problems.append(
+                f"layer_split={list(split)}: needs pp={s.pp} entries of at least 1 block summing to "
+                f"layers={model.layers}"
+            )
     if model.layers < chunks:
         problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
     elif s.schedule == "interleaved" and model.layers % chunks:

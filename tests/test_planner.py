@@ -88,7 +88,7 @@ def test_winner_is_the_des_best_of_every_candidate(name: str, gpus: int, batch: 
     """The analytic pre-ranking keeps the optimum: simulating EVERY candidate that fits with the discrete-event
     engine finds no step faster than the planner's winner (top 10 re-simulated)."""
     model, cluster = load_model(name), load_hardware("dgx-a100", gpus=gpus)
-    r = plan(model, cluster, global_batch=batch, constraints=constraints, milp=False)
+    r = plan(model, cluster, global_batch=batch, constraints=constraints, milp=False, splits=False)
     assert r.winner_result is not None and r.winner_result.engine == "des"
     every = [simulate_des(model, cluster, s) for s in candidates(model, cluster, batch, constraints)]
     best = min(x.step_time_s for x in every if x.fits)

@@ -113,6 +113,7 @@ def plan(
     top_k: int = 10,
     des: bool = True,
     milp: bool = True,
+    splits: bool = True,
     jobs: int = 1,
     tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
@@ -135,7 +136,7 @@ def plan(
         raise PlansimError(f"--global-batch {global_batch}: at least one sequence per step")
     c = constraints or Constraints()
     outcome = search(
-        spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, jobs=jobs,
+        spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress,
     )  # fmt: skip
     if not outcome.candidates:

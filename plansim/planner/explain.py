@@ -35,6 +35,8 @@ def describe(s: Strategy) -> str:
     """
     schedule = f"interleaved(v={s.virtual_stages})" if s.schedule == "interleaved" else s.schedule
     parts = [f"dp{s.dp}", f"tp{s.tp}" + ("+sp" if s.sequence_parallel else ""), f"pp{s.pp}", f"mb{s.micro_batch}"]
+    if s.layer_split is not None:
+        parts.insert(3, "split " + "/".join(map(str, s.layer_split)))
     if s.pp > 1:
         parts.append(schedule)
     parts += [f"zero{s.zero}", f"remat={s.remat}"]

@@ -57,7 +57,7 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
 
 
 def _strategy_fields(s: Any) -> dict[str, Any]:
-    return {k: v for k, v in s.model_dump().items() if v is not None}
+    return {k: v for k, v in s.model_dump(mode="json").items() if v is not None}
 
 
 def winner_yaml(r: PlanResult) -> str:

@@ -1,6 +1,7 @@
 """The search: price every candidate with the analytic engine, drop what does not fit (counting why), rank by the
-objective, re-simulate the best K with the discrete-event engine and rank the finalists by that; ``remat: milp`` is
-priced for the finalists that recompute.
+objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Two refinements
+are priced for the finalists only: the layer split that balances the pipeline stages' time (``split``), and
+``remat: milp`` for those that recompute.
 
 Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
 prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
@@ -21,7 +22,9 @@ from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.planner.space import Constraints, candidates
+from plansim.planner.split import balanced_split, bottleneck
 from plansim.result import Result
+from plansim.stages import EMBEDDING_LAYER, chunk_layers
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec
 
@@ -94,10 +97,12 @@ def search(
     top_k: int = 10,
     des: bool = True,
     milp: bool = True,
+    splits: bool = True,
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> SearchOutcome:
-    """Search the space (see the module docstring). ``progress(done, total)`` is called while pricing."""
+    """Search the space (see the module docstring). ``splits`` tries the finalists' time-balanced layer splits,
+    ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing."""
     if objective not in OBJECTIVES:
         raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     if top_k < 1:
@@ -117,6 +122,8 @@ def search(
             rejected[ACTIVATIONS_EXCEED] += 1
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = fitting[:top_k]
+    if splits and chosen:
+        chosen = _with_balanced_splits(model, cluster, chosen, key, top_k)
     if milp and chosen:
         chosen = _with_milp(model, cluster, chosen, key, top_k)
     milp_done = time.perf_counter()
@@ -224,6 +231,54 @@ def _with_milp(
             out.append(Priced(p.index, s, r))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
     return out[:top_k]
+
+
+def _with_balanced_splits(
+    model: ModelSpec, cluster: Cluster, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+) -> list[Priced]:
+    """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
+    that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
+    the output layer on the last counted), where that split is not the even one and the result fits; the best
+    ``top_k`` of all."""
+    out = list(chosen)
+    seen = {p.strategy for p in chosen}
+    cache = AnalyticCache(model, cluster)
+    for p in chosen:
+        s = p.strategy
+        if s.pp == 1 or s.virtual_stages > 1 or s.layer_split is not None:
+            continue
+        split = _balanced(model, cache, s)
+        if split is None:
+            continue
+        t = s.model_copy(update={"layer_split": split})
+        if t in seen:
+            continue
+        seen.add(t)
+        r = simulate_analytic(model, cluster, t, cache=cache)
+        if r.fits:
+            out.append(Priced(p.index, t, r))
+    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.layer_split is not None))
+    return out[:top_k]
+
+
+def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int, ...] | None:
+    """The time-balanced split of ``s``'s blocks over its stages, or None where the even split is as good."""
+    costs = cache.priced(s.resolve(cache.cluster)).costs
+
+    def seconds(i: int) -> float:
+        c = costs.get(i)
+        if c is None:
+            return 0.0
+        recompute = {"full": c.fwd_s + c.tp_fwd_s, "sqrt": c.fwd_s + c.tp_fwd_s, "selective": c.selective_fwd_s}
+        return c.fwd_s + c.bwd_s + c.tp_fwd_s + c.tp_bwd_s + recompute.get(s.remat, 0.0)
+
+    blocks = [seconds(i) for i in range(model.layers)]
+    first, last = seconds(EMBEDDING_LAYER), seconds(model.layers)
+    even = [sum(1 for i in layers if 0 <= i < model.layers) for layers in chunk_layers(model.layers, s.pp)]
+    split = balanced_split(blocks, first, last, s.pp)
+    if bottleneck(split, blocks, first, last) >= bottleneck(even, blocks, first, last) * (1 - 1e-9):
+        return None
+    return tuple(split)
 
 
 def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
