@@ -4,7 +4,8 @@ winner against the best Megatron-style configuration (tp within a node, pp to fi
 for GPT-3 175B on 1,024 A100-80GB and on 512 H100.
 
 For each case: candidates, candidates that fit, candidates per second of the analytic pass, and the time of each
-phase (enumerate, analytic, milp for the finalists that recompute, des for the top 10), then the winner.
+phase (enumerate, analytic, splits: the finalists' balanced layer splits, milp for the finalists that recompute,
+des for the top 10), then the winner.
 
 Run: python benchmarks/bench_plan.py [--jobs N] [--no-des]
 """
@@ -40,7 +41,8 @@ def main() -> None:
         print(
             f"{model} on {gpus} x {hardware}, batch {batch}: {r.outcome.candidates:,} candidates, "
             f"{len(r.outcome.fitting):,} fit; analytic {phases['analytic']:.2f} s ({rate:,.0f} candidates/s), "
-            f"enumerate {phases['enumerate']:.2f} s, milp {phases['milp']:.2f} s, des {phases['des']:.2f} s "
+            f"enumerate {phases['enumerate']:.2f} s, splits {phases['splits']:.2f} s, milp {phases['milp']:.2f} s, "
+            f"des {phases['des']:.2f} s "
             f"(top {len(r.outcome.finalists)}); wall {wall:.2f} s; winner {winner}, {step:.3f} s per step"
         )
         if r.megatron is not None:

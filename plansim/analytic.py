@@ -415,12 +415,17 @@ class DataParallelComm:
     zero_bytes: float
 
 
-def _allreduce_links(cluster: Cluster, s: Strategy, dp: int) -> tuple[Link, dict[str, Any]]:
-    """The data-parallel group's link (ranks tp apart) and, for hierarchical, the node-local split and the
-    inter-node link as keyword arguments of ``collective_time``."""
-    if s.dp_algorithm != "hierarchical":
+def _dp_links(cluster: Cluster, s: Strategy, dp: int, algorithm: str) -> tuple[Link, dict[str, Any]]:
+    """The data-parallel group's link (ranks tp apart) and, where the algorithm prices node-local and inter-node
+    steps apart, the node-local group size and the inter-node link as keyword arguments of ``collective_time``:
+    hierarchical (its inter-node phase), and a butterfly spanning nodes (its steps between ranks ``local`` or more
+    apart cross nodes, each GPU through its own NIC share: recursive halving and doubling move their largest
+    blocks over the longest distances, Thakur et al. 2005 sec 4)."""
+    if algorithm not in ("hierarchical", "butterfly"):
         return cluster.group_link(dp, s.tp), {}
     local = hierarchical_local(cluster, s, dp)
+    if algorithm == "butterfly" and local >= dp:
+        return cluster.group_link(dp, s.tp), {}
     inter = cluster.group_link(dp // local, s.tp * local)
     return cluster.group_link(local, s.tp), {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
 
@@ -440,9 +445,9 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     m = s.num_microbatches
     grad_bytes = stage.params * grad_bytes_per_param(s)
     weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
-    link, kw = _allreduce_links(cluster, s, dp)
+    link, kw = _dp_links(cluster, s, dp, s.dp_algorithm)
     shard_alg = shard_algorithm(s)
-    base = cluster.group_link(dp, s.tp)
+    base, shard_kw = _dp_links(cluster, s, dp, shard_alg)
     buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
 
     def hidden(t: float, window: float) -> float:
@@ -451,8 +456,8 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     if s.zero == 0:
         t, sent = _price("all_reduce", s.dp_algorithm, dp, grad_bytes, link, **kw)
         return DataParallelComm(hidden(t, backward_s), sent, 0.0)
-    t_rs, rs_sent = _price("reduce_scatter", shard_alg, dp, grad_bytes, base)
-    t_ag, ag_sent = _price("all_gather", shard_alg, dp, weight_bytes, base)
+    t_rs, rs_sent = _price("reduce_scatter", shard_alg, dp, grad_bytes, base, **shard_kw)
+    t_ag, ag_sent = _price("all_gather", shard_alg, dp, weight_bytes, base, **shard_kw)
     if s.zero == 1:
         return DataParallelComm(hidden(t_rs, backward_s) + t_ag, rs_sent, ag_sent)
     if s.zero == 2:

@@ -280,6 +280,10 @@ def compare(
     scaling_engine: Annotated[
         str, typer.Option("--scaling-engine", help="engine of the scaling curves: analytic (default) or des")
     ] = "analytic",
+    scaling_batch: Annotated[
+        str,
+        typer.Option("--scaling-batch", help="fixed (keep the global batch, default) or per-replica (grow it with dp)"),
+    ] = "fixed",
     out: Annotated[
         str | None, typer.Option("--out", "-o", help="write results.csv/.json, scaling.csv and the charts here")
     ] = None,
@@ -303,7 +307,7 @@ def compare(
         total,
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
-            scaling_engine=scaling_engine, progress=step,
+            scaling_engine=scaling_engine, scaling_batch=scaling_batch, progress=step,
         ),
     )  # fmt: skip
     files = write_comparison(result, out) if out is not None else []

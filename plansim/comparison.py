@@ -2,9 +2,12 @@
 optionally scaling curves (throughput against GPU count). ``plansim compare`` prints and charts what this returns
 (``report.compare_text``, ``report.compare_charts``).
 
-Scaling (weak scaling, as Narayanan et al. 2021 sec 5.1 report throughput): a run's strategy keeps its tp, pp,
-micro-batch and schedule and its micro-batches per replica; dp grows with the GPU count, and the global batch
-with dp. GPU counts that tp x pp does not divide are reported as such, not simulated.
+Scaling: a run's strategy keeps its tp, pp, micro-batch and schedule, and dp follows the GPU count. With
+``scaling_batch="fixed"`` (strong scaling, the default: the same job on more GPUs) the global batch stays, so each
+replica runs fewer micro-batches and the pipeline bubble grows; with ``"per-replica"`` (weak scaling, as Narayanan
+et al. 2021 sec 5.1 report throughput) the micro-batches per replica stay and the global batch grows with dp. GPU
+counts that cannot run the strategy (tp x pp does not divide them, or the batch does not split) are reported with
+the reason, not simulated.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, load_model
 
-__all__ = ["Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
+__all__ = ["SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
 
 _MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
+#: How the global batch follows the GPU count in scaling curves (see the module docstring).
+SCALING_BATCH = ("fixed", "per-replica")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Comparison:
     engine: str
     runs: list[Run]
     scaling: list[ScalingPoint] = field(default_factory=list)
+    scaling_batch: str = "fixed"
 
     def frame(self) -> Any:
         """One pandas row per run: label, hardware, GPUs, engine, step time, tokens/s, MFU, fit, peak memory and
@@ -104,8 +110,8 @@ class Comparison:
         return pd.DataFrame(rows)
 
     def scaling_frame(self) -> Any:
-        """One pandas row per scaling point: label, GPUs, global batch, step time, tokens/s, MFU, fit, and the
-        reason a point was not simulated."""
+        """One pandas row per scaling point: label, GPUs, global batch, micro-batches per replica, engine, step
+        time, tokens/s, MFU, fit, and the reason a point was not simulated."""
         import pandas as pd
 
         rows = []
@@ -116,6 +122,8 @@ class Comparison:
                     "label": p.label,
                     "gpus": p.gpus,
                     "global_batch": None if r is None else r.strategy["global_batch"],
+                    "microbatches": None if r is None else r.num_microbatches,
+                    "engine": None if r is None else r.engine,
                     "step_time_s": None if r is None else r.step_time_s,
                     "tokens_per_s": None if r is None else r.tokens_per_s,
                     "mfu": None if r is None else r.mfu,
@@ -140,6 +148,7 @@ def compare(
     engine: str = "des",
     scaling_gpus: Sequence[int] = (),
     scaling_engine: str = "analytic",
+    scaling_batch: str = "fixed",
     progress: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
@@ -165,6 +174,8 @@ def compare(
         raise PlansimError("--hardware: give at least one hardware profile")
     if gpus is not None and gpus < 1:
         raise PlansimError(f"--gpus {gpus}: at least one GPU")
+    if scaling_batch not in SCALING_BATCH:
+        raise PlansimError(f"--scaling-batch {scaling_batch}: choose one of {', '.join(SCALING_BATCH)}")
     bad = [g for g in scaling_gpus if g < 1]
     if bad:
         raise PlansimError(f"--scaling {bad[0]}: GPU counts must be at least 1")
@@ -180,34 +191,39 @@ def compare(
             result = ENGINES[engine](spec, cluster, strategy)
             run = Run(label, cluster.node.name, strategy.resolve(cluster), result, cluster.gpu.memory_bytes)
             runs.append(run)
-    out = Comparison(spec.name, engine, runs)
+    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch)
     for run in runs:
         for g in scaling_gpus:
             if progress:
                 progress(f"{run.label} on {g} GPUs")
-            out.scaling.append(_scaling_point(spec, run, g, scaling_engine))
+            out.scaling.append(_scaling_point(spec, run, g, scaling_engine, scaling_batch))
     return out
 
 
-def scaled_strategy(s: Strategy, gpus: int) -> Strategy:
-    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batches per replica, dp = gpus / (tp pp),
-    the global batch grown with dp.
+def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
+    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus / (tp pp); the global
+    batch kept (``fixed``) or grown with dp at the same micro-batches per replica (``per-replica``).
 
-    >>> s = scaled_strategy(Strategy(dp=4, tp=2, micro_batch=2, global_batch=32), 16)
-    >>> s.dp, s.global_batch
-    (8, 64)
+    >>> s = Strategy(dp=4, tp=2, micro_batch=2, global_batch=32)
+    >>> [(t.dp, t.global_batch, t.num_microbatches) for t in (scaled_strategy(s, 16, b) for b in SCALING_BATCH)]
+    [(8, 32, 2), (8, 64, 4)]
     """
     width = s.tp * s.pp
     if gpus % width:
         raise PlansimError(f"{gpus} GPUs: not a multiple of tp x pp = {width}")
     dp = gpus // width
-    per_replica = s.batch // (s.dp or 1)
-    return s.model_copy(update={"dp": dp, "global_batch": per_replica * dp})
+    if batch == "per-replica":
+        return s.model_copy(update={"dp": dp, "global_batch": s.batch // (s.dp or 1) * dp})
+    if s.batch % (s.micro_batch * dp):
+        raise PlansimError(
+            f"{gpus} GPUs: global batch {s.batch} is not a multiple of micro_batch x dp = {s.micro_batch * dp}"
+        )
+    return s.model_copy(update={"dp": dp, "global_batch": s.batch})
 
 
-def _scaling_point(spec: ModelSpec, run: Run, gpus: int, engine: str) -> ScalingPoint:
+def _scaling_point(spec: ModelSpec, run: Run, gpus: int, engine: str, batch: str) -> ScalingPoint:
     try:
-        s = scaled_strategy(run.strategy, gpus)
+        s = scaled_strategy(run.strategy, gpus, batch)
         cluster = load_hardware(run.hardware, gpus=gpus)
         return ScalingPoint(run.label, gpus, ENGINES[engine](spec, cluster, s))
     except PlansimError as err:

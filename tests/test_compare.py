@@ -95,27 +95,36 @@ def test_link_tier_rejects_a_foreign_name() -> None:
     m=st.integers(1, 6),
     factor=st.integers(1, 16),
 )
-def test_scaled_strategy_keeps_the_replica(tp: int, pp: int, dp: int, mb: int, m: int, factor: int) -> None:
+def test_scaled_strategy_keeps_what_it_says(tp: int, pp: int, dp: int, mb: int, m: int, factor: int) -> None:
     s = Strategy(dp=dp, tp=tp, pp=pp, micro_batch=mb, global_batch=dp * mb * m)
     gpus = tp * pp * factor
-    t = scaled_strategy(s, gpus)
-    assert (t.dp, t.tp, t.pp, t.micro_batch) == (factor, tp, pp, mb)
-    assert t.num_microbatches == s.num_microbatches == m
-    assert t.global_batch == factor * mb * m
+    weak = scaled_strategy(s, gpus, "per-replica")
+    assert (weak.dp, weak.tp, weak.pp, weak.micro_batch) == (factor, tp, pp, mb)
+    assert weak.num_microbatches == s.num_microbatches == m
+    assert weak.global_batch == factor * mb * m
+    if (dp * mb * m) % (mb * factor) == 0:
+        strong = scaled_strategy(s, gpus, "fixed")
+        assert (strong.dp, strong.global_batch) == (factor, s.global_batch)
+        assert strong.num_microbatches * mb * factor == s.global_batch
+    else:
+        with pytest.raises(PlansimError, match="not a multiple of micro_batch x dp"):
+            scaled_strategy(s, gpus, "fixed")
     if tp * pp > 1:
-        with pytest.raises(PlansimError, match="not a multiple"):
-            scaled_strategy(s, tp * pp * factor + 1)
+        for batch in ("fixed", "per-replica"):
+            with pytest.raises(PlansimError, match="not a multiple of tp x pp"):
+                scaled_strategy(s, tp * pp * factor + 1, batch)
 
 
 def test_scaling_points_are_their_engine_alone() -> None:
-    c = compare("gpt3-1.3b", [A], engine="analytic", scaling_gpus=[8, 10, 12, 32])
+    c = compare("gpt3-1.3b", [A], engine="analytic", scaling_gpus=[8, 10, 12, 32], scaling_batch="per-replica")
     frame = c.scaling_frame()
     assert list(frame["gpus"]) == [8, 10, 12, 32]
     assert "not a multiple of tp x pp = 4" in frame["reason"][1] and math.isnan(frame["tokens_per_s"][1])
     assert "whole number of nodes" in frame["reason"][2] and math.isnan(frame["tokens_per_s"][2])
     model = load_model("gpt3-1.3b")
     for g in (8, 32):
-        alone = simulate_analytic(model, load_hardware("dgx-a100", gpus=g), scaled_strategy(c.runs[0].strategy, g))
+        s = scaled_strategy(c.runs[0].strategy, g, "per-replica")
+        alone = simulate_analytic(model, load_hardware("dgx-a100", gpus=g), s)
         row = frame[frame["gpus"] == g].iloc[0]
         assert row["tokens_per_s"] == alone.tokens_per_s and row["global_batch"] == alone.strategy["global_batch"]
 
@@ -135,6 +144,7 @@ def test_labels_name_files_and_stay_unique(tmp_path: Path) -> None:
         ({"strategies": [A], "engine": "exact"}, "--engine exact"),
         ({"strategies": [A], "scaling_gpus": [0]}, "--scaling 0"),
         ({"strategies": [A], "gpus": 0}, "--gpus 0"),
+        ({"strategies": [A], "scaling_batch": "both"}, "--scaling-batch both"),
     ],
 )
 def test_bad_arguments_name_the_option(kwargs: dict, words: str) -> None:
@@ -147,7 +157,7 @@ def test_cli_compare_writes_tables_and_charts(tmp_path: Path) -> None:
     res = runner.invoke(
         app,
         ["compare", "--model", "gpt3-1.3b", "-s", A, "-s", B, "--hardware", "dgx-a100", "--hardware", "dgx-h100",
-         "--scaling", "16,32", "--out", str(out)],
+         "--scaling", "16,32,64", "--out", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "Fastest:" in res.stdout and "scaling" in res.stdout
@@ -159,7 +169,9 @@ def test_cli_compare_writes_tables_and_charts(tmp_path: Path) -> None:
     summary = json.loads((out / "results.json").read_text())
     assert len(summary["runs"]) == 4 and summary["fastest"] in [r["label"] for r in summary["runs"]]
     assert all(r["tier_bytes"]["nvlink"] > 0 for r in summary["runs"])
-    assert len((out / "scaling.csv").read_text().splitlines()) == 1 + 8
+    scaling = (out / "scaling.csv").read_text().splitlines()
+    assert len(scaling) == 1 + 12  # 4 runs x 3 counts; the fixed batch 32 at micro-batch 4 splits over dp <= 8 only:
+    assert sum("not a multiple of micro_batch x dp" in line for line in scaling) == 4  # B at 32 and 64 GPUs, twice
     js = runner.invoke(app, ["compare", "--model", "gpt3-1.3b", "-s", B, "--engine", "analytic", "--format", "json"])
     assert js.exit_code == 0 and json.loads(js.stdout)["engine"] == "analytic"
 

@@ -124,6 +124,7 @@ def search(
     chosen = fitting[:top_k]
     if splits and chosen:
         chosen = _with_balanced_splits(model, cluster, chosen, key, top_k)
+    split_done = time.perf_counter()
     if milp and chosen:
         chosen = _with_milp(model, cluster, chosen, key, top_k)
     milp_done = time.perf_counter()
@@ -138,7 +139,8 @@ def search(
         {
             "enumerate": enumerated - began,
             "analytic": analytic - enumerated,
-            "milp": milp_done - analytic,
+            "splits": split_done - analytic,
+            "milp": milp_done - split_done,
             "des": done - milp_done,
         },
     )

@@ -30,6 +30,7 @@ def comparison_summary(c: Comparison) -> dict[str, Any]:
         "runs": [_run_summary(r) for r in c.runs],
         "fastest": None if fastest is None else fastest.label,
         "summary": summary_sentence(c),
+        "scaling_batch": c.scaling_batch,
         "scaling": c.scaling_frame().to_dict("records") if c.scaling else [],
     }
 
@@ -91,7 +92,12 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     console.print(t)
     console.print(summary_sentence(c))
     if c.scaling:
-        s = Table(title="scaling (tp, pp and micro-batches per replica held; dp and the global batch grow)")
+        how = (
+            "the global batch held: fewer micro-batches per replica"
+            if c.scaling_batch == "fixed"
+            else "micro-batches per replica held: the global batch grows"
+        )
+        s = Table(title=f"scaling: tp, pp and micro-batch held, dp grows; {how}")
         for name in ("run", "GPUs", "global batch", "step", "tokens/s", "MFU", "note"):
             s.add_column(name, justify="left" if name in ("run", "note") else "right")
         for row in c.scaling_frame().to_dict("records"):
@@ -138,5 +144,6 @@ def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
         scaling.to_csv(directory / "scaling.csv", index=False)
         written.append(directory / "scaling.csv")
         if scaling["tokens_per_s"].notna().any():
-            written += scaling_chart(scaling, directory / "scaling.svg", title)
+            batch = "global batch held" if c.scaling_batch == "fixed" else "micro-batches per replica held"
+        written += scaling_chart(scaling, directory / "scaling.svg", f"{title}, {batch}")
     return written

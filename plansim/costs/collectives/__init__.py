@@ -112,7 +112,8 @@ def schedule(collective: str, algorithm: str, p: int, local: int | None = None) 
     p : int
         Number of workers; ``p = 1`` gives an empty schedule.
     local : int, optional
-        Ranks per node, for ``hierarchical`` only (ignored by the other algorithms).
+        Ranks per node: ``hierarchical`` splits by it; ``butterfly`` tags the steps that cross nodes (ignored by
+        the other algorithms).
 
     Examples
     --------
@@ -123,7 +124,12 @@ def schedule(collective: str, algorithm: str, p: int, local: int | None = None) 
     _builder(collective, algorithm)
     if p < 1:
         raise PlansimError(f"{collective}: the group needs at least one worker, got p={p}")
-    return _cached_schedule(collective, algorithm, int(p), local if algorithm == "hierarchical" else None)
+    return _cached_schedule(collective, algorithm, int(p), local if algorithm in _LOCAL_AWARE else None)
+
+
+#: Algorithms whose schedule reads ``local`` (ranks per node): hierarchical's inter-node phase, and butterflies, whose
+#: steps between ranks ``local`` or more apart cross nodes (tagged ``"inter"`` for the alpha-beta time).
+_LOCAL_AWARE = ("hierarchical", "butterfly")
 
 
 @lru_cache(maxsize=256)
@@ -146,8 +152,9 @@ def collective_time(
 ) -> float:
     """Alpha-beta time in seconds of one collective; see :data:`MESSAGE_SIZE` for what ``n_bytes`` means.
 
-    ``inter=(alpha_s, bandwidth_Bps)`` prices the inter-node steps of ``hierarchical``; without it every step uses
-    ``alpha_s`` and ``bandwidth_Bps``.
+    ``inter=(alpha_s, bandwidth_Bps)`` prices the inter-node steps (``hierarchical``'s inter-node phase; a
+    ``butterfly``'s steps between ranks ``local`` or more apart); without it every step uses ``alpha_s`` and
+    ``bandwidth_Bps``.
 
     Examples
     --------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from plansim.costs.collectives._patterns import (
+    crossing,
     full,
     locked,
     log2_exact,
@@ -18,13 +19,13 @@ from plansim.costs.collectives._patterns import (
     recursive_halving_scatter,
     ring_phase,
 )
-from plansim.costs.collectives._schedule import Schedule, Step
+from plansim.costs.collectives._schedule import Schedule, Step, Tier
 from plansim.errors import PlansimError
 
 
-def _whole(src: np.ndarray, dst: np.ndarray, *, reduce: bool = False) -> Step:
+def _whole(src: np.ndarray, dst: np.ndarray, *, reduce: bool = False, tier: Tier = "intra") -> Step:
     """A step in which every transfer carries the whole message."""
-    return Step(locked(src), locked(dst), full(len(src), 0.0), full(len(src), 1.0), reduce=reduce)
+    return Step(locked(src), locked(dst), full(len(src), 0.0), full(len(src), 1.0), reduce=reduce, tier=tier)
 
 
 def _one_ring(p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -68,9 +69,13 @@ def allreduce_tree(p: int, local: int | None) -> Schedule:
 
 def allreduce_butterfly(p: int, local: int | None) -> Schedule:
     """Recursive doubling: in step ``k`` every worker swaps its whole vector with worker ``i XOR 2**k`` and adds
-    (Thakur et al. 2005, sec. 4.4, short-message all-reduce)."""
+    (Thakur et al. 2005, sec. 4.4, short-message all-reduce). With ``local`` ranks per node, the steps whose
+    partner is ``local`` or more ranks away cross nodes and are tagged ``"inter"``."""
     ranks = np.arange(p, dtype=np.int64)
-    steps = [_whole(ranks.copy(), ranks ^ (1 << k), reduce=True) for k in range(log2_exact(p, "dp_algorithm"))]
+    steps = [
+        _whole(ranks.copy(), ranks ^ (1 << k), reduce=True, tier=crossing(1 << k, local))
+        for k in range(log2_exact(p, "dp_algorithm"))
+    ]
     return Schedule("all_reduce/butterfly", p, tuple(steps))
 
 
@@ -106,8 +111,9 @@ def all_gather_ring(p: int, local: int | None) -> Schedule:
 
 
 def all_gather_butterfly(p: int, local: int | None) -> Schedule:
-    """Recursive-doubling all-gather: step ``k`` sends ``2**k * n/p``."""
-    return Schedule("all_gather/butterfly", p, tuple(recursive_doubling_gather(p)))
+    """Recursive-doubling all-gather: step ``k`` sends ``2**k * n/p`` (steps ``local`` or more ranks apart tagged
+    ``"inter"``)."""
+    return Schedule("all_gather/butterfly", p, tuple(recursive_doubling_gather(p, local)))
 
 
 def reduce_scatter_ring(p: int, local: int | None) -> Schedule:
@@ -116,8 +122,9 @@ def reduce_scatter_ring(p: int, local: int | None) -> Schedule:
 
 
 def reduce_scatter_butterfly(p: int, local: int | None) -> Schedule:
-    """Recursive-halving reduce-scatter: sends ``n/2, n/4, ..., n/p``."""
-    return Schedule("reduce_scatter/butterfly", p, tuple(recursive_halving_scatter(p)))
+    """Recursive-halving reduce-scatter: sends ``n/2, n/4, ..., n/p`` (steps ``local`` or more ranks apart tagged
+    ``"inter"``)."""
+    return Schedule("reduce_scatter/butterfly", p, tuple(recursive_halving_scatter(p, local)))
 
 
 def broadcast_tree(p: int, local: int | None) -> Schedule:

@@ -59,27 +59,47 @@ def ring_phase(
     return steps
 
 
-def recursive_doubling_gather(p: int) -> list[Step]:
+def crossing(distance: int, local: int | None) -> Tier:
+    """The tier of a step between ranks ``distance`` apart in a group laid out ``local`` ranks per node (node-major):
+    ``"inter"`` when the partner is on another node. Without ``local`` every step is ``"intra"``.
+
+    >>> crossing(2, 4), crossing(4, 4), crossing(64, None)
+    ('intra', 'inter', 'intra')
+    """
+    return "inter" if local is not None and distance >= local else "intra"
+
+
+def recursive_doubling_gather(p: int, local: int | None = None) -> list[Step]:
     """All-gather by recursive doubling: in step ``k`` each rank swaps its aligned block of ``2**k`` shards with
-    rank ``i XOR 2**k`` (Thakur et al. 2005, sec. 4.1)."""
+    rank ``i XOR 2**k`` (Thakur et al. 2005, sec. 4.1); tiers by ``crossing``."""
     ranks = locked(np.arange(p, dtype=np.int64))
     steps = []
     for k in range(log2_exact(p, "all_gather algorithm")):
         distance = 1 << k
         start = (ranks >> k) << k
-        steps.append(Step(ranks, locked(ranks ^ distance), locked(start / p), locked((start + distance) / p)))
+        steps.append(
+            Step(
+                ranks, locked(ranks ^ distance), locked(start / p), locked((start + distance) / p),
+                tier=crossing(distance, local),
+            )
+        )  # fmt: skip
     return steps
 
 
-def recursive_halving_scatter(p: int) -> list[Step]:
+def recursive_halving_scatter(p: int, local: int | None = None) -> list[Step]:
     """Reduce-scatter by recursive halving: at distance ``d = p/2, p/4, ..., 1`` each rank sends the partner the half
     of its current block that holds the partner's shard and keeps the half that holds its own (Thakur et al. 2005,
-    sec. 4.2). Rank ``i`` ends with reduced shard ``i``."""
+    sec. 4.2). Rank ``i`` ends with reduced shard ``i``; tiers by ``crossing``."""
     ranks = locked(np.arange(p, dtype=np.int64))
     steps = []
     for k in reversed(range(log2_exact(p, "reduce_scatter algorithm"))):
         distance = 1 << k
         partner = locked(ranks ^ distance)
         start = (partner >> k) << k
-        steps.append(Step(ranks, partner, locked(start / p), locked((start + distance) / p), reduce=True))
+        steps.append(
+            Step(
+                ranks, partner, locked(start / p), locked((start + distance) / p), reduce=True,
+                tier=crossing(distance, local),
+            )
+        )  # fmt: skip
     return steps
