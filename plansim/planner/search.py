@@ -203,10 +203,10 @@ def _price_strategies(
 
 
 #: ``remat: milp`` is tried for this many of the best finalists that recompute, whose stages hold at most
-#: ``MILP_MAX_BLOCKS`` blocks (a 24-block stage at layer granularity is a 192-node MILP: ~10 s; see
-#: benchmarks/bench_remat.py and the README's remat chart).
+#: ``MILP_MAX_BLOCKS`` blocks. GPT-3 175B's 24-block stages (pp 4) took 102 s for three finalists in
+#: benchmarks/bench_plan.py, longer than the rest of the search; 8-block stages (megatron-1t at pp 16) 29 s.
 MILP_FINALISTS = 3
-MILP_MAX_BLOCKS = 24
+MILP_MAX_BLOCKS = 12
 
 
 def _with_milp(
