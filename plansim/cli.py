@@ -225,36 +225,55 @@ def plan(
     )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
-    files = write_plan(result, out) if out is not None else []
-    if fmt is PlanFormat.json:
-        summary = plan_summary(result)
-        summary["files"] = [str(f) for f in files]
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        from plansim.report.plan_text import print_plan
+    from plansim.report.plan_text import print_plan
 
-        print_plan(result, files)
+    _report(result, out, fmt, write_plan, plan_summary, print_plan)
 
 
 def _with_progress(run: Callable[[Callable[[int, int], None]], Any]) -> Any:
-    """Run ``run(progress)`` under a rich progress bar on stderr (silent where stderr is not a terminal)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("pricing candidates"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
+    """Run ``run(progress)`` under a progress bar that ``progress(done, total)`` moves."""
+    with _progress_bar("pricing candidates") as bar:
         task = bar.add_task("", total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
         return run(progress)
+
+
+def _progress_bar(what: str) -> Any:
+    """A rich progress bar on stderr, gone when done (silent where stderr is not a terminal): ``what``, the bar,
+    done/total, the task's description and the time elapsed."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
+def _report(
+    result: Any,
+    out: str | None,
+    fmt: PlanFormat,
+    write: Callable[[Any, str], list[Any]],
+    summarize: Callable[[Any], dict[str, Any]],
+    show: Callable[[Any, list[Any]], None],
+) -> None:
+    """Write ``result``'s files into ``out`` (if given), then print it as JSON (with the files) or for a terminal."""
+    files = write(result, out) if out is not None else []
+    if fmt is PlanFormat.json:
+        summary = summarize(result)
+        summary["files"] = [str(f) for f in files]
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        show(result, files)
 
 
 @app.command()
@@ -310,29 +329,12 @@ def compare(
             scaling_engine=scaling_engine, scaling_batch=scaling_batch, progress=step,
         ),
     )  # fmt: skip
-    files = write_comparison(result, out) if out is not None else []
-    if fmt is PlanFormat.json:
-        summary = comparison_summary(result)
-        summary["files"] = [str(f) for f in files]
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        print_comparison(result, files)
+    _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)
 
 
 def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
-    """Run ``run(step)`` under a rich progress bar on stderr that advances at each ``step(label)``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn(what),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
+    """Run ``run(step)`` under a progress bar that advances at each ``step(label)`` after the first."""
+    with _progress_bar(what) as bar:
         task = bar.add_task("", total=total)
         started = [False]
 
@@ -415,22 +417,11 @@ def remat(
 
 def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solver: str) -> list[Any]:
     """The trade-off curve over ``default_budgets`` and the plan's budget, with a progress bar on stderr; write it."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from plansim.remat.api import default_budgets, tradeoff_curve, write_tradeoff
 
     g = plan.graph
     budgets = [b for b in default_budgets(g) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
-    with Progress(
-        TextColumn("trade-off curve"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
+    with _progress_bar("trade-off curve") as progress:
         task = progress.add_task("", total=len(budgets))
 
         def step(budget: float) -> None:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plansim.planner.explain import compare_sentence
+from plansim.report.plan_text import breakdown_cells
 from plansim.units import GB
 
 if TYPE_CHECKING:
@@ -74,10 +75,7 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     ):  # fmt: skip
         t.add_column(name, justify=justify, no_wrap=name == "run")  # type: ignore[arg-type]
     for row in c.frame().to_dict("records"):
-        comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
-        parts = "/".join(
-            f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
-        )
+        comm, parts = breakdown_cells(row)
         t.add_row(
             row["label"],
             f"{row['gpus']:,}",
@@ -86,8 +84,8 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
             f"{row['mfu']:.1%}",
             f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
             + ("" if row["fits"] else " [red]OOM[/red]"),
-            f"{comm} GB",
-            f"{parts} ms",
+            comm,
+            parts,
         )
     console.print(t)
     console.print(summary_sentence(c))

@@ -14,7 +14,17 @@ from plansim.units import GB
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
 
-__all__ = ["print_plan"]
+__all__ = ["breakdown_cells", "print_plan"]
+
+
+def breakdown_cells(row: dict) -> tuple[str, str]:
+    """Two table cells from a frame row (``comm_*_bytes``, ``time_*_s`` columns): bytes per GPU by kind
+    (dp/tp/pp/zero, GB) and the step time by part (compute/recompute/comm/bubble/optimizer, ms)."""
+    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
+    parts = "/".join(
+        f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
+    )
+    return f"{comm} GB", f"{parts} ms"
 
 
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
@@ -29,10 +39,7 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
         t.add_column(name, justify=justify, no_wrap=name == "strategy")  # type: ignore[arg-type]
     frame = r.frame()
     for row in frame.to_dict("records"):
-        comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
-        parts = "/".join(
-            f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
-        )
+        comm, parts = breakdown_cells(row)
         t.add_row(
             str(int(row["rank"])) if row["role"] == "finalist" else "M",
             row["strategy"],
@@ -41,8 +48,8 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
             f"{row['mfu']:.1%}",
             f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
             + ("" if row["fits"] else " [red]OOM[/red]"),
-            f"{comm} GB",
-            f"{parts} ms",
+            comm,
+            parts,
         )
     console.print(t)
     if len(frame) and (frame["engine"] != "des").any():
