@@ -19,7 +19,7 @@ from typing import Any
 
 from plansim.api import ENGINES, as_strategy
 from plansim.errors import PlansimError
-from plansim.hardware import Cluster, load_hardware, load_node
+from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
 from plansim.planner.explain import describe
 from plansim.result import Result
@@ -38,10 +38,19 @@ class Run:
     """One compared configuration: its label, hardware, the strategy as run and the engine's result."""
 
     label: str
-    hardware: str
+    cluster: Cluster
     strategy: Strategy
     result: Result
-    memory_capacity_bytes: float
+
+    @property
+    def hardware(self) -> str:
+        """The node type's name."""
+        return self.cluster.node.name
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        """One GPU's memory."""
+        return self.cluster.gpu.memory_bytes
 
     def tier_bytes(self) -> dict[str, float]:
         """Bytes per step on the busiest link of each tier (``link_tier``): the discrete-event engine's link
@@ -49,10 +58,9 @@ class Run:
         timeline = self.result.timeline
         if timeline is None:
             return {}
-        node = load_node(self.hardware)
         out: dict[str, float] = {}
         for link, n_bytes in timeline.link_bytes.items():
-            tier = link_tier(node, link)
+            tier = link_tier(self.cluster.node, link)
             out[tier] = max(out.get(tier, 0.0), n_bytes)
         return out
 
@@ -109,11 +117,9 @@ class Comparison:
             )
         return pd.DataFrame(rows)
 
-    def scaling_frame(self) -> Any:
-        """One pandas row per scaling point: label, GPUs, global batch, micro-batches per replica, engine, step
-        time, tokens/s, MFU, fit, and the reason a point was not simulated."""
-        import pandas as pd
-
+    def scaling_rows(self) -> list[dict[str, Any]]:
+        """One dict per scaling point: label, GPUs, global batch, micro-batches per replica, engine, step time,
+        tokens/s, MFU, fit (None where the point did not run), and the reason a point was not simulated."""
         rows = []
         for p in self.scaling:
             r = p.result
@@ -131,7 +137,13 @@ class Comparison:
                     "reason": p.reason or ("" if r is None or r.fits else r.reason),
                 }
             )
-        return pd.DataFrame(rows)
+        return rows
+
+    def scaling_frame(self) -> Any:
+        """``scaling_rows`` as a pandas DataFrame (NaN where a point did not run)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.scaling_rows())
 
     def fastest(self) -> Run | None:
         """The fastest run that fits (None if none does)."""
@@ -189,7 +201,7 @@ def compare(
             if progress:
                 progress(label)
             result = ENGINES[engine](spec, cluster, strategy)
-            run = Run(label, cluster.node.name, strategy.resolve(cluster), result, cluster.gpu.memory_bytes)
+            run = Run(label, cluster, strategy.resolve(cluster), result)
             runs.append(run)
     out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch)
     for run in runs:
@@ -224,15 +236,14 @@ def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
 def _scaling_point(spec: ModelSpec, run: Run, gpus: int, engine: str, batch: str) -> ScalingPoint:
     try:
         s = scaled_strategy(run.strategy, gpus, batch)
-        cluster = load_hardware(run.hardware, gpus=gpus)
-        return ScalingPoint(run.label, gpus, ENGINES[engine](spec, cluster, s))
+        return ScalingPoint(run.label, gpus, ENGINES[engine](spec, resize(run.cluster, gpus), s))
     except PlansimError as err:
         return ScalingPoint(run.label, gpus, None, str(err))
 
 
 def _cluster(hw: Cluster | str, gpus: int | None, s: Strategy) -> Cluster:
     if isinstance(hw, Cluster):
-        return hw if gpus is None or gpus == hw.num_gpus else load_hardware(hw.node.name, gpus=gpus)
+        return hw if gpus is None or gpus == hw.num_gpus else resize(hw, gpus)
     if gpus is None and s.dp is not None:
         gpus = s.dp * s.tp * s.pp
     return load_hardware(str(hw), gpus=gpus)

@@ -84,6 +84,8 @@ class Strategy(BaseModel):
     @classmethod
     def _split_text(cls, value: object) -> object:
         """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
+        if isinstance(value, int) and not isinstance(value, bool):  # one stage: layer_split=24
+            return (value,)
         if isinstance(value, str):
             try:
                 return tuple(int(part) for part in value.split("/"))

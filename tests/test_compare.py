@@ -193,3 +193,46 @@ def test_cli_compare_bad_input_is_one_line(argv: list[str], words: list[str]) ->
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     for w in words:
         assert w in lines[0]
+
+
+def test_hardware_from_a_file_runs_and_scales(tmp_path: Path) -> None:
+    """A node type loaded from a YAML path (not a shipped name) serves the DES's link tiers and the scaling points."""
+    text = (Path(__file__).parents[1] / "hardware_profiles" / "nodes" / "dgx-a100.yaml").read_text()
+    node = tmp_path / "my-node.yaml"
+    node.write_text(text.replace("name: dgx-a100", "name: my-node"))
+    c = compare("gpt3-1.3b", [A], [str(node)], engine="des", scaling_gpus=[32])
+    assert c.runs[0].hardware == "my-node" and c.runs[0].tier_bytes()["nvlink"] > 0
+    assert c.scaling[0].result is not None, c.scaling[0].reason
+    shipped = compare("gpt3-1.3b", [A], ["dgx-a100"], engine="des", scaling_gpus=[32])
+    assert c.runs[0].result.step_time_s == shipped.runs[0].result.step_time_s
+    assert c.scaling[0].result.step_time_s == shipped.scaling[0].result.step_time_s
+
+
+def test_link_tier_reads_tier_names_that_end_in_digits() -> None:
+    node = load_node("dgx-a100")
+    renamed = node.model_copy(
+        update={"fabric": [t.model_copy(update={"name": f"tier{k + 1}"}) for k, t in enumerate(node.fabric)]}
+    )
+    assert link_tier(renamed, "node0/nic0->tier10/rail0") == "tier1"
+    assert link_tier(renamed, "tier10/rail0->tier20") == "tier2"
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_and_files_when_scaling_points_cannot_run(tmp_path: Path) -> None:
+    """Points that cannot run are null in JSON (never NaN), and with none that ran no scaling chart is drawn."""
+    argv = ["compare", "--model", "gpt3-125m", "-s", "dp=8,micro_batch=1,global_batch=8", "--engine", "analytic"]
+    res = runner.invoke(app, [*argv, "--scaling", "4,7", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    points = _strict_json(res.stdout)["scaling"]  # type: ignore[index]
+    assert [p["tokens_per_s"] is None for p in points] == [False, True]
+    out = tmp_path / "none"
+    res = runner.invoke(app, [*argv, "--scaling", "7", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "scaling.csv").is_file() and not (out / "scaling.svg").exists()
+    _strict_json((out / "results.json").read_text())

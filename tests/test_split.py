@@ -104,3 +104,12 @@ def test_the_planner_tries_the_balanced_split() -> None:
     assert loaded == r.winner and Strategy.parse("pp=4,layer_split=5/7/7/5").layer_split == (5, 7, 7, 5)
     off = plan(model, cluster, global_batch=64, constraints=c, milp=False, splits=False)
     assert off.winner is not None and off.winner.layer_split is None
+
+
+def test_the_milp_limit_reads_the_actual_split() -> None:
+    from plansim.planner.search import MILP_MAX_BLOCKS, _most_blocks
+
+    model = load_model("gpt3-1.3b")
+    assert _most_blocks(model, Strategy(pp=2)) == 12 <= MILP_MAX_BLOCKS
+    assert _most_blocks(model, Strategy(pp=2, layer_split=(13, 11))) == 13 > MILP_MAX_BLOCKS
+    assert Strategy.parse("pp=1,layer_split=24").layer_split == (24,)

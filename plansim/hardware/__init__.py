@@ -8,7 +8,7 @@
 
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.link import Link
-from plansim.hardware.loader import list_hardware, load_gpu, load_hardware, load_node
+from plansim.hardware.loader import list_hardware, load_gpu, load_hardware, load_node, resize
 from plansim.hardware.schema import GPUSpec, NodeSpec
 from plansim.hardware.topology import build_topology, link_tier
 
@@ -23,4 +23,5 @@ __all__ = [
     "load_gpu",
     "load_hardware",
     "load_node",
+    "resize",
 ]

@@ -18,7 +18,7 @@ from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
 from plansim.yamlfile import looks_like_path, read_mapping, validated
 
-__all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node"]
+__all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node", "resize"]
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -123,6 +123,16 @@ def load_hardware(name: str | Path, gpus: int | None = None) -> Cluster:
     path = _resolve(name, "nodes", "hardware")
     node = _validated(path, NodeSpec)
     return Cluster(node=node, gpu=_gpu_of(node, path), num_gpus=_check_gpus(node, gpus))
+
+
+def resize(cluster: Cluster, gpus: int) -> Cluster:
+    """The same node type (and GPU) with ``gpus`` GPUs, checked as ``load_hardware`` checks them; works for node
+    types loaded from a file as well as shipped ones.
+
+    >>> resize(load_hardware("dgx-a100"), 64).num_nodes
+    8
+    """
+    return Cluster(node=cluster.node, gpu=cluster.gpu, num_gpus=_check_gpus(cluster.node, gpus))
 
 
 def _check_gpus(node: NodeSpec, gpus: int | None) -> int:

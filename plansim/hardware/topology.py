@@ -119,9 +119,10 @@ def link_tier(node: NodeSpec, link: str) -> str:
             return 0, "pcie"
         if "/nic" in vertex:
             return 1, "nic"
-        name = vertex.split("/", 1)[0].rstrip("0123456789")
-        if name in tiers:
-            return 2 + tiers.index(name), name
+        switch = vertex.split("/", 1)[0]  # <tier><group>, and a tier's name may itself end in digits
+        for i in sorted(range(len(tiers)), key=lambda i: -len(tiers[i])):
+            if switch.startswith(tiers[i]) and switch[len(tiers[i]) :].isdigit():
+                return 2 + i, tiers[i]
         raise ValueError(f"link {link!r}: {vertex!r} is not a vertex of a plansim topology")
 
     ends = link.split("->")

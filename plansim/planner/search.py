@@ -217,9 +217,9 @@ def _with_milp(
     leaves), kept when it fits; the best ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
-    eligible = [
-        p for p in chosen if p.strategy.remat != "none" and math.ceil(model.layers / p.strategy.pp) <= MILP_MAX_BLOCKS
-    ][:MILP_FINALISTS]
+    eligible = [p for p in chosen if p.strategy.remat != "none" and _most_blocks(model, p.strategy) <= MILP_MAX_BLOCKS][
+        :MILP_FINALISTS
+    ]
     for p in eligible:
         s = p.strategy.model_copy(update={"remat": "milp"})
         if s in seen:
@@ -281,6 +281,11 @@ def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int,
     if bottleneck(split, blocks, first, last) >= bottleneck(even, blocks, first, last) * (1 - 1e-9):
         return None
     return tuple(split)
+
+
+def _most_blocks(model: ModelSpec, s: Strategy) -> int:
+    """Blocks on the most loaded pipeline stage (its layer split, else the even one)."""
+    return max(s.layer_split) if s.layer_split else math.ceil(model.layers / s.pp)
 
 
 def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:

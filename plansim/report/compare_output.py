@@ -32,7 +32,7 @@ def comparison_summary(c: Comparison) -> dict[str, Any]:
         "fastest": None if fastest is None else fastest.label,
         "summary": summary_sentence(c),
         "scaling_batch": c.scaling_batch,
-        "scaling": c.scaling_frame().to_dict("records") if c.scaling else [],
+        "scaling": c.scaling_rows(),
     }
 
 
@@ -143,5 +143,5 @@ def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
         written.append(directory / "scaling.csv")
         if scaling["tokens_per_s"].notna().any():
             batch = "global batch held" if c.scaling_batch == "fixed" else "micro-batches per replica held"
-        written += scaling_chart(scaling, directory / "scaling.svg", f"{title}, {batch}")
+            written += scaling_chart(scaling, directory / "scaling.svg", f"{title}, {batch}")
     return written
