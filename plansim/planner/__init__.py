@@ -17,7 +17,7 @@ from typing import Any
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.planner.explain import compare_sentence, describe, megatron_style
-from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_result, search
+from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_figures, search
 from plansim.planner.space import Constraints, candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
@@ -146,9 +146,8 @@ def plan(
     mega = None
     if mega_priced is not None:
         same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
-        mega = (
-            same[0] if same else Finalist(mega_priced, des_result(spec, cluster, mega_priced.strategy) if des else None)
-        )
+        reference = des_figures(spec, cluster, mega_priced.strategy) if des and not same else None
+        mega = same[0] if same else Finalist(mega_priced, reference)
     result = PlanResult(
         spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
         cluster.gpu.memory_bytes,

@@ -10,6 +10,7 @@ the same.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -35,6 +36,8 @@ __all__ = [
     "Finalist",
     "Priced",
     "SearchOutcome",
+    "des_figures",
+    "des_result",
     "search",
 ]
 
@@ -295,8 +298,15 @@ def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
     return simulate_des(model, cluster, s)
 
 
+def des_figures(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
+    """A finalist's discrete-event result without its timeline: a large step's spans run to millions of objects,
+    which ten finalists would hold in memory and a worker process would pickle back (``des_result`` on the chosen
+    strategy gives the timeline)."""
+    return dataclasses.replace(des_result(model, cluster, s), timeline=None)
+
+
 def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
-    return des_result(*job)
+    return des_figures(*job)
 
 
 def _des_all(model: ModelSpec, cluster: Cluster, chosen: Sequence[Priced], des: bool, jobs: int) -> list[Result | None]:
