@@ -345,6 +345,62 @@ def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], An
         return run(step)
 
 
+@app.command()
+@_clear_errors
+def profile(
+    out: Annotated[
+        str | None,
+        typer.Option("--out", "-o", help="profile YAML (default hardware_profiles/measured/<device>.yaml)"),
+    ] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cuda or cpu (default: cuda where torch sees one)")] = (
+        None
+    ),
+    dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16 or fp32")] = "bf16",
+    model: Annotated[str, typer.Option("--model", "-m", help="the widths to sweep: a preset or model YAML")] = (
+        "gpt3-1.3b"
+    ),
+    quick: Annotated[bool, typer.Option("--quick", help="fewer sizes and repeats")] = False,
+    warmup: Annotated[int, typer.Option("--warmup", help="untimed runs before timing")] = 5,
+    repeats: Annotated[int, typer.Option("--repeats", help="timed runs; the median is kept")] = 20,
+) -> None:
+    """Time the kernels of a transformer training step on this machine and write a measured profile (needs torch)."""
+    from pathlib import Path
+
+    from plansim.errors import PlansimError
+    from plansim.workload import load_model
+
+    try:
+        import torch
+    except ImportError:
+        raise PlansimError("plansim profile needs torch: pip install 'plansim[profile]'") from None
+    from plansim.profiling.profiler import default_out, profile_kernels, sweep_sizes
+
+    if warmup < 0 or repeats < 1:
+        raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
+    sizes = sweep_sizes(load_model(model), quick=quick)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
+        raise PlansimError(f"--device {device}: choose cuda or cpu")
+    command = "plansim profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim profile"
+    with _progress_bar("timing kernels") as bar:
+        task = bar.add_task("", total=None)
+
+        def step(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        result = profile_kernels(
+            sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats if not quick else min(repeats, 5),
+            command=command, progress=step,
+        )  # fmt: skip
+    path = Path(out or default_out(result))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.to_yaml())
+    except OSError as err:
+        raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
+    typer.echo(f"{len(result.points)} kernels timed on {result.environment.device_name}: wrote {path}")
+
+
 class RematFormat(StrEnum):
     text = "text"
     json = "json"

@@ -1,2 +1,3 @@
-"""Measuring real training on real GPUs (the ``profile`` extra: torch): the validator's PyTorch models with the
-workload builders' architecture (``torch_models``). Importing this package does not import torch."""
+"""Measuring real training on real GPUs: the kernel profile's schema (``schema``, plain pydantic), the kernel sweep
+of ``plansim profile`` (``profiler``) and the validator's PyTorch models (``torch_models``); the last two need the
+``profile`` extra (torch). Importing this package does not import torch."""

@@ -1,0 +1,288 @@
+"""``plansim profile``: time the kernels a transformer training step is made of, forward and backward, on one
+device, and write a measured profile (``schema.KernelProfile``).
+
+What is swept, for a model's widths (hidden h, FFN width f, vocabulary V, heads, head width d) at several token
+counts T (micro-batch x sequence) and tensor-parallel shards t:
+
+- GEMMs of a layer's linear maps: QKV (h -> 3h/t), attention projection (h/t -> h), MLP up (h -> f/t) and down
+  (f/t -> h), logits (h -> V/t); backward is the input-gradient and the weight-gradient GEMM together (4mnk FLOPs);
+- batched matmuls QK^T and attention over V, and fused scaled-dot-product attention (causal), at several sequence
+  lengths;
+- LayerNorm, RMSNorm, softmax, GELU, SiLU and the residual add over T x h elements, forward and backward;
+- the fused AdamW update over a layer's parameters; device copies; host-to-device and device-to-host transfers
+  (pinned memory; CUDA only).
+
+Timing: CUDA events on a GPU (``perf_counter`` after a synchronize elsewhere), ``warmup`` untimed runs, then the
+median of ``repeats`` timed ones. ``quick`` sweeps fewer sizes with fewer repeats; on a CPU the tests run it at tiny
+widths.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from plansim.errors import PlansimError
+from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
+from plansim.workload import ModelSpec
+
+__all__ = ["SweepSizes", "default_out", "environment", "profile_kernels", "sweep_sizes"]
+
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class SweepSizes:
+    """The widths and counts a sweep covers."""
+
+    hidden: int
+    ffn: int
+    vocab: int
+    heads: int
+    tokens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    tp: tuple[int, ...]
+    adam_params: tuple[int, ...]
+
+
+def sweep_sizes(spec: ModelSpec, quick: bool = False) -> SweepSizes:
+    """The sizes swept for ``spec``: token counts from 512 to 16,384 (quick: 2,048 and 8,192), sequence lengths up
+    to the model's, tp 1-8 (quick: 1 and 8), AdamW over one layer's and 1/8 of a layer's parameters."""
+    layer = spec.num_parameters() // max(1, spec.layers)
+    seq = spec.seq_len
+    return SweepSizes(
+        hidden=spec.hidden,
+        ffn=spec.ffn_hidden,
+        vocab=spec.vocab,
+        heads=spec.heads,
+        tokens=(2048, 8192) if quick else (512, 1024, 2048, 4096, 8192, 16384),
+        seq_lens=(seq,) if quick else tuple(sorted({max(128, seq // 4), max(128, seq // 2), seq})),
+        tp=(1, 8) if quick else (1, 2, 4, 8),
+        adam_params=(layer,) if quick else (layer // 8, layer),
+    )
+
+
+def environment(device: torch.device, command: str) -> Environment:
+    """What the profile was measured on: device, torch, CUDA, driver, clocks, memory, host, date, command."""
+    cuda = device.type == "cuda"
+    clocks: dict[str, float] = {}
+    driver = None
+    if cuda:
+        try:  # the driver's view (pynvml ships with recent torch builds; absent, the clocks stay empty)
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+            driver = str(pynvml.nvmlSystemGetDriverVersion())
+            clocks = {
+                "sm_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                "memory_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+                "sm_max_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            }
+        except Exception:  # the profile stays valid without the driver's figures
+            pass
+    return Environment(
+        device=device.type,
+        device_name=torch.cuda.get_device_name(device) if cuda else _cpu_name(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda if cuda else None,
+        driver=driver,
+        clocks=clocks,
+        memory_bytes=torch.cuda.get_device_properties(device).total_memory if cuda else None,
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        command=command,
+    )
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _timer(device: torch.device, warmup: int, repeats: int) -> Callable[[Callable[[], Any]], float]:
+    """A function that times ``fn()``: median seconds of ``repeats`` runs after ``warmup``."""
+    cuda = device.type == "cuda"
+
+    def measure(fn: Callable[[], Any]) -> float:
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(repeats):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize(device)
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                began = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - began)
+        return max(statistics.median(times), 1e-9)
+
+    return measure
+
+
+def profile_kernels(
+    sizes: SweepSizes,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str = "bf16",
+    warmup: int = 5,
+    repeats: int = 20,
+    command: str = "",
+    progress: Callable[[int, int], None] | None = None,
+) -> KernelProfile:
+    """Time every kernel of the sweep (see the module docstring) and return the profile."""
+    if dtype not in _DTYPES:
+        raise PlansimError(f"--dtype {dtype}: choose one of {', '.join(_DTYPES)}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise PlansimError("--device cuda: torch sees no CUDA device here: use --device cpu")
+    measure = _timer(dev, warmup, repeats)
+    jobs = list(_jobs(sizes, dev, _DTYPES[dtype], dtype))
+    points = []
+    for k, (fn, point) in enumerate(jobs):
+        points.append(KernelPoint(**point, time_s=measure(fn), repeats=repeats))
+        if progress:
+            progress(k + 1, len(jobs))
+    return KernelProfile(environment=environment(dev, command), points=points)
+
+
+def _jobs(s: SweepSizes, dev: torch.device, dt_: torch.dtype, dtype: str) -> Iterator[tuple[Callable[[], Any], dict]]:
+    """(callable, point fields without time) for every kernel of the sweep."""
+    e = torch.tensor([], dtype=dt_).element_size()
+    for t in s.tp:
+        for m in s.tokens:
+            for n, k in ((3 * s.hidden // t, s.hidden), (s.hidden, s.hidden // t), (s.ffn // t, s.hidden),
+                         (s.hidden, s.ffn // t), (s.vocab // t, s.hidden)):  # fmt: skip
+                if n < 1 or k < 1:
+                    continue
+                yield from _gemm(m, n, k, dev, dt_, dtype, e)
+    head = s.hidden // s.heads
+    for seq in s.seq_lens:
+        batch_heads = max(1, max(s.tokens) // seq) * s.heads // max(s.tp)
+        yield from _attention(batch_heads, seq, head, dev, dt_, dtype, e)
+    for m in s.tokens:
+        yield from _elementwise(m, s.hidden, dev, dt_, dtype, e)
+        yield from _elementwise_wide(m, s.ffn, dev, dt_, dtype, e)
+    for n in s.adam_params:
+        yield _adam(n, dev)
+    for m in s.tokens:
+        n = m * s.hidden
+        src, dst = torch.empty(n, dtype=dt_, device=dev), torch.empty(n, dtype=dt_, device=dev)
+        yield partial(dst.copy_, src), _point("copy", "fwd", dtype, (n,), 0.0, 2.0 * n * e)
+        if dev.type == "cuda":
+            host = torch.empty(n, dtype=dt_, pin_memory=True)
+            yield partial(dst.copy_, host, non_blocking=True), _point("h2d", "fwd", dtype, (n,), 0.0, n * e)
+            yield partial(host.copy_, dst, non_blocking=True), _point("d2h", "fwd", dtype, (n,), 0.0, n * e)
+
+
+def _point(op: str, direction: str, dtype: str, shape: tuple[int, ...], flops: float, n_bytes: float) -> dict:
+    return {"op": op, "pass": direction, "dtype": dtype, "shape": shape, "flops": flops, "bytes": n_bytes}
+
+
+def _gemm(m: int, n: int, k: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    """A linear map's forward ([m, k] @ [k, n]) and backward (input gradient [m, n] @ [n, k] and weight gradient
+    [k, m] @ [m, n])."""
+    x, w = torch.randn(m, k, dtype=dt_, device=dev), torch.randn(k, n, dtype=dt_, device=dev)
+    g = torch.randn(m, n, dtype=dt_, device=dev)
+    yield (lambda: x @ w), _point("gemm", "fwd", dtype, (m, n, k), 2.0 * m * n * k, (m * k + k * n + m * n) * e)
+    yield (
+        (lambda: (g @ w.T, x.T @ g)),
+        _point("gemm", "bwd", dtype, (m, n, k), 4.0 * m * n * k, 2.0 * (m * k + k * n + m * n) * e),
+    )
+
+
+def _attention(bh: int, seq: int, d: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    """QK^T and attention over V as batched matmuls, and fused causal attention, forward and backward."""
+    q, k, v = (torch.randn(bh, seq, d, dtype=dt_, device=dev) for _ in range(3))
+    scores = torch.randn(bh, seq, seq, dtype=dt_, device=dev)
+    flops = 2.0 * bh * seq * seq * d
+    yield (lambda: q @ k.transpose(1, 2)), _point("bmm", "fwd", dtype, (bh, seq, seq, d), flops,
+                                                   (2 * bh * seq * d + bh * seq * seq) * e)  # fmt: skip
+    yield (lambda: scores @ v), _point("bmm", "fwd", dtype, (bh, seq, d, seq), flops,
+                                        (bh * seq * seq + 2 * bh * seq * d) * e)  # fmt: skip
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
+    grad = torch.randn_like(out)
+    causal = 2.0 * bh * seq * seq * d  # the two matmuls over the causal half: 4 b s^2 d / 2
+    io = 4.0 * bh * seq * d * e
+    yield (
+        (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+        _point("sdpa", "fwd", dtype, (bh, seq, d), causal, io),
+    )
+    yield (
+        (lambda: torch.autograd.grad(out, (qg, kg, vg), grad, retain_graph=True)),
+        _point("sdpa", "bwd", dtype, (bh, seq, d), 2.5 * causal, 2.0 * io),
+    )  # backward: five matmuls to the forward's two (FlashAttention-2, Dao 2023, sec 3.1.2)
+
+
+def _unary(op: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, dtype: str, e: int) -> Iterator:
+    rows, cols = x.shape
+    n = rows * cols
+    xg = x.clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = fn(xg)
+    grad = torch.randn_like(out)
+    yield (lambda: fn(x)), _point(op, "fwd", dtype, (rows, cols), 0.0, 2.0 * n * e)
+    yield (
+        (lambda: torch.autograd.grad(out, xg, grad, retain_graph=True)),
+        _point(op, "bwd", dtype, (rows, cols), 0.0, 3.0 * n * e),
+    )
+
+
+def _elementwise(m: int, h: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    """Normalisations, softmax and the residual add over [m, h]."""
+    x, y = torch.randn(m, h, dtype=dt_, device=dev), torch.randn(m, h, dtype=dt_, device=dev)
+    weight = torch.ones(h, dtype=dt_, device=dev)
+    yield from _unary("layernorm", lambda t: F.layer_norm(t, (h,), weight, weight), x, dtype, e)
+    yield from _unary("rmsnorm", lambda t: F.rms_norm(t, (h,), weight), x, dtype, e)
+    yield from _unary("softmax", lambda t: t.softmax(-1), x, dtype, e)
+    yield (lambda: x + y), _point("add", "fwd", dtype, (m, h), 0.0, 3.0 * m * h * e)
+
+
+def _elementwise_wide(m: int, f: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    """The MLP's activations over [m, f]."""
+    x = torch.randn(m, f, dtype=dt_, device=dev)
+    yield from _unary("gelu", F.gelu, x, dtype, e)
+    yield from _unary("silu", F.silu, x, dtype, e)
+
+
+def _adam(n: int, dev: torch.device) -> tuple[Callable[[], Any], dict]:
+    """One AdamW step over ``n`` fp32 master parameters with fp32 gradients (fused on CUDA): reads parameter,
+    gradient and both moments, writes parameter and moments: 28 bytes per parameter."""
+    p = torch.zeros(n, dtype=torch.float32, device=dev, requires_grad=True)
+    p.grad = torch.randn(n, dtype=torch.float32, device=dev)
+    opt = torch.optim.AdamW([p], lr=1e-4, fused=dev.type == "cuda", foreach=False if dev.type == "cuda" else None)
+    return opt.step, _point("adam", "fwd", "fp32", (n,), 0.0, 28.0 * n)
+
+
+def default_out(profile: KernelProfile) -> str:
+    """``hardware_profiles/measured/<device name>.yaml``, the name lower-cased with runs of other characters as
+    single dashes (``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``)."""
+    import re
+
+    slug = re.sub(r"[^a-z0-9]+", "-", profile.environment.device_name.lower()).strip("-") or "device"
+    return f"hardware_profiles/measured/{slug}.yaml"
