@@ -41,7 +41,7 @@ def _grads(spec: ModelSpec, remat: str) -> tuple[float, list[torch.Tensor]]:
     assert logits.shape == (2, spec.seq_len, spec.vocab)
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, spec.vocab), tokens[:, 1:].reshape(-1))
     loss.backward()
-    return float(loss), [p.grad.clone() for p in model.parameters()]
+    return loss.item(), [p.grad.clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("family", ["gpt", "llama"])
