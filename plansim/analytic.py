@@ -571,6 +571,7 @@ def _assemble(
         num_microbatches=m,
         bubble_fraction=breakdown["bubble"] / pipe.pipe_s if pipe.pipe_s else 0.0,
         stage_peak_memory_bytes=[int(p) for p in peaks],
+        cost_model=kernels.provenance,
     )
 
 

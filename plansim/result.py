@@ -44,6 +44,8 @@ class Result:
     stage_time_breakdown_s: list[dict[str, float]] = field(default_factory=list)
     busiest_links: list[dict[str, Any]] = field(default_factory=list)
     engine_stats: dict[str, Any] = field(default_factory=dict)
+    #: Where the kernel times came from: a measured profile (file, device, torch, date) or the roofline.
+    cost_model: str = ""
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.sim.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)

@@ -1,13 +1,18 @@
-"""Kernel costs: the roofline from the profile by hand, and a measured table taking precedence where it has rows."""
+"""Kernel costs: the roofline from the profile by hand, and a measured profile taking precedence inside its sizes."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.kernels import KernelCostModel, KernelTable, load_kernel_table
 from plansim.hardware import load_gpu
+from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
 
 GPU = load_gpu("a100-sxm4-80gb")
 
@@ -30,23 +35,92 @@ def test_backward_of_a_gemm_is_two_kernels() -> None:
     assert k.backward(op) == pytest.approx(2 * k.forward(op))
 
 
-def test_measured_table_overrides_the_roofline(tmp_path: Path) -> None:
-    name = "test-gpu-table"
-    (tmp_path / f"{name}.csv").write_text(
-        "kind,dtype,flops,bytes,time_s\n"
-        "matmul,bf16,1e9,1e6,1e-5\n"  # 100 TFLOP/s at 1 GFLOP
-        "matmul,bf16,1e11,1e8,5e-4\n"  # 200 TFLOP/s at 100 GFLOP
-        "elementwise,fp32,0,1e9,1e-3\n"  # 1 TB/s
+def _profile(points: list[tuple[str, str, str, float, float, float]]) -> KernelProfile:
+    """A measured profile of (op, pass, dtype, flops, bytes, time_s) points."""
+    env = Environment(device="cuda", device_name="Test GPU", torch="2.13.0", python="3.11", platform="test",
+                      date="2026-11-21T00:00:00+00:00", command="test")  # fmt: skip
+    return KernelProfile(
+        environment=env,
+        points=[
+            KernelPoint(op=op, direction=d, dtype=dt, shape=(1,), flops=f, bytes=b, time_s=t, repeats=3)  # type: ignore[arg-type]
+            for op, d, dt, f, b, t in points
+        ],
     )
+
+
+def test_measured_profile_overrides_the_roofline_inside_its_sizes(tmp_path: Path) -> None:
+    profile = _profile(
+        [
+            ("gemm", "fwd", "bf16", 1e9, 1e6, 1e-5),  # 100 TFLOP/s at 1 GFLOP
+            ("gemm", "fwd", "bf16", 1e11, 1e8, 5e-4),  # 200 TFLOP/s at 100 GFLOP
+            ("gemm", "bwd", "bf16", 2e9, 2e6, 4e-5),  # the backward pair: 50 TFLOP/s at 2 GFLOP
+            ("gemm", "bwd", "bf16", 2e11, 2e8, 2e-3),  # 100 TFLOP/s at 200 GFLOP
+            ("gelu", "fwd", "bf16", 0, 1e8, 1e-4),  # 1 TB/s
+            ("silu", "fwd", "bf16", 0, 1e8, 2e-4),  # 0.5 TB/s at the same size: averaged with gelu
+            ("gelu", "fwd", "bf16", 0, 1e10, 5e-3),  # 2 TB/s
+            ("sdpa", "fwd", "bf16", 1e12, 1e9, 1e-3),  # measured, but prices no workload kind
+        ]
+    )
+    name = "test-gpu-profile"
+    (tmp_path / f"{name}.yaml").write_text(profile.to_yaml())
     table = load_kernel_table(name, tmp_path)
     assert table is not None and load_kernel_table("no-such-gpu", tmp_path) is None
-    k = KernelCostModel(GPU, "bf16", table)
-    launch = GPU.kernel_launch_s
-    assert k.kernel_time("matmul", 1e9, 0) == pytest.approx(1e-5 + launch)  # at a measured point
-    assert k.kernel_time("matmul", 1e10, 0) == pytest.approx(1e10 / 150e12 + launch)  # halfway in log(size)
-    assert k.kernel_time("matmul", 1e13, 0) == pytest.approx(1e13 / 200e12 + launch)  # clamped past the end
-    assert k.kernel_time("softmax", 0, 2e9) == pytest.approx(2e-3 + launch)
-    # fp16 has no rows: the roofline answers.
-    assert KernelCostModel(GPU, "fp16", table).kernel_time("matmul", 1e9, 0) == pytest.approx(
-        KernelCostModel(GPU, "fp16").kernel_time("matmul", 1e9, 0)
-    )
+    k, roof = KernelCostModel(GPU, "bf16", table), KernelCostModel(GPU, "bf16")
+    assert k.kernel_time("matmul", 1e9, 0) == pytest.approx(1e-5)  # a measured time, launch included
+    assert k.kernel_time("matmul", 1e10, 0) == pytest.approx(1e10 / 150e12)  # halfway in log(size)
+    for outside in (1e8, 1e13):  # beyond the measured sizes: the roofline
+        assert k.kernel_time("matmul", outside, 1e6) == roof.kernel_time("matmul", outside, 1e6)
+    assert k.kernel_time("elementwise", 0, 1e8) == pytest.approx(1e8 / 0.75e12)
+    assert k.kernel_time("elementwise", 0, 1e9) == pytest.approx(1e9 / 1.375e12)
+    assert k.kernel_time("norm", 0, 1e9) == roof.kernel_time("norm", 0, 1e9)  # no norm points
+    assert k.kernel_time("conv", 1e10, 0) == roof.kernel_time("conv", 1e10, 0)  # conv is never measured
+    op = {"kind": "matmul", "flops": 1e10, "bwd_flops": 2e10, "bytes": 1e7}
+    assert k.backward(op) == pytest.approx(2e10 / 75e12)  # the measured pair at 20 GFLOP
+    # fp16 has no gemm points: the roofline answers; memory-bound points serve any dtype.
+    fp16 = KernelCostModel(GPU, "fp16", table)
+    assert fp16.kernel_time("matmul", 1e10, 0) == KernelCostModel(GPU, "fp16").kernel_time("matmul", 1e10, 0)
+    assert fp16.kernel_time("elementwise", 0, 1e8) == pytest.approx(1e8 / 0.75e12)
+    assert "measured: test-gpu-profile.yaml (Test GPU, torch 2.13.0" in k.provenance
+    assert roof.provenance.startswith("roofline: A100-SXM4-80GB")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    points=st.lists(  # sizes 1e3-1e15, at least 1e-6 decades apart (closer ones are one size to log10)
+        st.tuples(st.floats(3, 15).map(lambda e: 10**e), st.floats(1e9, 1e15)),
+        min_size=2,
+        max_size=8,
+        unique_by=lambda p: round(math.log10(p[0]), 6),
+    ),
+    where=st.floats(0, 1),
+)
+def test_measured_rates_interpolate_monotonically(points: list[tuple[float, float]], where: float) -> None:
+    """Between two adjacent measured sizes the rate stays between theirs; at a measured size it is the measured
+    rate; outside the measured range there is none (the roofline answers)."""
+    pts = sorted(points)
+    table = KernelTable({("gemm", "fwd", "bf16"): pts})
+    for (x0, r0), (x1, r1) in itertools.pairwise(pts):
+        x = min(max(x0 * (x1 / x0) ** where, x0), x1)  # rounding must not step outside [x0, x1]
+        rate = table.rate("gemm", "fwd", "bf16", x)
+        assert rate is not None and min(r0, r1) * (1 - 1e-9) <= rate <= max(r0, r1) * (1 + 1e-9)
+    for x, r in pts:
+        assert table.rate("gemm", "fwd", "bf16", x) == pytest.approx(r)
+    assert table.rate("gemm", "fwd", "bf16", pts[0][0] * 0.5) is None
+    assert table.rate("gemm", "fwd", "bf16", pts[-1][0] * 2) is None
+
+
+def test_both_engines_use_and_name_a_measured_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile at ``measured/<gpu>.yaml`` changes both engines' step, and each Result names it."""
+    import plansim
+    from plansim.costs import kernels
+
+    strategy = "dp=1,tp=1,pp=1,micro_batch=1,global_batch=1"
+    before = {e: plansim.simulate("gpt3-125m", "dgx-a100", strategy, engine=e) for e in ("analytic", "des")}
+    assert all(r.cost_model.startswith("roofline: A100-SXM4-80GB") for r in before.values())
+    slow = [("gemm", "fwd", "bf16", f, f / 1e3, f / 50e12) for f in (1e6, 1e9, 1e12, 1e15)]  # 50 TFLOP/s flat
+    (tmp_path / "a100-sxm4-80gb.yaml").write_text(_profile(slow).to_yaml())
+    monkeypatch.setattr(kernels, "_measured_dir", lambda: tmp_path)
+    for engine, old in before.items():
+        r = plansim.simulate("gpt3-125m", "dgx-a100", strategy, engine=engine)
+        assert r.cost_model.startswith("measured: a100-sxm4-80gb.yaml (Test GPU")
+        assert r.time_breakdown_s["compute"] > old.time_breakdown_s["compute"]  # 50 TFLOP/s is slower than the roofline

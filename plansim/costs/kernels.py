@@ -1,16 +1,22 @@
-"""A kernel's time: from a measured table when the GPU's profile has one, else a roofline with efficiency curves.
+"""A kernel's time: from a measured profile where it covers the kernel, else a roofline with efficiency curves.
 
 Roofline (Williams, Waterman & Patterson 2009): a kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved
-bytes/s) plus a launch overhead. Achieved rates are the spec-sheet peak times the profile's efficiency curve (by
-kernel size), or, where ``hardware_profiles/measured/<gpu>.csv`` exists (written by ``plansim profile``), the rate
-measured at that size, interpolated in log(size) and clamped at the table's ends.
+bytes/s) plus a launch overhead. Achieved rates are the spec-sheet peak times the GPU profile's efficiency curve (by
+kernel size).
+
+Measured: where ``hardware_profiles/measured/<gpu>.yaml`` exists (``plansim profile --out`` with plansim's GPU name),
+a kernel's achieved rate is interpolated over the measured points of its group (GEMMs and batched matmuls by FLOPs
+at the training dtype; normalisations, softmax, element-wise kinds and other memory-bound kinds by bytes, any
+dtype), piecewise-linear in log10(size), per pass (forward, backward) where the profile has that pass. A measured
+time includes the launch, so none is added. Outside the measured sizes, and for groups the profile lacks, the
+roofline answers. ``cost_provenance`` says which a GPU gets; every Result carries it.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,58 +28,99 @@ from plansim.workload.graph import MATMUL_KINDS
 
 if TYPE_CHECKING:
     from plansim.hardware import GPUSpec
+    from plansim.profiling.schema import KernelProfile
 
-__all__ = ["KernelCostModel", "KernelTable", "load_kernel_table"]
+__all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "load_kernel_table"]
 
 # Op kinds in MATMUL_KINDS run on tensor cores at the training dtype; everything else is priced as CUDA-core fp32 work.
 
+#: Workload op kind -> the measured group that prices it (conv: none, the roofline).
+_GROUP_OF_KIND = {
+    "matmul": "gemm", "bmm": "bmm", "norm": "norm", "softmax": "softmax", "elementwise": "elementwise",
+    "dropout": "memory", "embedding": "memory", "loss": "memory", "pool": "memory",
+}  # fmt: skip
+#: Profile op -> its group (sdpa, adam and host transfers are measured but price nothing here yet).
+_GROUP_OF_OP = {
+    "gemm": "gemm", "bmm": "bmm", "layernorm": "norm", "rmsnorm": "norm", "softmax": "softmax", "gelu": "elementwise",
+    "silu": "elementwise", "add": "elementwise", "copy": "memory",
+}  # fmt: skip
+_COMPUTE_GROUPS = ("gemm", "bmm")
+
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear interpolation of y over log10(x), clamped at the ends."""
+    """Piecewise-linear interpolation of y over log10(x) (``points`` sorted by x; x within their range)."""
     if x <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if x <= x1:
-            t = (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))
+            span = math.log10(x1) - math.log10(x0)  # 0 for sizes too close for log10 to tell apart
+            t = (math.log10(x) - math.log10(x0)) / span if span > 0 else 0.0
             return y0 + t * (y1 - y0)
     return points[-1][1]
 
 
 @dataclass(frozen=True)
 class KernelTable:
-    """Measured achieved rates: for ``(size_class, dtype)`` a sorted list of (size, rate) points.
+    """Measured achieved rates: for ``(group, pass, dtype)`` the sorted (size, rate) points, where size is FLOPs
+    (rate FLOP/s) for the compute groups and bytes (rate bytes/s, dtype ``any``) for the memory-bound ones.
+    ``source`` says where they were measured."""
 
-    ``size_class`` is ``"matmul"`` (size = FLOPs, rate = FLOP/s) or ``"memory"`` (size = bytes, rate = bytes/s).
-    """
+    points: Mapping[tuple[str, str, str], list[tuple[float, float]]] = field(default_factory=dict)
+    source: str = ""
 
-    points: Mapping[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
+    def rate(self, group: str, direction: str, dtype: str, size: float) -> float | None:
+        """The measured rate at ``size``, or None outside the measured sizes or without such points."""
+        pts = self.points.get((group, direction, dtype))
+        if not pts or not pts[0][0] <= size <= pts[-1][0]:
+            return None
+        return _interp_log(pts, size)
 
-    def rate(self, size_class: str, dtype: str, size: float) -> float | None:
-        """The measured rate at ``size``, or None when the table has no row for this class and dtype."""
-        pts = self.points.get((size_class, dtype))
-        return _interp_log(pts, size) if pts else None
+    def has(self, group: str, direction: str, dtype: str) -> bool:
+        """Whether the table has points for this group, pass and dtype."""
+        return (group, direction, dtype) in self.points
+
+    @classmethod
+    def from_profile(cls, profile: KernelProfile, source: str = "") -> KernelTable:
+        """The table of a measured profile; points of one group at the same size are averaged."""
+        rates: dict[tuple[str, str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for p in profile.points:
+            group = _GROUP_OF_OP.get(p.op)
+            if group is None:
+                continue
+            compute = group in _COMPUTE_GROUPS
+            size = p.flops if compute else p.bytes
+            if size > 0:
+                rates[(group, p.direction, p.dtype if compute else "any")][size].append(size / p.time_s)
+        return cls(
+            {key: sorted((x, sum(r) / len(r)) for x, r in by_size.items()) for key, by_size in rates.items()}, source
+        )
+
+
+def _measured_dir() -> Path:
+    return data_dir("hardware_profiles") / "measured"
 
 
 @lru_cache(maxsize=32)
-def _read_table(path: Path) -> KernelTable:
-    rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    with path.open() as f:
-        for row in csv.DictReader(f):
-            size_class = "matmul" if row["kind"] in MATMUL_KINDS else "memory"
-            size = float(row["flops"] if size_class == "matmul" else row["bytes"])
-            if size > 0 and float(row["time_s"]) > 0:
-                rows.setdefault((size_class, row["dtype"]), []).append((size, size / float(row["time_s"])))
-    return KernelTable({k: sorted(v) for k, v in rows.items()})
+def _read_table(path: Path, stamp: float) -> KernelTable:
+    from plansim.profiling.schema import load_kernel_profile
+
+    profile = load_kernel_profile(path)
+    env = profile.environment
+    return KernelTable.from_profile(profile, f"{path.name} ({env.device_name}, torch {env.torch}, {env.date})")
 
 
 def load_kernel_table(gpu_name: str, directory: Path | None = None) -> KernelTable | None:
-    """The measured kernel table for ``gpu_name`` (``measured/<name>.csv``), or None when none was measured.
+    """The measured kernel table for ``gpu_name`` (``measured/<name>.yaml``, written by ``plansim profile``), or
+    None when none was measured."""
+    path = (directory or _measured_dir()) / f"{gpu_name.lower()}.yaml"
+    return _read_table(path, path.stat().st_mtime) if path.is_file() else None
 
-    The CSV has the columns ``kind,dtype,flops,bytes,time_s`` (one row per timed kernel).
-    """
-    directory = directory or data_dir("hardware_profiles") / "measured"
-    path = directory / f"{gpu_name.lower()}.csv"
-    return _read_table(path) if path.is_file() else None
+
+def cost_provenance(gpu: GPUSpec, table: KernelTable | None) -> str:
+    """Where kernel times on ``gpu`` come from with ``table`` (None: the roofline alone), for every Result."""
+    if table is None:
+        return f"roofline: {gpu.name} spec sheet with efficiency curves"
+    return f"measured: {table.source}; roofline outside the measured sizes"
 
 
 class KernelCostModel:
@@ -86,37 +133,46 @@ class KernelCostModel:
     dtype : str
         The training dtype: tensor-core kinds (matmul, bmm, conv) run at its peak; other kinds at fp32 peak.
     table : KernelTable, optional
-        Measured rates; when it has a row for the op's class and dtype it replaces the roofline.
+        Measured rates; where it covers a kernel (group, pass, dtype and size) they replace the roofline.
     """
 
     def __init__(self, gpu: GPUSpec, dtype: str, table: KernelTable | None = None) -> None:
         self.gpu = gpu
         self.dtype = dtype
         self.table = table
-        self._memo: dict[tuple[bool, float, float], float] = {}  # a stage's blocks repeat the same kernels
+        self._memo: dict[tuple[str, str, float, float], float] = {}  # a stage's blocks repeat the same kernels
 
-    def kernel_time(self, kind: str, flops: float, nbytes: float) -> float:
-        """Seconds for one kernel of ``flops`` FLOPs moving ``nbytes`` bytes."""
-        key = (kind in MATMUL_KINDS, flops, nbytes)
+    @property
+    def provenance(self) -> str:
+        """Where this model's kernel times come from (``cost_provenance``)."""
+        return cost_provenance(self.gpu, self.table)
+
+    def kernel_time(self, kind: str, flops: float, nbytes: float, direction: str = "fwd") -> float:
+        """Seconds for one kernel of ``flops`` FLOPs moving ``nbytes`` bytes (``direction``: which pass's
+        measurements price it)."""
+        key = (kind, direction, flops, nbytes)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = self._kernel_time(kind, flops, nbytes)
+            hit = self._memo[key] = self._kernel_time(kind, flops, nbytes, direction)
         return hit
 
-    def _kernel_time(self, kind: str, flops: float, nbytes: float) -> float:
+    def _measured(self, kind: str, flops: float, nbytes: float, direction: str) -> float | None:
+        group = _GROUP_OF_KIND.get(kind)
+        if self.table is None or group is None:
+            return None
+        size, dtype = (flops, self.dtype) if group in _COMPUTE_GROUPS else (nbytes, "any")
+        rate = self.table.rate(group, direction, dtype, size) if size > 0 else None
+        return size / rate if rate else None
+
+    def _kernel_time(self, kind: str, flops: float, nbytes: float, direction: str) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
+        measured = self._measured(kind, flops, nbytes, direction)
+        if measured is not None:
+            return measured
         dtype = self.dtype if kind in MATMUL_KINDS else "fp32"
-        compute = 0.0
-        if flops > 0:
-            measured = self.table.rate("matmul", dtype, flops) if self.table and kind in MATMUL_KINDS else None
-            rate = measured or self.gpu.peak_flops(dtype) * self.gpu.matmul_efficiency(flops)
-            compute = flops / rate
-        memory = 0.0
-        if nbytes > 0:
-            measured = self.table.rate("memory", dtype, nbytes) if self.table and kind not in MATMUL_KINDS else None
-            rate = measured or self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)
-            memory = nbytes / rate
+        compute = flops / (self.gpu.peak_flops(dtype) * self.gpu.matmul_efficiency(flops)) if flops > 0 else 0.0
+        memory = nbytes / (self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)) if nbytes > 0 else 0.0
         return max(compute, memory) + self.gpu.kernel_launch_s
 
     def forward(self, op: Mapping[str, Any]) -> float:
@@ -124,8 +180,11 @@ class KernelCostModel:
         return self.kernel_time(op["kind"], op["flops"], op["bytes"])
 
     def backward(self, op: Mapping[str, Any]) -> float:
-        """Backward time: GEMM-like ops run two kernels (input and weight gradients) of half ``bwd_flops`` each;
-        other ops one kernel reading the output gradient and the saved input and writing the input gradient."""
-        if op["kind"] in MATMUL_KINDS:
-            return 2 * self.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
-        return self.kernel_time(op["kind"], op["bwd_flops"], 2 * op["bytes"])
+        """Backward time: GEMM-like ops run two kernels (input and weight gradients) of half ``bwd_flops`` each,
+        or, where the profile measured the pair (``gemm`` backward), the pair at ``bwd_flops``; other ops one kernel
+        reading the output gradient and the saved input and writing the input gradient."""
+        kind = op["kind"]
+        if kind in MATMUL_KINDS:
+            pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
+            return pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"])
+        return self.kernel_time(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")

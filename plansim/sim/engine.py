@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from plansim.costs.collectives import bytes_sent_per_rank, schedule
+from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
@@ -557,6 +558,7 @@ def _result(
             "rerouted_pairs": len(engine.fabric.detours),
         },
         timeline=timeline,
+        cost_model=cost_provenance(cluster.gpu, load_kernel_table(cluster.gpu.name)),
     )
 
 
