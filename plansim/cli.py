@@ -389,7 +389,7 @@ def profile(
             bar.update(task, completed=done, total=total)
 
         result = profile_kernels(
-            sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats if not quick else min(repeats, 5),
+            sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats, quick=quick,
             command=command, progress=step,
         )  # fmt: skip
     path = Path(out or default_out(result))

@@ -150,15 +150,18 @@ def profile_kernels(
     dtype: str = "bf16",
     warmup: int = 5,
     repeats: int = 20,
+    quick: bool = False,
     command: str = "",
     progress: Callable[[int, int], None] | None = None,
 ) -> KernelProfile:
-    """Time every kernel of the sweep (see the module docstring) and return the profile."""
+    """Time every kernel of the sweep (see the module docstring) and return the profile; ``quick`` keeps at most
+    5 timed repeats."""
     if dtype not in _DTYPES:
         raise PlansimError(f"--dtype {dtype}: choose one of {', '.join(_DTYPES)}")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise PlansimError("--device cuda: torch sees no CUDA device here: use --device cpu")
+    repeats = min(repeats, 5) if quick else repeats
     measure = _timer(dev, warmup, repeats)
     jobs = list(_jobs(sizes, dev, _DTYPES[dtype], dtype))
     points = []

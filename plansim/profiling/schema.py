@@ -8,7 +8,7 @@ A point's ``flops`` count multiply-adds twice (GEMM ``2mnk``); memory-bound kind
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,9 +22,10 @@ FORMAT: Final = "plansim-kernel-profile/1"
 #: Kernel kinds a profile measures. ``gemm`` (a linear layer's matmul), ``bmm`` (batched matmul: attention's
 #: QK^T and AV), ``sdpa`` (fused scaled-dot-product attention), element-wise and normalisation kinds, the optimizer
 #: update, device copies and host-device transfers.
-OPS = (
-    "gemm", "bmm", "sdpa", "layernorm", "rmsnorm", "softmax", "gelu", "silu", "add", "adam", "copy", "h2d", "d2h",
-)  # fmt: skip
+Op = Literal[
+    "gemm", "bmm", "sdpa", "layernorm", "rmsnorm", "softmax", "gelu", "silu", "add", "adam", "copy", "h2d", "d2h"
+]
+OPS: tuple[str, ...] = get_args(Op)
 
 
 class _Strict(BaseModel):
@@ -50,9 +51,7 @@ class Environment(_Strict):
 class KernelPoint(_Strict):
     """One timed kernel (or, for ``bwd``, the kernels of one op's backward)."""
 
-    op: Literal[
-        "gemm", "bmm", "sdpa", "layernorm", "rmsnorm", "softmax", "gelu", "silu", "add", "adam", "copy", "h2d", "d2h"
-    ]
+    op: Op
     direction: Literal["fwd", "bwd"] = Field(alias="pass")
     dtype: Literal["fp32", "fp16", "bf16"]
     shape: tuple[int, ...] = Field(description="the op's sizes: gemm (m, n, k), bmm (batch, m, n, k), ...")
