@@ -20,6 +20,8 @@ _EXPORTS = {
     "load_model": "plansim.workload",
     "list_models": "plansim.workload",
     "ModelSpec": "plansim.workload",
+    "from_hf_config": "plansim.workload",
+    "trace_module": "plansim.workload",
     "load_hardware": "plansim.hardware",
     "list_hardware": "plansim.hardware",
     "Cluster": "plansim.hardware",

@@ -2,8 +2,9 @@
 real training steps: the same layers, widths and parameters (``ModelSpec.num_parameters`` exactly), and the same
 rematerialization policies (``torch.utils.checkpoint``).
 
-- GPT (``family: gpt``): learned positions, pre-LayerNorm blocks, fused QKV and out-projection with biases, GELU
-  MLP with biases, a final LayerNorm, the output head tied to the word embedding unless ``tied_embeddings`` is off.
+- GPT (``family: gpt``): learned positions (rotary ones, as GPT-NeoX, when ``learned_positions`` is off),
+  pre-LayerNorm blocks, fused QKV and out-projection with biases, GELU MLP with biases, a final LayerNorm, the output
+  head tied to the word embedding unless ``tied_embeddings`` is off.
 - Llama (``family: llama``): RMSNorm, rotary positions (no parameters), grouped-query attention (``kv_heads``) with
   no biases, SwiGLU MLP, a final RMSNorm, an untied output head unless ``tied_embeddings`` is on.
 
@@ -91,7 +92,7 @@ class _Block(nn.Module):
     def __init__(self, spec: ModelSpec, remat: str) -> None:
         super().__init__()
         h, f, gpt = spec.hidden, spec.ffn_hidden, spec.family == "gpt"
-        self.gpt, self.remat = gpt, remat
+        self.gpt, self.remat, self.rotary = gpt, remat, not spec.learned_positions
         self.heads, self.kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
         kv = 2 * spec.kv_heads * spec.head_dim
         self.norm1 = nn.LayerNorm(h) if gpt else _RMSNorm(h)
@@ -118,8 +119,9 @@ class _Block(nn.Module):
         q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        if not self.gpt:
+        if self.rotary:
             q, k = _rotary(q), _rotary(k)
+        if not self.gpt:
             groups = self.heads // self.kv_heads
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         if self.remat == "selective" and self.training:
@@ -137,7 +139,7 @@ class _Transformer(nn.Module):
         super().__init__()
         h, gpt = spec.hidden, spec.family == "gpt"
         self.embed = nn.Embedding(spec.vocab, h)
-        self.positions = nn.Embedding(spec.seq_len, h) if gpt else None
+        self.positions = nn.Embedding(spec.seq_len, h) if spec.learned_positions else None
         self.blocks = nn.ModuleList(_Block(spec, remat) for _ in range(spec.layers))
         self.norm = nn.LayerNorm(h) if gpt else _RMSNorm(h)
         self.head = nn.Linear(h, spec.vocab, bias=False)

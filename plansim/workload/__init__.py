@@ -8,15 +8,20 @@ True
 
 from plansim.workload.build import build_graph
 from plansim.workload.graph import MATMUL_KINDS, graph_totals, layer_nodes, model_flops
+from plansim.workload.hf_config import from_hf_config
 from plansim.workload.spec import ModelSpec, list_models, load_model
+from plansim.workload.torch_trace import TracedModel, trace_module
 
 __all__ = [
     "MATMUL_KINDS",
     "ModelSpec",
+    "TracedModel",
     "build_graph",
+    "from_hf_config",
     "graph_totals",
     "layer_nodes",
     "list_models",
     "load_model",
     "model_flops",
+    "trace_module",
 ]

@@ -21,10 +21,16 @@ key                       meaning
 ``vocab``                 vocabulary size V; for ``mlp`` and ``cnn`` the number of output classes
 ``tied_embeddings``       output head shares the input embedding (default true for ``gpt`` as in GPT-3,
                           false for ``llama``)
+``learned_positions``     ``gpt`` only: a learned position table of ``seq_len`` rows (default true, as GPT-2
+                          and GPT-3); false for rotary positions without parameters (GPT-NeoX: Black et al.
+                          2022, sec 2.1; Su et al. 2021)
 ``image_size``            ``cnn`` only: input height = width in pixels, a multiple of 32 (default 224)
 ``stage_blocks``          ``cnn`` only: bottleneck blocks per stage (default ``[3, 4, 6, 3]``, ResNet-50);
                           their sum must equal ``layers``
 ========================  =====================================================================================
+
+``load_model`` also reads a Hugging Face ``config.json`` (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2), through
+``plansim.workload.hf_config``.
 """
 
 from __future__ import annotations
@@ -76,6 +82,12 @@ _FAMILY_RULES: dict[str, dict[str, _Rule]] = {
         "mlp": ("absent", False),
         "cnn": ("absent", False),
     },
+    "learned_positions": {
+        "gpt": ("default", lambda d: True),
+        "llama": ("absent", False),
+        "mlp": ("absent", False),
+        "cnn": ("absent", False),
+    },
     "image_size": {
         "gpt": ("absent", 0),
         "llama": ("absent", 0),
@@ -91,7 +103,14 @@ _FAMILY_RULES: dict[str, dict[str, _Rule]] = {
 }
 # What a key holds when its family rule cannot apply (the family, or a key it depends on, is itself invalid).
 _FILL: dict[str, Any] = dict(
-    heads=0, kv_heads=0, ffn_hidden=0, seq_len=1, tied_embeddings=False, image_size=0, stage_blocks=()
+    heads=0,
+    kv_heads=0,
+    ffn_hidden=0,
+    seq_len=1,
+    tied_embeddings=False,
+    learned_positions=False,
+    image_size=0,
+    stage_blocks=(),
 )
 
 
@@ -103,8 +122,8 @@ class ModelSpec(BaseModel):
     """One model's architecture, as read from a preset or a YAML file (keys: see the module docstring).
 
     Family defaults are filled in on validation, so ``kv_heads``, ``ffn_hidden``, ``seq_len``, ``image_size``,
-    ``stage_blocks`` and ``tied_embeddings`` always hold the value in force. Keys a family does not use hold a
-    neutral value (``heads=0`` for ``mlp``/``cnn``; ``seq_len=1`` for ``cnn``).
+    ``stage_blocks``, ``tied_embeddings`` and ``learned_positions`` always hold the value in force. Keys a family does
+    not use hold a neutral value (``heads=0`` for ``mlp``/``cnn``; ``seq_len=1`` for ``cnn``).
 
     Examples
     --------
@@ -127,6 +146,7 @@ class ModelSpec(BaseModel):
     seq_len: int = Field(default=None, ge=1, validate_default=True)
     vocab: int = Field(ge=1)
     tied_embeddings: bool = Field(default=None, validate_default=True)
+    learned_positions: bool = Field(default=None, validate_default=True)
     image_size: int = Field(default=None, ge=0, validate_default=True)
     stage_blocks: tuple[int, ...] = Field(default=None, validate_default=True)
 
@@ -205,7 +225,8 @@ class ModelSpec(BaseModel):
         """Total trainable parameters, embeddings and any untied output head included.
 
         GPT: ``l(12h^2 + 13h) + (V + s)h + 2h`` with ``ffn_hidden = 4h`` and a tied output head (Narayanan et
-        al. 2021, sec 5.1, plus biases and LayerNorms). Llama: ``l(2h^2 + 2h h_kv + 3hf + 2h) + 2Vh + h``.
+        al. 2021, sec 5.1, plus biases and LayerNorms; ``sh`` is the learned position table, absent with rotary
+        positions). Llama: ``l(2h^2 + 2h h_kv + 3hf + 2h) + 2Vh + h``.
         MLP: ``l(2hf + f + h) + hV + V``. CNN: conv weights, BatchNorm scale and shift, fc weight and bias.
         """
         counts: dict[str, Callable[[ModelSpec], int]] = {
@@ -216,6 +237,24 @@ class ModelSpec(BaseModel):
         }
         return counts[self.family](self)
 
+    def file_fields(self) -> dict[str, Any]:
+        """The keys of a model YAML file that gives this spec back: every key its family uses, none it rejects.
+
+        >>> spec = ModelSpec(name="tiny", family="llama", layers=2, hidden=64, heads=4, ffn_hidden=96, seq_len=8,
+        ...                  vocab=100)
+        >>> ModelSpec.model_validate(spec.file_fields()) == spec
+        True
+        >>> "learned_positions" in spec.file_fields()
+        False
+        """
+        data = self.model_dump()
+        unused = [key for key, rules in _FAMILY_RULES.items() if rules[self.family][0] == "absent"]
+        for key in unused:
+            del data[key]
+        if "stage_blocks" in data:
+            data["stage_blocks"] = list(data["stage_blocks"])
+        return data
+
 
 def _transformer_parameters(spec: ModelSpec) -> int:
     h, f, v, gpt = spec.hidden, spec.ffn_hidden, spec.vocab, spec.family == "gpt"
@@ -224,7 +263,7 @@ def _transformer_parameters(spec: ModelSpec) -> int:
     mlp = (2 * h * f + f + h) if gpt else 3 * h * f  # fc1, fc2 (+ biases) or SwiGLU gate, up, down
     norms = 4 * h if gpt else 2 * h  # LayerNorm scale+shift, or RMSNorm scale, twice per block
     final_norm = 2 * h if gpt else h
-    embeddings = v * h + (spec.seq_len * h if gpt else 0)  # word (+ learned positions for GPT)
+    embeddings = v * h + (spec.seq_len * h if spec.learned_positions else 0)  # word (+ learned positions)
     output = 0 if spec.tied_embeddings else v * h
     return spec.layers * (attention + mlp + norms) + final_norm + embeddings + output
 
@@ -254,14 +293,22 @@ def _load_file(path: Path) -> ModelSpec:
     return validated(ModelSpec, data, str(path))
 
 
+def _is_hf_config(name_or_path: str | Path) -> bool:
+    """Whether ``name_or_path`` means a Hugging Face config: a ``.json`` file, or a directory (holding one)."""
+    path = Path(name_or_path)
+    return path.suffix.lower() == ".json" or path.is_dir()
+
+
 def load_model(name_or_path: str | Path) -> ModelSpec:
-    """Load a model by preset name (case-insensitive) or from a YAML file with the keys of ``ModelSpec``.
+    """Load a model by preset name (case-insensitive), from a YAML file with the keys of ``ModelSpec``, or from a
+    Hugging Face ``config.json``.
 
     Parameters
     ----------
     name_or_path : str or Path
-        A preset name such as ``"gpt3-175b"``, or a path (anything ending in ``.yaml``/``.yml`` or containing a
-        path separator, or any ``Path``).
+        A preset name such as ``"gpt3-175b"``; a path (anything ending in ``.yaml``/``.yml`` or containing a
+        path separator, or any ``Path``); or a Hugging Face ``config.json`` (anything ending in ``.json``, or a
+        directory holding one), read by ``plansim.workload.hf_config.from_hf_config`` with its defaults.
 
     Returns
     -------
@@ -282,13 +329,20 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     ...
     plansim.errors.PlansimError: unknown model 'gpt5': known models are gpt3-1.3b, ...
     """
-    if isinstance(name_or_path, Path) or looks_like_path(name_or_path):
+    if isinstance(name_or_path, Path) or looks_like_path(name_or_path) or name_or_path.lower().endswith(".json"):
+        if _is_hf_config(name_or_path):
+            from plansim.workload.hf_config import from_hf_config
+
+            return from_hf_config(name_or_path)
         return _load_file(Path(name_or_path))
     presets = _preset_paths()
     path = presets.get(name_or_path.strip().lower())
     if path is None:
         known = ", ".join(sorted(presets))
-        raise PlansimError(f"unknown model '{name_or_path}': known models are {known} (or give a YAML file path)")
+        raise PlansimError(
+            f"unknown model '{name_or_path}': known models are {known} (or give a model YAML file or a Hugging Face "
+            "config.json)"
+        )
     return _load_file(path)
 
 

@@ -21,7 +21,9 @@ GPT block, ``a`` heads, ``f = 4h``::
 made of: LayerNorm inputs ``2E sbh/d``; QKV input ``E sbh/d`` and Q, K, V ``3E sbh/t``; softmax output
 ``E as^2b/t``; softmax-dropout mask ``as^2b/t``; dropout output ``E as^2b/t`` (kept by attention-over-V);
 out-projection input ``E sbh/t``; fc1 input ``E sbh/d``; GELU input ``4E sbh/t``; fc2 input ``4E sbh/t``; two
-dropout masks ``2 sbh/d``. Selective recompute drops the ``as^2b`` terms.
+dropout masks ``2 sbh/d``. Selective recompute drops the ``as^2b`` terms. With rotary positions instead of a learned
+table (``learned_positions: false``, GPT-NeoX) the QKV projection keeps V and a rotary op keeps the rotated Q and K,
+as in Llama: the same bytes.
 
 Llama block, ``a`` heads, ``h_kv`` the key/value width on this rank (``kv_heads/t * head_dim``; one head when
 ``kv_heads < t``, replicated), ``q = h/t``, SwiGLU width ``f``, no dropout::
@@ -33,8 +35,9 @@ made of: two RMSNorm inputs ``2E sbh/d``; QKV input ``E sbh/d`` and V ``E sb h_k
 input ``E sbq``; gate/up input ``E sbh/d``; SwiGLU inputs (gate and up) ``2E sbf/t``; down-projection input
 ``E sbf/t``. Selective recompute drops ``E as^2b/t``.
 
-Embedding (layer -1): GPT keeps its dropout mask ``sbh/d``. Output (layer ``layers``): final-norm input
-``E sbh/d``, logits-GEMM input ``E sbh/d`` and fp32 softmax of the logits ``4 sbV/t`` (Korthikanti, sec 4.3).
+Embedding (layer -1): GPT keeps its dropout mask ``sbh/d`` (and adds learned positions, if it has them). Output
+(layer ``layers``): final-norm input ``E sbh/d``, logits-GEMM input ``E sbh/d`` and fp32 softmax of the logits
+``4 sbV/t`` (Korthikanti, sec 4.3).
 
 FLOPs: GEMMs ``2mnk``, QK^T and attention-over-V ``2bs^2h/t`` each, biases not counted, so for GPT at ``t = 1``
 the matmul FLOPs times 3 are Narayanan et al. 2021 (sec 5.1) ``72Bslh^2(1 + s/(6h) + V/(12lh))`` exactly.
@@ -203,15 +206,28 @@ def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
     return [*nodes, Node("av", av, (PREV, "qkv"))]
 
 
-def gpt_block(d: Dims) -> list[Node]:
-    """One GPT block (pre-LayerNorm, GELU MLP, dropout after attention-out and fc2), biases on every GEMM."""
+def _rope(d: Dims) -> Node:
+    """Rotary position embedding (Su et al. 2021) of Q and K, keeping the rotated Q and K for backward."""
+    rotated = d.rows * (d.q_l + d.kv_l)
+    return Node("rope", pointwise("elementwise", rotated, ROPE_FLOPS, d.E, saved=d.E * rotated))
+
+
+def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
+    """One GPT block (pre-LayerNorm, GELU MLP, dropout after attention-out and fc2), biases on every GEMM.
+
+    With ``rotary`` (GPT-NeoX, Black et al. 2022 sec 2.1) Q and K are rotated after the QKV projection, which then
+    keeps only V (the rotary op keeps Q and K). GPT-NeoX rotates a quarter of each head (``rotary_pct``); the op is
+    priced on whole heads, a pointwise cost that is small next to the GEMMs.
+    """
     E, x, mlp = d.E, d.x, d.rows * d.f_l
     qkv = d.q_l + 2 * d.kv_l
+    kept = d.rows * (d.kv_l if rotary else qkv)  # Q, K, V, or only V when the rotary op keeps Q and K
     return [
         Node("ln1", _norm(d, rms=False)),
         *tp_enter(d, "attn_in"),
-        Node("qkv", gemm(d.rows, qkv, d.h, E, bias=qkv, saved=E * (x + d.rows * qkv))),
-        *_attention_core(d, dropout=True, qk_input="qkv"),
+        Node("qkv", gemm(d.rows, qkv, d.h, E, bias=qkv, saved=E * (x + kept))),
+        *([_rope(d)] if rotary else []),
+        *_attention_core(d, dropout=True, qk_input="rope" if rotary else "qkv"),
         Node("proj", gemm(d.rows, d.h, d.q_l, E, bias=d.h, saved=E * d.rows * d.q_l)),
         *tp_exit(d, "attn_out"),
         Node("proj_drop", _dropout(d, x)),
@@ -230,12 +246,12 @@ def gpt_block(d: Dims) -> list[Node]:
 def llama_block(d: Dims) -> list[Node]:
     """One Llama block (pre-RMSNorm, rotary, grouped-query attention, SwiGLU MLP), no biases, no dropout."""
     E, x, mlp = d.E, d.x, d.rows * d.f_l
-    qkv, rotated = d.q_l + 2 * d.kv_l, d.rows * (d.q_l + d.kv_l)
+    qkv = d.q_l + 2 * d.kv_l
     return [
         Node("norm1", _norm(d, rms=True)),
         *tp_enter(d, "attn_in"),
         Node("qkv", gemm(d.rows, qkv, d.h, E, saved=E * (x + d.rows * d.kv_l))),
-        Node("rope", pointwise("elementwise", rotated, ROPE_FLOPS, E, saved=E * rotated)),
+        _rope(d),
         *_attention_core(d, dropout=False, qk_input="rope"),
         Node("proj", gemm(d.rows, d.h, d.q_l, E, saved=E * d.rows * d.q_l)),
         *tp_exit(d, "attn_out"),
@@ -250,14 +266,16 @@ def llama_block(d: Dims) -> list[Node]:
     ]
 
 
-def _embedding(d: Dims, *, gpt: bool) -> list[Node]:
-    """Vocab-parallel word embedding; GPT adds learned positions (replicated) and dropout."""
+def _embedding(d: Dims, *, gpt: bool, positions: bool) -> list[Node]:
+    """Vocab-parallel word embedding; GPT adds learned positions (replicated; if ``positions``) and dropout."""
     full = d.rows * d.h
     lookup = op("embedding", nbytes=2 * d.E * full, params=d.v_l * d.h, bwd_flops=full)
     nodes = [Node("embed", lookup), *tp_exit(d, "embed_out")]
+    if positions:
+        table = pointwise("elementwise", d.x, ADD_FLOPS, d.E, reads=2, params=d.s * d.h)
+        nodes.append(Node("pos", table))
     if gpt:
-        positions = pointwise("elementwise", d.x, ADD_FLOPS, d.E, reads=2, params=d.s * d.h)
-        nodes += [Node("pos", positions), Node("drop", _dropout(d, d.x))]
+        nodes.append(Node("drop", _dropout(d, d.x)))
     return nodes
 
 
@@ -282,8 +300,8 @@ def add_transformer(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
     """Add a GPT or Llama model's ops to ``graph``; return the bytes of one block's input on this rank."""
     d = dims(spec, sh)
     gpt = spec.family == "gpt"
-    block = gpt_block(d) if gpt else llama_block(d)
-    last = stamp(graph, _embedding(d, gpt=gpt), -1, "in.", None)
+    block = gpt_block(d, rotary=not spec.learned_positions) if gpt else llama_block(d)
+    last = stamp(graph, _embedding(d, gpt=gpt, positions=spec.learned_positions), -1, "in.", None)
     for layer in range(spec.layers):
         last = stamp(graph, block, layer, f"L{layer}.", last)
     head = head_nodes(d, _norm(d, rms=not gpt), tied=spec.tied_embeddings, bias=False)

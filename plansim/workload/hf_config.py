@@ -1,0 +1,343 @@
+"""Hugging Face ``config.json`` files as plansim models (``plansim import``; ``load_model("path/config.json")``).
+
+The file is read with ``json`` alone (no ``transformers``). Each supported ``model_type`` maps onto a plansim
+family; the keys read are those of the transformers configuration classes of that name:
+
+===========================  ========  =================================================================  =======
+``model_type``               family    keys (layers, hidden, heads, kv heads, ffn, context, vocabulary)   tied
+===========================  ========  =================================================================  =======
+``gpt2``                     ``gpt``   ``n_layer``, ``n_embd``, ``n_head``, -, ``n_inner`` (null: 4h),    true
+                                       ``n_positions``, ``vocab_size``; learned positions
+``gpt_neox``                 ``gpt``   ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,   false
+                                       -, ``intermediate_size``, ``max_position_embeddings``,
+                                       ``vocab_size``; rotary positions (``learned_positions: false``)
+``llama``, ``mistral``,      ``llama`` the same, with ``num_key_value_heads`` (absent or null: the heads)    false
+``qwen2``
+===========================  ========  =================================================================  =======
+
+"tied" is ``tie_word_embeddings`` when the file leaves it out: the default of transformers' ``GPT2Config``
+(``PretrainedConfig``'s true) and of ``GPTNeoXConfig``, ``LlamaConfig``, ``MistralConfig`` and ``Qwen2Config``
+(false). ``seq_len`` defaults to the context length (``n_positions`` / ``max_position_embeddings``); a learned
+position table cannot serve a longer one. A ``head_dim`` other than ``hidden / heads`` is refused (plansim derives
+the head width from those two).
+
+What plansim leaves out or approximates, all far below 1 % of the parameters (``unmodelled`` reports them per
+file, with their size): Qwen2's biases on Q, K and V (``l(h + 2 h_kv)``: 129,024 parameters, 0.002 %, in
+Qwen2.5-7B); Llama's optional ``attention_bias`` / ``mlp_bias``; GPT-NeoX's parallel attention and MLP
+(``use_parallel_residual``: the same FLOPs, parameters and bytes, run in sequence) and rotary embedding on
+``rotary_pct`` of each head (priced on whole heads, a pointwise op); sliding-window attention (Mistral; Qwen2 with
+``use_sliding_window``), priced as full causal attention, which overestimates the attention core beyond the window.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from plansim.errors import PlansimError
+from plansim.workload.spec import ModelSpec
+from plansim.yamlfile import validated
+
+__all__ = ["FAMILIES", "HFFamily", "from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
+
+
+@dataclass(frozen=True)
+class HFFamily:
+    """How one Hugging Face ``model_type`` maps onto a plansim family.
+
+    ``keys`` maps each ModelSpec field to its config key (``seq_len`` to the context length); ``optional`` lists
+    the fields whose key may be absent or null (the family default applies); ``tied`` is ``tie_word_embeddings``
+    when the file leaves it out.
+    """
+
+    family: str
+    keys: dict[str, str]
+    tied: bool
+    learned_positions: bool
+    optional: tuple[str, ...] = field(default=())
+
+
+_ROTARY_KEYS = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "ffn_hidden": "intermediate_size",
+    "seq_len": "max_position_embeddings",
+    "vocab": "vocab_size",
+}
+_GPT2_KEYS = {
+    "layers": "n_layer",
+    "hidden": "n_embd",
+    "heads": "n_head",
+    "ffn_hidden": "n_inner",
+    "seq_len": "n_positions",
+    "vocab": "vocab_size",
+}
+_LLAMA_KEYS = {**_ROTARY_KEYS, "kv_heads": "num_key_value_heads"}
+_LLAMA = HFFamily("llama", _LLAMA_KEYS, tied=False, learned_positions=False, optional=("kv_heads",))
+
+#: Supported ``model_type`` values.
+FAMILIES: dict[str, HFFamily] = {
+    "gpt2": HFFamily("gpt", _GPT2_KEYS, tied=True, learned_positions=True, optional=("ffn_hidden",)),
+    "gpt_neox": HFFamily("gpt", _ROTARY_KEYS, tied=False, learned_positions=False),
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+}
+
+_MEANING = {
+    "layers": "transformer blocks",
+    "hidden": "model width",
+    "heads": "attention heads",
+    "kv_heads": "key/value heads",
+    "ffn_hidden": "feed-forward width",
+    "seq_len": "context length",
+    "vocab": "vocabulary size",
+}
+_MAPPING = "HF config"  # how a mapping given in Python is named in messages
+
+
+def read_hf_config(source: str | Path) -> dict[str, Any]:
+    """The top-level JSON object of a ``config.json`` (or of ``source/config.json`` for a directory).
+
+    Raises
+    ------
+    PlansimError
+        One line: a missing file or directory without a config, an unreadable file, malformed JSON (with line and
+        column) or a top level that is not an object.
+    """
+    path = _config_path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlansimError(
+            f"config file '{path}' not found: check the path (a Hugging Face config.json, or a directory holding one)"
+        ) from None
+    except UnicodeDecodeError:
+        raise PlansimError(f"{path}: not UTF-8 text: give a Hugging Face config.json") from None
+    except OSError as err:
+        raise PlansimError(f"config file '{path}' cannot be read: {err.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PlansimError(
+            f"{path}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}): give a Hugging Face "
+            "config.json"
+        ) from None
+    if not isinstance(data, dict):
+        raise PlansimError(f"{path}: expected a JSON object of config keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def from_hf_config(
+    source: str | Path | Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None
+) -> ModelSpec:
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` of the GPT-2, GPT-NeoX, Llama, Mistral or Qwen2 family.
+
+    Parameters
+    ----------
+    source : str, Path or mapping
+        The ``config.json`` file, a directory holding one, or its parsed content.
+    name : str, optional
+        The model's name. Default: the file's stem (its directory's name for ``config.json``); for a mapping, the
+        last part of ``_name_or_path``, else the ``model_type``.
+    seq_len : int, optional
+        Tokens per sequence. Default: the config's context length. With a learned position table (GPT-2) at most
+        that length, and the table is sized by it (as every plansim ``gpt`` model's).
+
+    Returns
+    -------
+    ModelSpec
+
+    Raises
+    ------
+    PlansimError
+        One line naming the file and the key: an unsupported or missing ``model_type``, a missing or non-integer
+        shape key, a ``head_dim`` plansim cannot express, a bad ``seq_len``, or the shape rules of ``ModelSpec``.
+
+    Examples
+    --------
+    >>> config = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+    ...           "vocab_size": 50257}
+    >>> spec = from_hf_config(config)
+    >>> spec.name, spec.family, spec.ffn_hidden, spec.tied_embeddings, spec.num_parameters()
+    ('gpt2', 'gpt', 3072, True, 124439808)
+    >>> from_hf_config({**config, "model_type": "t5"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: HF config: model_type 't5' is not supported: plansim reads gpt2, gpt_neox, ...
+    """
+    if isinstance(source, Mapping):
+        config, where = dict(source), _MAPPING
+    else:
+        config, where = read_hf_config(source), str(_config_path(source))
+    model_type, family = _family(config, where)
+    values = {
+        key: _integer(config, hf_key, where, model_type, optional=_optional(family, key, seq_len))
+        for key, hf_key in family.keys.items()
+    }
+    context = values.pop("seq_len")
+    data: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+    data["seq_len"] = _seq_len(seq_len, context, family, where)
+    _check_head_dim(config, data, where)
+    data["tied_embeddings"] = _tied(config, family, where)
+    if family.family == "gpt":
+        data["learned_positions"] = family.learned_positions
+    data = {"name": name if name is not None else _default_name(source, config), "family": family.family, **data}
+    return validated(ModelSpec, data, where)
+
+
+def unmodelled(config: Mapping[str, Any], spec: ModelSpec) -> list[str]:
+    """What ``spec`` leaves out of, or approximates in, the model of ``config``: one line each, with its size.
+
+    Examples
+    --------
+    >>> config = {"model_type": "qwen2", "num_hidden_layers": 24, "hidden_size": 896, "num_attention_heads": 14,
+    ...           "num_key_value_heads": 2, "intermediate_size": 4864, "max_position_embeddings": 32768,
+    ...           "vocab_size": 151936, "tie_word_embeddings": True}
+    >>> unmodelled(config, from_hf_config(config))
+    ['biases on Q, K and V: 27,648 parameters (0.0056% of 494,005,120) not counted']
+    """
+    model_type = config.get("model_type")
+    total, layers, h, f = spec.num_parameters(), spec.layers, spec.hidden, spec.ffn_hidden
+    kv = spec.kv_heads * spec.head_dim
+
+    def uncounted(what: str, extra: int) -> str:
+        return f"{what}: {extra:,} parameters ({extra / total:.4%} of {total:,}) not counted"
+
+    notes = []
+    if model_type == "qwen2":
+        notes.append(uncounted("biases on Q, K and V", layers * (h + 2 * kv)))
+    if model_type in ("llama", "mistral") and config.get("attention_bias"):
+        notes.append(uncounted("attention biases (attention_bias)", layers * (2 * h + 2 * kv)))
+    if model_type == "llama" and config.get("mlp_bias"):
+        notes.append(uncounted("MLP biases (mlp_bias)", layers * (2 * f + h)))
+    window = config.get("sliding_window") if model_type == "mistral" or config.get("use_sliding_window") else None
+    if isinstance(window, int) and 0 < window < spec.seq_len:
+        notes.append(
+            f"sliding-window attention over {window:,} tokens: priced as full causal attention over seq_len="
+            f"{spec.seq_len:,} (the attention core is overestimated)"
+        )
+    if model_type == "gpt_neox":
+        if config.get("use_parallel_residual", True):  # GPTNeoXConfig's default
+            notes.append("attention and MLP in parallel (use_parallel_residual): run in sequence, same FLOPs and bytes")
+        share = config.get("rotary_pct", 0.25)  # GPTNeoXConfig's default
+        if isinstance(share, (int, float)) and share < 1:
+            notes.append(f"rotary embedding on {share:.0%} of each head: priced on whole heads (a pointwise op)")
+    rows = config.get("n_positions")
+    if model_type == "gpt2" and isinstance(rows, int) and spec.seq_len < rows:
+        notes.append(
+            f"the learned position table has seq_len={spec.seq_len:,} rows, the checkpoint's n_positions={rows:,}: "
+            f"{(rows - spec.seq_len) * h:,} parameters fewer"
+        )
+    return notes
+
+
+def model_yaml(spec: ModelSpec, source: str, notes: Sequence[str] = ()) -> str:
+    """``spec`` as a model YAML file (``plansim simulate --model FILE`` reads it back), headed by where it came
+    from, its parameter count and ``notes`` as comments.
+
+    >>> spec = from_hf_config({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 32,
+    ...                        "vocab_size": 100})
+    >>> print(model_yaml(spec, "gpt2.json"))  # doctest: +ELLIPSIS
+    # gpt2: imported from gpt2.json by plansim import; 108,544 parameters.
+    name: gpt2
+    family: gpt
+    ...
+    learned_positions: true
+    <BLANKLINE>
+    """
+    head = [f"# {spec.name}: imported from {source} by plansim import; {spec.num_parameters():,} parameters."]
+    head += [f"# Not modelled: {note}" for note in notes]
+    return "\n".join(head) + "\n" + yaml.safe_dump(spec.file_fields(), sort_keys=False)
+
+
+def _config_path(source: str | Path) -> Path:
+    path = Path(source)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PlansimError(f"'{path}' holds no config.json: give the config file itself or the model's directory")
+        return path / "config.json"
+    return path
+
+
+def _family(config: Mapping[str, Any], where: str) -> tuple[str, HFFamily]:
+    supported = ", ".join(FAMILIES)
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise PlansimError(f"{where}: no 'model_type': add it (plansim reads {supported})")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise PlansimError(
+            f"{where}: model_type {model_type!r} is not supported: plansim reads {supported} (or write a model YAML)"
+        )
+    return model_type, family
+
+
+def _optional(family: HFFamily, key: str, seq_len: int | None) -> bool:
+    """Whether ``key``'s config entry may be missing: the family's optional ones, and the context length when
+    ``seq_len`` is given and no learned position table needs it."""
+    return key in family.optional or (key == "seq_len" and seq_len is not None and not family.learned_positions)
+
+
+def _integer(config: Mapping[str, Any], key: str, where: str, model_type: str, *, optional: bool) -> int | None:
+    value = config.get(key)
+    if value is None:
+        if optional:
+            return None
+        raise PlansimError(f"{where}: {model_type} config lacks '{key}' ({_meaning(model_type, key)}): add it")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlansimError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _meaning(model_type: str, key: str) -> str:
+    field_name = next(f for f, k in FAMILIES[model_type].keys.items() if k == key)
+    extra = "; or give seq_len" if field_name == "seq_len" and not FAMILIES[model_type].learned_positions else ""
+    return _MEANING[field_name] + extra
+
+
+def _seq_len(seq_len: int | None, context: int | None, family: HFFamily, where: str) -> int:
+    if seq_len is None:
+        assert context is not None  # required when seq_len is not given
+        return context
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise PlansimError(f"seq_len={seq_len!r} must be a positive integer")
+    if family.learned_positions and context is not None and seq_len > context:
+        raise PlansimError(
+            f"seq_len={seq_len} exceeds the {context} learned positions of {where}: use at most {context}"
+        )
+    return seq_len
+
+
+def _check_head_dim(config: Mapping[str, Any], data: Mapping[str, Any], where: str) -> None:
+    head_dim, hidden, heads = config.get("head_dim"), data.get("hidden"), data.get("heads")
+    if head_dim is None or not hidden or not heads or hidden % heads:
+        return
+    if head_dim != hidden // heads:
+        raise PlansimError(
+            f"{where}: head_dim={head_dim} differs from hidden_size/num_attention_heads={hidden // heads}: plansim "
+            "models heads of hidden/heads width, so this model cannot be imported"
+        )
+
+
+def _tied(config: Mapping[str, Any], family: HFFamily, where: str) -> bool:
+    tied = config.get("tie_word_embeddings")
+    if tied is None:
+        return family.tied
+    if not isinstance(tied, bool):
+        raise PlansimError(f"{where}: 'tie_word_embeddings' must be true or false, got {tied!r}")
+    return tied
+
+
+def _default_name(source: str | Path | Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    if isinstance(source, Mapping):
+        given = str(config.get("_name_or_path") or "").rstrip("/\\")
+        return given.replace("\\", "/").rsplit("/", 1)[-1] or str(config["model_type"])
+    path = _config_path(source).resolve()
+    return path.parent.name if path.stem == "config" else path.stem
