@@ -5,7 +5,7 @@ import os
 
 # Modules that import torch at the top are doctested only where the ``profile`` extra (torch) is installed; their
 # tests skip without it (pytest.importorskip).
-_NEED_TORCH = ["plansim/profiling/torch_models.py", "plansim/profiling/profiler.py"]
+_NEED_TORCH = ["plansim/profiling/torch_models.py", "plansim/profiling/profiler.py", "plansim/validation/train.py"]
 collect_ignore = [] if importlib.util.find_spec("torch") else _NEED_TORCH
 
 # Notebooks run under pytest (nbmake) headless and at their small sizes: the kernels they start inherit this

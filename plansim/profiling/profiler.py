@@ -283,9 +283,14 @@ def _adam(n: int, dev: torch.device) -> tuple[Callable[[], Any], dict]:
 
 
 def default_out(profile: KernelProfile) -> str:
-    """``hardware_profiles/measured/<device name>.yaml``, the name lower-cased with runs of other characters as
-    single dashes (``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``)."""
+    """``hardware_profiles/measured/<gpu>.yaml``, where the cost model reads it: ``<gpu>`` is the shipped GPU profile
+    the device name stands for (``NVIDIA H100 80GB HBM3`` -> ``h100-sxm5-80gb``, ``hardware.devices``); a device
+    with no such profile gets its name lower-cased with runs of other characters as single dashes."""
     import re
 
-    slug = re.sub(r"[^a-z0-9]+", "-", profile.environment.device_name.lower()).strip("-") or "device"
+    from plansim.hardware.devices import device_profile
+
+    name = profile.environment.device_name
+    known = device_profile(name) if profile.environment.device == "cuda" else None
+    slug = known[0] if known else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
     return f"hardware_profiles/measured/{slug}.yaml"

@@ -10,8 +10,11 @@ rematerialization policies (``torch.utils.checkpoint``).
 
 Remat: ``full`` reruns each block's forward in backward (Chen et al. 2016); ``selective`` reruns the attention core
 only (QK^T, softmax, attention over V: Korthikanti et al. 2022 sec 5), which is what plansim's ``selective`` prices.
-The attention core is written out (not ``scaled_dot_product_attention``) so that it stores what the workload
-builder counts; a flash-attention variant is a profiler concern, not the validator's.
+Every block keeps for backward what the workload builder counts (Korthikanti et al. 2022 sec 4.1), as the fused
+kernels of Megatron-LM would: the attention core is written out (not ``scaled_dot_product_attention``) with one
+causal mask shared by all blocks; RMSNorm and SwiGLU are autograd functions that keep their inputs only; rotary
+embeddings are products with shared tables; the heads sharing a key/value head read it in place. A flash-attention
+variant is a profiler concern, not the validator's.
 
 Needs the ``profile`` extra (torch).
 """
@@ -35,9 +38,13 @@ __all__ = ["REMAT_POLICIES", "build_model", "num_parameters"]
 REMAT_POLICIES = ("none", "selective", "full")
 
 
-def build_model(spec: ModelSpec, remat: str = "none", *, device: Any = None, dtype: Any = None) -> nn.Module:
+def build_model(
+    spec: ModelSpec, remat: str = "none", *, device: Any = None, dtype: Any = None, dropout: float | None = None
+) -> nn.Module:
     """``spec`` as a PyTorch module: ``model(tokens)`` with ``tokens`` of shape (batch, seq) gives logits of shape
-    (batch, seq, vocab). ``device="meta"`` builds it without memory (for counting parameters).
+    (batch, seq, vocab). ``device="meta"`` builds it without memory (for counting parameters). ``dropout`` defaults
+    to the builder's: 0.1 for GPT (after the embedding, on the attention probabilities, after the attention
+    projection and after the MLP, as Megatron-LM), none for Llama.
 
     >>> from plansim.workload import load_model
     >>> spec = load_model("gpt3-125m")
@@ -49,13 +56,34 @@ def build_model(spec: ModelSpec, remat: str = "none", *, device: Any = None, dty
     if remat not in REMAT_POLICIES:
         raise PlansimError(f"remat {remat!r}: the validator runs {', '.join(REMAT_POLICIES)}")
     with torch.device(device or "cpu"):
-        model = _Transformer(spec, remat)
+        model = _Transformer(spec, remat, (0.1 if spec.family == "gpt" else 0.0) if dropout is None else dropout)
     return model.to(dtype=dtype) if dtype is not None else model
 
 
 def num_parameters(model: nn.Module) -> int:
     """Trainable parameters, each shared tensor once (a tied head is not counted twice)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """y = x / rms(x) * w, keeping x and one fp32 1/rms per token for backward, as fused RMSNorm kernels do (the
+    builder's ``E sbh``); the unfused composition of pow, mean and rsqrt would keep fp32 copies of x."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        rstd = torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return (wide * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.to(rstd.dtype) * rstd
+        g = grad.to(rstd.dtype) * weight.to(rstd.dtype)
+        dx = rstd * (g - normed * (g * normed).mean(-1, keepdim=True))
+        dw = (grad.to(rstd.dtype) * normed).flatten(0, -2).sum(0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None
 
 
 class _RMSNorm(nn.Module):
@@ -67,32 +95,77 @@ class _RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        y = _RMSNormFunction.apply(x, self.weight, self.eps)
+        assert isinstance(y, torch.Tensor)
+        return y
+
+
+_SHARED: dict[tuple[Any, ...], torch.Tensor] = {}
+
+
+def _shared(key: tuple[Any, ...], make: Any) -> torch.Tensor:
+    """One tensor per key (causal masks, rotary tables), so that every block saves a reference to the same storage
+    rather than a copy of its own, as a fused kernel would keep none."""
+    if key not in _SHARED:
+        _SHARED[key] = make()
+    return _SHARED[key]
 
 
 def _rotary(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021) over the last dimension of (batch, heads, seq, head_dim)."""
+    """Rotary position embedding (Su et al. 2021; the rotate-half form of GPT-NeoX) over the last dimension of
+    (batch, heads, seq, head_dim). Written as products with constant tables, so backward keeps no activation."""
     seq, dim = x.shape[-2], x.shape[-1]
-    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
-    angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), inv)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+    def table() -> torch.Tensor:
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim))
+        angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), inv).repeat(1, 2)
+        return torch.stack((angles.cos(), angles.sin())).to(x.dtype)
+
+    cos, sin = _shared(("rope", seq, dim, x.device, x.dtype), table)
+    half = dim // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal softmax(QK^T / sqrt(d)) V over (batch, heads, seq, head_dim)."""
-    seq = q.shape[-2]
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    mask = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
-    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
+    """Causal softmax(QK^T / sqrt(d)) V, with dropout on the probabilities, over q (batch, heads, seq, head_dim) and
+    k, v (batch, kv_heads, seq, head_dim). The heads sharing a key/value head are stacked along the rows, so K and V
+    are read where they are, not copied per head (grouped-query attention, Ainslie et al. 2023)."""
+    b, heads, seq, d = q.shape
+    kv = k.shape[1]
+    rows = heads // kv * seq
+    q = (q * (1.0 / math.sqrt(d))).reshape(b, kv, rows, d)
+
+    def causal() -> torch.Tensor:
+        position = torch.arange(rows, device=q.device) % seq
+        return torch.arange(seq, device=q.device)[None, :] > position[:, None]
+
+    scores = (q @ k.transpose(-2, -1)).masked_fill(_shared(("mask", rows, seq, q.device), causal), float("-inf"))
+    probs = F.dropout(scores.softmax(-1), dropout, training)
+    return (probs @ v).reshape(b, heads, seq, d)
+
+
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) * up keeping only gate and up for backward, as fused SwiGLU kernels do (Megatron-LM's
+    ``bias_swiglu``): the builder's ``2E sbf``."""
+
+    @staticmethod
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gate, up = ctx.saved_tensors
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        return grad * up * sig * (1 + gate * (1 - sig)), grad * silu
 
 
 class _Block(nn.Module):
-    def __init__(self, spec: ModelSpec, remat: str) -> None:
+    def __init__(self, spec: ModelSpec, remat: str, dropout: float) -> None:
         super().__init__()
         h, f, gpt = spec.hidden, spec.ffn_hidden, spec.family == "gpt"
-        self.gpt, self.remat, self.rotary = gpt, remat, not spec.learned_positions
+        self.gpt, self.remat, self.rotary, self.dropout = gpt, remat, not spec.learned_positions, dropout
         self.heads, self.kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
         kv = 2 * spec.kv_heads * spec.head_dim
         self.norm1 = nn.LayerNorm(h) if gpt else _RMSNorm(h)
@@ -119,28 +192,31 @@ class _Block(nn.Module):
         q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        if self.rotary:
-            q, k = _rotary(q), _rotary(k)
-        if not self.gpt:
-            groups = self.heads // self.kv_heads
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        if self.rotary:  # Q and K become new tensors; V is copied out too, so the QKV output is not kept for V's sake
+            q, k, v = _rotary(q), _rotary(k), v.contiguous()
         if self.remat == "selective" and self.training:
-            a = checkpoint(_attention_core, q, k, v, use_reentrant=False)
+            a = checkpoint(_attention_core, q, k, v, self.dropout, self.training, use_reentrant=False)
         else:
-            a = _attention_core(q, k, v)
-        x = x + self.out(a.transpose(1, 2).reshape(b, s, h))
+            a = _attention_core(q, k, v, self.dropout, self.training)
+        x = x + F.dropout(self.out(a.transpose(1, 2).reshape(b, s, h)), self.dropout, self.training)
         y = self.norm2(x)
-        y = self.fc2(F.gelu(self.fc1(y))) if self.gpt else self.down(F.silu(self.gate(y)) * self.up(y))
-        return x + y
+        if self.gpt:
+            y = self.fc2(F.gelu(self.fc1(y)))
+        else:
+            swiglu = _SwiGLU.apply(self.gate(y), self.up(y))
+            assert isinstance(swiglu, torch.Tensor)
+            y = self.down(swiglu)
+        return x + F.dropout(y, self.dropout, self.training)
 
 
 class _Transformer(nn.Module):
-    def __init__(self, spec: ModelSpec, remat: str) -> None:
+    def __init__(self, spec: ModelSpec, remat: str, dropout: float) -> None:
         super().__init__()
         h, gpt = spec.hidden, spec.family == "gpt"
+        self.dropout = dropout
         self.embed = nn.Embedding(spec.vocab, h)
         self.positions = nn.Embedding(spec.seq_len, h) if spec.learned_positions else None
-        self.blocks = nn.ModuleList(_Block(spec, remat) for _ in range(spec.layers))
+        self.blocks = nn.ModuleList(_Block(spec, remat, dropout) for _ in range(spec.layers))
         self.norm = nn.LayerNorm(h) if gpt else _RMSNorm(h)
         self.head = nn.Linear(h, spec.vocab, bias=False)
         if spec.tied_embeddings:
@@ -150,6 +226,7 @@ class _Transformer(nn.Module):
         x = self.embed(tokens)
         if self.positions is not None:
             x = x + self.positions(torch.arange(tokens.shape[1], device=tokens.device))
+        x = F.dropout(x, self.dropout, self.training)
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))

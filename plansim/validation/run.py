@@ -1,0 +1,191 @@
+"""``plansim validate``: measure real training steps (``train``, needs torch), predict the same configurations
+(``predict``), and set them side by side (``compare``). Measuring and comparing are separate steps so that the
+measurements of a GPU machine (``measured.csv``) can be compared again anywhere, without torch, for example after
+a new kernel profile: ``repredict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import pandas as pd
+
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.validation.compare import validation_frame
+from plansim.validation.points import ValidationPoint
+from plansim.validation.predict import predict_point
+from plansim.workload import ModelSpec
+
+__all__ = ["MODEL_COLUMNS", "compare_saved", "measure", "repredict", "validate"]
+
+#: The model fields a measured row carries, so that it can be predicted again without the point objects.
+MODEL_COLUMNS = ("model", "family", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+_SPEC_FIELDS = {"model": "name"}
+
+
+def _model_fields(spec: ModelSpec) -> dict[str, Any]:
+    data = spec.model_dump()
+    return {column: data[_SPEC_FIELDS.get(column, column)] for column in MODEL_COLUMNS} | {
+        "tied_embeddings": spec.tied_embeddings,
+        "learned_positions": spec.learned_positions,
+    }
+
+
+def measure(
+    points: Sequence[ValidationPoint],
+    *,
+    device: str,
+    dtype: str = "bf16",
+    warmup: int = 3,
+    repeats: int = 10,
+    progress: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """Real steps of every point: one row each with the model fields, micro-batch, remat, the measured step time
+    (median, min, max), peak memory and the last loss."""
+    from plansim.validation.train import measure_point
+
+    rows = []
+    for point in points:
+        if progress:
+            progress(point.label)
+        m = measure_point(point, device=device, dtype=dtype, warmup=warmup, repeats=repeats)
+        rows.append(
+            {
+                "config": point.label,
+                **_model_fields(point.model),
+                "micro_batch": point.micro_batch,
+                "remat": point.remat,
+                "dtype": dtype,
+                "measured_step_time_s": m.step_time_s,
+                "measured_step_time_min_s": m.step_time_min_s,
+                "measured_step_time_max_s": m.step_time_max_s,
+                "measured_peak_memory_bytes": m.peak_memory_bytes,
+                "loss": m.loss,
+                "repeats": m.repeats,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _point(row: Any) -> ValidationPoint:
+    spec = ModelSpec(
+        name=row.model,
+        family=row.family,
+        layers=int(row.layers),
+        hidden=int(row.hidden),
+        heads=int(row.heads),
+        kv_heads=int(row.kv_heads),
+        ffn_hidden=int(row.ffn_hidden),
+        vocab=int(row.vocab),
+        seq_len=int(row.seq_len),
+        tied_embeddings=bool(row.tied_embeddings),
+        **({"learned_positions": bool(row.learned_positions)} if row.family == "gpt" else {}),
+    )
+    return ValidationPoint(spec, int(row.micro_batch), str(row.remat))
+
+
+def repredict(measured: pd.DataFrame, cluster: Cluster, *, engine: str = "analytic") -> pd.DataFrame:
+    """The validation frame: each measured row with plansim's prediction on one GPU of ``cluster``'s type beside it
+    (``predicted_*`` columns, the workspace reserve left out of the peak, the kernel-cost source) and the errors."""
+    missing = [c for c in (*MODEL_COLUMNS, "micro_batch", "remat", "dtype") if c not in measured.columns]
+    if missing:
+        raise PlansimError(
+            f"measurements lack the columns {', '.join(missing)}: use a measured.csv that validate wrote"
+        )
+    rows = []
+    for row in measured.itertuples(index=False):
+        prediction = predict_point(_point(row), cluster, dtype=str(row.dtype), engine=engine)
+        predicted = asdict(prediction)
+        rows.append(
+            {
+                **row._asdict(),
+                "hardware": cluster.node.name,
+                "predicted_step_time_s": prediction.step_time_s,
+                "predicted_peak_memory_bytes": prediction.peak_memory_bytes,
+                "predicted_workspace_bytes": prediction.workspace_bytes,
+                "predicted_activation_bytes": predicted["memory_breakdown_bytes"].get("activations", 0),
+                "cost_model": prediction.cost_model,
+                "engine": engine,
+            }
+        )
+    return validation_frame(rows)
+
+
+def _hardware_for(device_name: str, hardware: str | None) -> str:
+    from plansim.hardware.devices import device_profile
+
+    if hardware:
+        return hardware
+    known = device_profile(device_name)
+    if known is None:
+        raise PlansimError(
+            f"no shipped GPU profile matches the device {device_name!r}: pass --hardware NODE (plansim hardware)"
+        )
+    return known[1]
+
+
+def validate(
+    points: Sequence[ValidationPoint],
+    out: Any,
+    *,
+    device: str,
+    hardware: str | None = None,
+    dtype: str = "bf16",
+    warmup: int = 3,
+    repeats: int = 10,
+    engine: str = "analytic",
+    command: str = "plansim validate",
+    progress: Callable[[str], None] | None = None,
+) -> tuple[pd.DataFrame, Any, list[Any]]:
+    """Measure ``points`` on ``device``, write ``measured.csv`` and ``environment.json`` into ``out``, then compare
+    (``compare_saved``). ``hardware`` (a node type) defaults to the one holding the device's GPU."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from plansim.profiling.profiler import environment
+
+    folder = Path(out)
+    env = environment(torch.device(device), command).model_dump(mode="json")
+    measured = measure(points, device=device, dtype=dtype, warmup=warmup, repeats=repeats, progress=progress)
+    folder.mkdir(parents=True, exist_ok=True)
+    measured.to_csv(folder / "measured.csv", index=False)
+    context = {"device_name": env["device_name"], "command": command, "environment": env}
+    context["hardware"] = _hardware_for(env["device_name"], hardware) if env["device"] == "cuda" else hardware
+    if context["hardware"] is None:
+        raise PlansimError("--device cpu: pass --hardware NODE, the node type whose GPU plansim predicts for")
+    (folder / "environment.json").write_text(json.dumps(context, indent=2) + "\n")
+    return compare_saved(folder, engine=engine)
+
+
+def compare_saved(
+    folder: Any, *, hardware: str | None = None, engine: str = "analytic"
+) -> tuple[pd.DataFrame, Any, list[Any]]:
+    """Predict the measurements in ``folder`` (``measured.csv`` and ``environment.json``, as ``validate`` wrote them)
+    and write the report there: the frame, the summary and the files written."""
+    import json
+    from pathlib import Path
+
+    from plansim.hardware import load_hardware
+    from plansim.validation.compare import summarize
+    from plansim.validation.report import write_report
+
+    folder = Path(folder)
+    try:
+        measured = pd.read_csv(folder / "measured.csv")
+        context = json.loads((folder / "environment.json").read_text())
+    except (OSError, ValueError) as err:
+        raise PlansimError(
+            f"{folder}: no readable measured.csv and environment.json ({err}): run validate first"
+        ) from None
+    node = hardware or context.get("hardware")
+    if not node:
+        raise PlansimError(f"{folder}/environment.json names no hardware: pass --hardware NODE")
+    context["hardware"] = node
+    frame = repredict(measured, load_hardware(node, gpus=1), engine=engine)
+    summary = summarize(frame)
+    return frame, summary, write_report(frame, summary, folder, context)
