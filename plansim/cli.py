@@ -332,6 +332,127 @@ def compare(
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)
 
 
+@app.command()
+@_clear_errors
+def sweep(
+    out: Annotated[str, typer.Option("--out", "-o", help="write sweep.csv (+ sweep.parquet) and the charts here")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="models, comma-separated: presets or YAML paths")
+    ] = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", "-g", help="GPU counts, comma-separated: 8,16,32")] = None,
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", "-H", help="node types, comma-separated (default dgx-a100)")
+    ] = None,
+    global_batch: Annotated[
+        str | None, typer.Option("--global-batch", "-B", help="sequences per step, comma-separated: 64,128")
+    ] = None,
+    grid: Annotated[
+        str | None, typer.Option("--grid", help="a YAML grid (keys model, hardware, gpus, global_batch) instead")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="plan N points at a time in local processes")] = 1,
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", help="run on the Dask cluster at ADDRESS (needs the dask extra)")
+    ] = None,
+    des: Annotated[
+        bool, typer.Option("--des", help="rank each point's finalists by the discrete-event engine (slower)")
+    ] = False,
+    milp: Annotated[bool, typer.Option("--milp", help="try remat=milp for the finalists (time-limited)")] = False,
+    top: Annotated[int, typer.Option("--top", help="finalists per point (re-simulated with --des)")] = 10,
+    objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
+    fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+) -> None:
+    """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
+    from plansim.sweep import SweepSettings, grid_from_options
+    from plansim.sweep import sweep as run_sweep
+    from plansim.sweep.output import print_sweep, sweep_summary, write_sweep
+
+    the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
+    settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective)
+    if scheduler is not None:  # Dask's own log lines would tear a live bar: plain lines instead
+        result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=_plain_progress("planned"))
+    else:
+        with _progress_bar("planning") as bar:
+            task = bar.add_task("", total=len(the_grid))
+            result = run_sweep(
+                the_grid, settings, jobs=jobs, progress=lambda done, total: bar.update(task, completed=done)
+            )
+    _report(result, out, fmt, write_sweep, sweep_summary, print_sweep)
+
+
+def _plain_progress(what: str) -> Callable[[int, int], None]:
+    """A progress callback that writes ``what done/total points`` to stderr at every tenth of the work."""
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth > shown[0]:
+            shown[0] = tenth
+            typer.echo(f"{what} {done:,}/{total:,} points", err=True)
+
+    return progress
+
+
+@app.command()
+@_clear_errors
+def validate(
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="output folder (default validation/<gpu>/, or the --from folder)")
+    ] = None,
+    device: Annotated[str | None, typer.Option("--device", help="cuda or cpu (default: cuda where torch sees one)")] = (
+        None
+    ),
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", "-H", help="node type to predict for (default: the device's GPU)")
+    ] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16 or fp32")] = "bf16",
+    quick: Annotated[bool, typer.Option("--quick", help="4 configurations on a GPU, 3 on a CPU")] = False,
+    warmup: Annotated[int, typer.Option("--warmup", help="untimed steps before timing")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", help="timed steps; the median is kept")] = 10,
+    engine: Annotated[str, typer.Option("--engine", help="analytic or des")] = "analytic",
+    from_dir: Annotated[
+        str | None, typer.Option("--from", help="compare the measured.csv in this folder again (no torch needed)")
+    ] = None,
+) -> None:
+    """Run real training steps of GPT/Llama models and compare them with plansim's predictions (needs torch)."""
+    from plansim.errors import PlansimError
+    from plansim.validation.run import compare_saved
+    from plansim.validation.run import validate as run_validation
+
+    if from_dir:
+        frame, summary, written = compare_saved(from_dir, hardware=hardware, engine=engine)
+    else:
+        try:
+            import torch
+        except ImportError:
+            needs = "plansim validate needs torch: pip install 'plansim[torch]' (or compare saved runs: --from DIR)"
+            raise PlansimError(needs) from None
+        from plansim.hardware.devices import device_profile
+        from plansim.validation.points import default_points
+
+        if warmup < 0 or repeats < 1:
+            raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
+            raise PlansimError(f"--device {device}: choose cuda or cpu")
+        if out is None:
+            name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+            known = device_profile(name)
+            out = f"validation/{known[0] if known else 'cpu'}"
+        points = default_points(device, quick=quick)
+        command = "plansim validate " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim validate"
+        frame, summary, written = _with_steps(
+            "training steps",
+            len(points),
+            lambda step: run_validation(
+                points, out, device=device, hardware=hardware, dtype=dtype, warmup=warmup, repeats=repeats,
+                engine=engine, command=command, progress=step,
+            ),
+        )  # fmt: skip
+    del frame, summary  # everything is in the files; the summary is printed as written
+    typer.echo(next(p for p in written if p.name == "summary.md").read_text(), nl=False)
+    typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
 def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
     """Run ``run(step)`` under a progress bar that advances at each ``step(label)`` after the first."""
     with _progress_bar(what) as bar:
@@ -566,6 +687,54 @@ def _print_remat(s: dict[str, Any]) -> None:
     console.print(b)
     for path in s.get("files", ()):
         console.print(f"wrote {path}")
+
+
+@app.command("import")
+@_clear_errors
+def import_model(
+    config: Annotated[
+        str, typer.Argument(metavar="CONFIG", help="a Hugging Face config.json, or a directory holding one")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="model name (default: the file's, or its folder's, name)")
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", help="tokens per sequence (default: the config's context length)")
+    ] = None,
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="write a model YAML here (plansim simulate --model FILE)")
+    ] = None,
+) -> None:
+    """Read a Hugging Face config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2) as a plansim model."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from plansim.errors import PlansimError
+    from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
+
+    spec = from_hf_config(config, name=name, seq_len=seq_len)
+    notes = unmodelled(read_hf_config(config), spec)
+    table = Table(show_header=False)
+    table.add_column("key")
+    table.add_column("value", justify="right")
+    for key, value in spec.file_fields().items():
+        table.add_row(key, f"{value:,}" if type(value) is int else str(value))
+    table.add_row("parameters", f"{spec.num_parameters():,}")
+    console = Console(width=max(100, Console().width))
+    console.print(f"{spec.name}, from {config}")
+    console.print(table)
+    for note in notes:
+        console.print(f"not modelled: {note}")
+    if out is not None:
+        path = Path(out)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(model_yaml(spec, config, notes))
+        except OSError as err:
+            raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
+        console.print(f"wrote {path}: plansim simulate --model {path} ...")
 
 
 def _short(name: str, width: int = 48) -> str:

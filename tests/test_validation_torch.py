@@ -11,7 +11,7 @@ import torch.nn.functional as F  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from plansim.cli import app  # noqa: E402
-from plansim.validation.train import _ADAMW, MixedPrecisionAdamW, cross_entropy  # noqa: E402
+from plansim.validation.train import MixedPrecisionAdamW, adamw, cross_entropy  # noqa: E402
 
 runner = CliRunner()
 
@@ -33,7 +33,7 @@ def test_mixed_precision_adamw_is_adamw_on_fp32_masters():
     torch.manual_seed(0)
     weights = [torch.nn.Parameter(torch.randn(4, 3).bfloat16()), torch.nn.Parameter(torch.randn(7).bfloat16())]
     masters = [torch.nn.Parameter(w.detach().float()) for w in weights]
-    reference = torch.optim.AdamW(masters, **_ADAMW)
+    reference = adamw(masters)
     mine = MixedPrecisionAdamW(weights, chunk_elements=5)
     assert len(mine.pieces) == 4 + 2  # one row of 3 per piece; the 7-vector in pieces of 5 and 2
     for _ in range(2):

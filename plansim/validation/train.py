@@ -32,11 +32,14 @@ from plansim.errors import PlansimError
 from plansim.profiling.torch_models import build_model
 from plansim.validation.points import ValidationPoint
 
-__all__ = ["Measurement", "MixedPrecisionAdamW", "cross_entropy", "measure_point"]
+__all__ = ["Measurement", "MixedPrecisionAdamW", "adamw", "cross_entropy", "measure_point"]
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-#: AdamW hyper-parameters of GPT-3 (Brown et al. 2020, appendix B); they do not change time or memory.
-_ADAMW = dict(lr=6e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def adamw(params: list[nn.Parameter], *, fused: bool = False) -> torch.optim.AdamW:
+    """AdamW with GPT-3's hyper-parameters (Brown et al. 2020, appendix B); they change neither time nor memory."""
+    return torch.optim.AdamW(params, lr=6e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ class MixedPrecisionAdamW:
                 self.pieces.append((i, first, last))
                 held.append(nn.Parameter(piece.float(), requires_grad=False))
         self.master = held if self.mixed else []
-        self.optimizers = [torch.optim.AdamW([m], fused=fused, **_ADAMW) for m in held]  # type: ignore[arg-type]
+        self.optimizers = [adamw([m], fused=fused) for m in held]
 
     @torch.no_grad()
     def step(self) -> None:

@@ -1,0 +1,86 @@
+"""The scaling charts of ``plansim sweep``, made from ``Sweep.frame()``: tokens/s and MFU of each point's winner
+against the GPU count, one line per model x hardware, one panel per global batch (strong scaling: the batch is
+held along a line). Points where nothing fits are left out of the lines. Matplotlib (Agg, no pyplot state) is
+imported only here and in ``figures``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from plansim.report.figures import save_figure
+
+__all__ = ["METRICS", "scaling_chart", "sweep_charts"]
+
+#: Column -> (axis label, log scale, how a value is shown on the axis) of each chart.
+METRICS: dict[str, tuple[str, bool, float]] = {
+    "tokens_per_s": ("tokens/s", True, 1.0),
+    "mfu": ("MFU (%)", False, 100.0),
+}
+#: Panels per row of a chart.
+MAX_COLUMNS = 4
+
+
+def sweep_charts(frame: Any, directory: str | Path, title: str) -> list[Path]:
+    """Write one chart per metric of ``METRICS`` (``scaling_<metric>.svg`` and ``.png``) into ``directory``;
+    returns the paths written (none when no point fits)."""
+    if not frame["fits"].any():
+        return []
+    written: list[Path] = []
+    for metric in METRICS:
+        written += scaling_chart(frame, metric, Path(directory) / f"scaling_{metric}.svg", title)
+    return written
+
+
+def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list[Path]:
+    """``metric`` of each fitting point against its GPU count: a panel per global batch, a line (same colour in
+    every panel) per model x hardware, log2 GPU axis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter, ScalarFormatter
+
+    label, log, scale = METRICS[metric]
+    fitting = frame[frame["fits"]]
+    batches = sorted(int(b) for b in fitting["global_batch"].unique())
+    lines = list(dict.fromkeys(zip(frame["model"], frame["hardware"], strict=True)))  # grid order
+    colours = {line: f"C{k % 10}" for k, line in enumerate(lines)}
+    columns = min(MAX_COLUMNS, len(batches))
+    rows = math.ceil(len(batches) / columns)
+    fig = Figure(figsize=(4.2 * columns + 1.0, 3.4 * rows + 1.0), dpi=120)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(rows, columns, k + 1) for k in range(len(batches))]
+    for ax, batch in zip(axes, batches, strict=True):
+        panel = fitting[fitting["global_batch"] == batch]
+        for (model, hardware), points in panel.groupby(["model", "hardware"], sort=False):
+            points = points.sort_values("gpus")
+            ax.plot(
+                list(points["gpus"]), [float(v) * scale for v in points[metric]], "o-", ms=4,
+                color=colours[(model, hardware)], label=f"{model} @ {hardware}",
+            )  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        if log:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))
+            ax.yaxis.set_minor_formatter(EngFormatter(sep=""))
+        ax.set_title(f"global batch {batch:,}", fontsize=9)
+        ax.set_xlabel("GPUs", fontsize=8)
+        ax.set_ylabel(label, fontsize=8)
+        ax.tick_params(which="both", labelsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(name, handle)
+    height = 3.4 * rows + 1.0
+    legend_rows = math.ceil(len(handles) / 4)
+    top = 1 - (0.1 + 0.2 * legend_rows) / height
+    engines = ", ".join(sorted({str(e) for e in fitting["engine"]}))
+    fig.suptitle(f"{title}: {label} of the best plan against GPU count ({engines})", fontsize=10,
+                 y=1 - 0.05 / height, va="top")  # fmt: skip
+    fig.legend(
+        handles=list(handles.values()), labels=list(handles), loc="upper center",
+        bbox_to_anchor=(0.5, 1 - 0.3 / height), ncol=min(4, len(handles)), fontsize=8, frameon=False,
+    )  # fmt: skip
+    return save_figure(fig, path, top=top)

@@ -1,0 +1,93 @@
+"""Sweeps: one planner run per point of a grid (models x hardware x GPU counts x global batches), as one DataFrame.
+
+``sweep(grid)`` plans every point (``point.run_point``: ``plansim.planner.plan`` with ``SweepSettings``) in this
+process, in ``jobs`` local processes (joblib) or on a Dask cluster (``scheduler``), and returns a ``Sweep`` whose
+``frame()`` is identical whichever executor ran it (rows in grid order, no timings in them). ``plansim sweep``
+prints it and writes it (``sweep.output``) with its scaling charts (``report.sweep_charts``).
+
+The default per-point settings use the analytic engine only (see ``point``'s docstring for why and what it costs);
+``benchmarks/bench_sweep.py`` measures runs per second for each executor.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from plansim.errors import PlansimError
+from plansim.sweep.executors import Progress, run_dask, run_joblib, run_serial
+from plansim.sweep.grid import Point, SweepGrid, grid_from_options, load_grid, parse_grid
+from plansim.sweep.point import COLUMNS, SweepSettings, rows_frame, run_point
+
+__all__ = [
+    "COLUMNS",
+    "Point",
+    "Sweep",
+    "SweepGrid",
+    "SweepSettings",
+    "grid_from_options",
+    "load_grid",
+    "parse_grid",
+    "run_point",
+    "sweep",
+]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A finished sweep: the grid, the settings, the rows (``frame()``), which executor ran it and how long it took
+    (wall time; not part of the rows)."""
+
+    grid: SweepGrid
+    settings: SweepSettings
+    table: Any
+    executor: str
+    elapsed_s: float
+
+    def frame(self) -> Any:
+        """The rows as a pandas DataFrame (a copy), in grid order, with the columns of ``COLUMNS``."""
+        return self.table.copy()
+
+    @property
+    def runs_per_s(self) -> float:
+        """Planner runs per second of wall time."""
+        return len(self.table) / max(self.elapsed_s, 1e-12)
+
+
+def sweep(
+    grid: SweepGrid,
+    settings: SweepSettings | None = None,
+    *,
+    jobs: int = 1,
+    scheduler: Any = None,
+    progress: Progress | None = None,
+) -> Sweep:
+    """Plan every point of ``grid``: serially (``jobs=1``), in ``jobs`` local processes, or on the Dask cluster at
+    ``scheduler`` (an address, or a connected ``distributed.Client``); ``progress(done, total)`` as points finish.
+
+    Examples
+    --------
+    >>> grid = SweepGrid(("gpt3-125m",), ("dgx-a100",), (8, 16), (64,))
+    >>> s = sweep(grid)
+    >>> list(s.frame()["gpus"]), bool(s.frame()["fits"].all()), s.executor
+    ([8, 16], True, 'serial')
+    """
+    settings = settings or SweepSettings()
+    if jobs < 1:
+        raise PlansimError(f"--jobs {jobs}: at least 1")
+    if scheduler is not None and jobs > 1:
+        raise PlansimError("--jobs and --scheduler: give one (on a Dask cluster its workers set the parallelism)")
+    points = grid.points()
+    began = time.perf_counter()
+    if scheduler is not None:
+        rows = run_dask(points, settings, scheduler, progress)
+        executor = f"dask ({scheduler if isinstance(scheduler, str) else 'client'})"
+    elif jobs > 1:
+        rows = run_joblib(points, settings, jobs, progress)
+        executor = f"joblib ({jobs} processes)"
+    else:
+        rows = run_serial(points, settings, progress)
+        executor = "serial"
+    elapsed = time.perf_counter() - began
+    return Sweep(grid, settings, rows_frame(rows), executor, elapsed)

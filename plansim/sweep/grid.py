@@ -1,0 +1,217 @@
+"""The sweep's grid: models x hardware x GPU counts x global batches, from comma-separated lists or a YAML file.
+
+A grid is checked before anything runs: every model and node type is loaded once (an unknown name or a bad file
+ends the sweep in one line), every GPU count and batch is a positive whole number, and no value is listed twice.
+A GPU count that a node type cannot be sized to (not a whole number of nodes) is not a grid error: that point's
+row says why it did not run, as a point where nothing fits does.
+
+Points are numbered in grid order (model outermost, then hardware, GPU count, global batch); the sweep's rows
+follow that order whichever executor ran them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, field_validator
+
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster, load_hardware
+from plansim.workload import ModelSpec, load_model
+from plansim.yamlfile import read_mapping, validated
+
+__all__ = ["GridFile", "Point", "SweepGrid", "grid_from_options", "load_grid", "parse_grid"]
+
+#: The node type a grid without ``--hardware`` uses (as ``plansim plan`` does).
+DEFAULT_HARDWARE = "dgx-a100"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One planner run: its position in grid order, the model and one node of the node type (resized to ``gpus``
+    where it runs, so a worker needs neither file), the GPU count and the global batch."""
+
+    index: int
+    model: ModelSpec
+    node: Cluster
+    gpus: int
+    global_batch: int
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """The values of each dimension, in the order given; ``points()`` is their product in grid order."""
+
+    models: tuple[str, ...]
+    hardware: tuple[str, ...]
+    gpus: tuple[int, ...]
+    global_batches: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        for option, values in zip(_OPTIONS, self._values(), strict=True):
+            _check_values(option, values, f"{option} {_EXAMPLES[option]}", option in _NUMERIC)
+
+    def _values(self) -> tuple[Sequence[Any], ...]:
+        return self.models, self.hardware, self.gpus, self.global_batches
+
+    def __len__(self) -> int:
+        return len(self.models) * len(self.hardware) * len(self.gpus) * len(self.global_batches)
+
+    def points(self) -> list[Point]:
+        """Every (model, hardware, GPUs, global batch), model outermost; loads each model and node type once.
+
+        >>> grid = SweepGrid(("gpt3-125m",), ("dgx-a100", "dgx-h100"), (8, 16), (64,))
+        >>> [(p.index, p.node.name, p.gpus) for p in grid.points()]
+        [(0, 'dgx-a100', 8), (1, 'dgx-a100', 16), (2, 'dgx-h100', 8), (3, 'dgx-h100', 16)]
+        """
+        models = [load_model(m) for m in self.models]
+        nodes = [load_hardware(h) for h in self.hardware]
+        product = itertools.product(models, nodes, self.gpus, self.global_batches)
+        return [Point(k, m, n, g, b) for k, (m, n, g, b) in enumerate(product)]
+
+    def describe(self) -> str:
+        """One line: the values of each dimension and the number of points.
+
+        >>> SweepGrid(("gpt3-125m",), ("dgx-a100",), (8, 16), (64, 128)).describe()
+        '1 model x 1 hardware x 2 GPU counts x 2 global batches = 4 points'
+        """
+        return (
+            f"{_count(len(self.models), 'model')} x {len(self.hardware)} hardware x "
+            f"{_count(len(self.gpus), 'GPU count')} x {_count(len(self.global_batches), 'global batch')} "
+            f"= {_count(len(self), 'point')}"
+        )
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        """The grid as the YAML file's keys."""
+        return {
+            "model": list(self.models),
+            "hardware": list(self.hardware),
+            "gpus": list(self.gpus),
+            "global_batch": list(self.global_batches),
+        }
+
+
+def _count(n: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{n} {noun if n == 1 else plural}"
+
+
+def _check_values(label: str, values: Sequence[Any], example: str, numeric: bool) -> None:
+    """Each value of one dimension (``label`` names it in the message): present, well-formed (positive whole
+    numbers where ``numeric``, else names), listed once."""
+    if not values:
+        raise PlansimError(f"{label}: give at least one value, e.g. {example}")
+    for v in values:
+        if numeric and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise PlansimError(f"{label} {v!r}: expected positive whole numbers, e.g. {example}")
+        if not numeric and (not isinstance(v, str) or not v.strip()):
+            raise PlansimError(f"{label} {v!r}: expected names or YAML paths, e.g. {example}")
+    seen = set()
+    for v in values:
+        if v in seen:
+            raise PlansimError(f"{label}: {v} is listed twice: list each value once")
+        seen.add(v)
+
+
+#: The command line's option of each dimension, in grid order, and the YAML file's key.
+_OPTIONS = ("--model", "--hardware", "--gpus", "--global-batch")
+_KEYS = ("model", "hardware", "gpus", "global_batch")
+_NUMERIC = ("--gpus", "--global-batch")
+_EXAMPLES = {
+    "--model": "gpt3-125m,gpt3-350m",
+    "--hardware": "dgx-a100,dgx-h100",
+    "--gpus": "8,16,32",
+    "--global-batch": "64,128",
+}
+
+
+def parse_grid(model: str, gpus: str, global_batch: str, hardware: str | None = None) -> SweepGrid:
+    """The grid from the command line's comma-separated lists (``--hardware`` defaults to dgx-a100).
+
+    >>> parse_grid("gpt3-125m,gpt3-350m", "8,16", "64").describe()
+    '2 models x 1 hardware x 2 GPU counts x 1 global batch = 4 points'
+    >>> parse_grid("gpt3-125m", "8,x", "64")
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: --gpus 8,x: expected positive whole numbers, e.g. --gpus 8,16,32
+    """
+    return SweepGrid(
+        tuple(_names(model)),
+        tuple(_names(hardware if hardware is not None else DEFAULT_HARDWARE)),
+        tuple(_numbers("--gpus", gpus)),
+        tuple(_numbers("--global-batch", global_batch)),
+    )
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _numbers(option: str, text: str) -> list[int]:
+    parts = _names(text)
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise PlansimError(
+            f"{option} {text}: expected positive whole numbers, e.g. {option} {_EXAMPLES[option]}"
+        ) from None
+
+
+def grid_from_options(
+    model: str | None, gpus: str | None, global_batch: str | None, hardware: str | None, grid_file: str | None
+) -> SweepGrid:
+    """The grid of ``plansim sweep``: the YAML file ``grid_file``, or the lists (``--model``, ``--gpus`` and
+    ``--global-batch`` needed), not both.
+
+    >>> grid_from_options("gpt3-125m", None, "64", None, None)
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: --gpus: needed (or a grid file, --grid FILE), e.g. --gpus 8,16,32
+    """
+    lists = {"--model": model, "--gpus": gpus, "--global-batch": global_batch, "--hardware": hardware}
+    if grid_file is not None:
+        given = [k for k, v in lists.items() if v is not None]
+        if given:
+            raise PlansimError(f"--grid and {'/'.join(given)}: give the grid file or the lists, not both")
+        return load_grid(grid_file)
+    missing = [k for k, v in lists.items() if v is None and k != "--hardware"]
+    if missing:
+        example = " ".join(f"{k} {_EXAMPLES[k]}" for k in missing)
+        raise PlansimError(f"{', '.join(missing)}: needed (or a grid file, --grid FILE), e.g. {example}")
+    assert model is not None and gpus is not None and global_batch is not None
+    return parse_grid(model, gpus, global_batch, hardware)
+
+
+class GridFile(BaseModel):
+    """A sweep grid file: each key one value or a list of them; ``hardware`` defaults to dgx-a100.
+
+    ``model: [gpt3-125m, gpt3-350m]``, ``hardware: [dgx-a100, dgx-h100]``, ``gpus: [8, 16, 32]``,
+    ``global_batch: [64, 128]``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: list[StrictStr]
+    hardware: list[StrictStr] = [DEFAULT_HARDWARE]
+    gpus: list[StrictInt]
+    global_batch: list[StrictInt]
+
+    @field_validator("model", "hardware", "gpus", "global_batch", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return value if isinstance(value, list) else [value]
+
+
+def load_grid(path: str | Path) -> SweepGrid:
+    """The grid of a YAML file (keys of ``GridFile``); a bad file or field is one line naming both."""
+    source = Path(path)
+    data = validated(GridFile, read_mapping(source, "sweep grid", "give the path of a YAML grid file"), str(source))
+    values: tuple[list[Any], ...] = (data.model, data.hardware, data.gpus, data.global_batch)
+    for key, option, listed in zip(_KEYS, _OPTIONS, values, strict=True):
+        example = "[" + _EXAMPLES[option].replace(",", ", ") + "]"
+        _check_values(f"{source}: field '{key}'", listed, f"{key}: {example}", option in _NUMERIC)
+    return SweepGrid(tuple(data.model), tuple(data.hardware), tuple(data.gpus), tuple(data.global_batch))

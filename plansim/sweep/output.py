@@ -1,0 +1,108 @@
+"""What ``plansim sweep`` prints and writes: a rich table of the points with how fast they ran, and into ``--out``
+sweep.csv (one row per point, ``Sweep.frame()``), sweep.parquet where pyarrow is installed (the same frame with its
+dtypes) and the scaling charts of ``report.sweep_charts``."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from plansim.units import GB
+
+if TYPE_CHECKING:
+    from plansim.sweep import Sweep
+
+__all__ = ["PARQUET_MISSING", "has_parquet", "print_sweep", "sweep_summary", "write_sweep"]
+
+PARQUET_MISSING = "sweep.parquet not written: pyarrow is not installed (pip install 'plansim[parquet]'); CSV only"
+
+
+def has_parquet() -> bool:
+    """Whether pandas can write Parquet here (pyarrow importable)."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def write_sweep(s: Sweep, out: str | Path) -> list[Path]:
+    """Write the files named in the module docstring into ``out``; returns their paths."""
+    from plansim.report.sweep_charts import sweep_charts
+
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    frame = s.frame()
+    written = [directory / "sweep.csv"]
+    frame.to_csv(written[0], index=False)
+    if has_parquet():
+        frame.to_parquet(directory / "sweep.parquet", index=False)
+        written.append(directory / "sweep.parquet")
+    written += sweep_charts(frame, directory, "plansim sweep")
+    return written
+
+
+def sweep_summary(s: Sweep) -> dict[str, Any]:
+    """The sweep as plain data (``--format json``): grid, settings, executor, timing and every row (None where a
+    point has no value)."""
+    frame = s.frame()
+    rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
+    return {
+        "grid": s.grid.as_dict(),
+        "points": len(frame),
+        "settings": s.settings.as_dict(),
+        "executor": s.executor,
+        "elapsed_s": s.elapsed_s,
+        "runs_per_s": s.runs_per_s,
+        "fitting_points": int(frame["fits"].sum()),
+        "notes": [] if has_parquet() else [PARQUET_MISSING],
+        "rows": rows,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready cell: numpy scalars as Python numbers, None, NaN and pandas' NA as None."""
+    if pd.isna(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def print_sweep(s: Sweep, files: Sequence[object] = ()) -> None:
+    """Print ``s`` for a terminal: one row per point (the winner, or why nothing fits), then the timing."""
+    console = Console(width=max(200, Console().width))
+    frame = s.frame()
+    engines = ", ".join(sorted({str(e) for e in frame["engine"].dropna()})) or "no winner"
+    t = Table(title=f"plansim sweep: {s.grid.describe()} ({engines} engine)")
+    for name, justify in (
+        ("model", "left"), ("hardware", "left"), ("GPUs", "right"), ("batch", "right"), ("best plan", "left"),
+        ("step", "right"), ("tokens/s", "right"), ("MFU", "right"), ("memory / capacity", "right"),
+        ("fit / candidates", "right"),
+    ):  # fmt: skip
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in frame.to_dict("records"):
+        head = (row["model"], row["hardware"], f"{row['gpus']:,}", f"{row['global_batch']:,}")
+        counts = f"{row['fitting']:,} / {row['candidates']:,}"
+        if not row["fits"]:
+            t.add_row(*head, f"[red]{escape(row['reason'])}[/red]", "-", "-", "-", "-", counts)
+            continue
+        t.add_row(
+            *head,
+            row["strategy"],
+            f"{row['step_time_s'] * 1e3:,.1f} ms",
+            f"{row['tokens_per_s']:,.0f}",
+            f"{row['mfu']:.1%}",
+            f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB",
+            counts,
+        )
+    console.print(t)
+    console.print(
+        f"{len(frame):,} planner runs on {s.executor} in {s.elapsed_s:.1f} s ({s.runs_per_s:.2f} runs/s); "
+        f"something fits at {int(frame['fits'].sum()):,} of {len(frame):,} points."
+    )
+    for path in files:
+        console.print(f"wrote {path}")
+    if files and not has_parquet():
+        console.print(PARQUET_MISSING, markup=False)
