@@ -36,7 +36,7 @@ from plansim.step import (
 )
 from plansim.strategy import Strategy, check_strategy
 from plansim.units import GB, dtype_bytes
-from plansim.workload import ModelSpec
+from plansim.workload.traced import Workload
 
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
@@ -88,7 +88,7 @@ class _Priced:
     p2p: dict[tuple, list[tuple[float, float]]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
 
-    def sums(self, layers: tuple[int, ...], model: ModelSpec) -> _StageSums:
+    def sums(self, layers: tuple[int, ...], model: Workload) -> _StageSums:
         """The sums of a layer list; lists whose layers cost alike (a pipeline's middle stages) share one."""
         hit = self.stage_sums.get(layers)
         if hit is None:
@@ -114,7 +114,7 @@ class AnalyticCache:
     with equal micro-batch, tensor-parallel degree, sequence parallelism and dtype), so that a planner pricing
     thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a cache."""
 
-    def __init__(self, model: ModelSpec, cluster: Cluster) -> None:
+    def __init__(self, model: Workload, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
         self._priced: dict[tuple, _Priced] = {}
         self._states: dict[tuple, bool] = {}
@@ -151,13 +151,15 @@ class AnalyticCache:
 
             prep = prepare_step(self.model, self.cluster, s)
             costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
+            for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
+                costs.setdefault(block, LayerCost())
             hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
             self._priced[key] = hit
         return hit
 
 
 def simulate_analytic(
-    model: ModelSpec, cluster: Cluster, strategy: Strategy, *, cache: AnalyticCache | None = None
+    model: Workload, cluster: Cluster, strategy: Strategy, *, cache: AnalyticCache | None = None
 ) -> Result:
     """Price one training step of ``model`` on ``cluster`` under ``strategy`` in closed form.
 
@@ -279,7 +281,7 @@ class _StageSums:
     """The parts of a stage's cost that depend only on its layers (and, for recompute and activations, the remat
     policy): summed once per layer list and reused by every strategy with the same layers and layer costs."""
 
-    def __init__(self, layers: list[int], costs: dict[int, LayerCost], model: ModelSpec, layer_input: float) -> None:
+    def __init__(self, layers: list[int], costs: dict[int, LayerCost], model: Workload, layer_input: float) -> None:
         self.blocks = [costs[i] for i in layers if 0 <= i < model.layers]
         every = self.blocks + [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
         self.fwd_s = sum(c.fwd_s for c in every)
@@ -341,13 +343,13 @@ def _stage_cost(
     )
 
 
-def _stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: ModelSpec, idx: int) -> int:
+def _stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: Workload, idx: int) -> int:
     params = round(sum(costs[i].params for i in layers if i in costs))
     return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
 
 
 def _ends_saved(
-    layers: Sequence[int], costs: dict[int, LayerCost], ends_in_flight: tuple[float, float], model: ModelSpec
+    layers: Sequence[int], costs: dict[int, LayerCost], ends_in_flight: tuple[float, float], model: Workload
 ) -> float:
     """Activations of the embedding and output layer on this stage, every micro-batch in flight there included
     (``ends_in_flight``: the schedule's micro-batches in flight at the first and the last chunk)."""
@@ -358,7 +360,7 @@ def _ends_saved(
 
 
 def milp_stage_plans(
-    prep: PreparedStep, cluster: Cluster, model: ModelSpec, costs: dict[int, LayerCost] | None = None
+    prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
 ) -> dict[int, StageRemat]:
     """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
     leaves after model states, workspace and the embedding/output activations), with the stage's micro-batches in
@@ -468,7 +470,7 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     return DataParallelComm(exposed, m * rs_sent, 2 * m * ag_sent)
 
 
-def _embedding_sync(cluster: Cluster, s: Strategy, model: ModelSpec) -> tuple[float, float]:
+def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
     """(seconds, bytes sent) of the all-reduce between the two copies of tied embeddings' gradients (first and last
     pipeline stage), which Megatron-LM runs after backward, before the optimizer step."""
     tied = tied_copy_params(model, s)
@@ -500,7 +502,7 @@ def _static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_pa
 
 
 def _time_breakdown(
-    model: ModelSpec, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline
+    model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline
 ) -> tuple[dict[str, float], DataParallelComm, float]:
     """The step's time by part (they sum to the step time), the worst stage's DP/ZeRO traffic, and the bytes of the
     tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
@@ -522,7 +524,7 @@ def _time_breakdown(
 
 
 def _assemble(
-    model: ModelSpec,
+    model: Workload,
     cluster: Cluster,
     s: Strategy,
     micro_batch_flops: float,

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.result import Result
 from plansim.strategy import Strategy
-from plansim.workload import ModelSpec, load_model
+from plansim.workload import ModelSpec, TracedModel, load_model
+from plansim.workload.traced import Workload, with_traced_defaults
 from plansim.yamlfile import validated
 
 __all__ = ["ENGINES", "as_strategy", "simulate"]
 
 
-def _analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
+def _analytic(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
     from plansim.analytic import simulate_analytic
 
     if options:
@@ -26,11 +27,12 @@ def _analytic(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options:
     return simulate_analytic(model, cluster, strategy)
 
 
-def _des(model: ModelSpec, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
+def _des(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
     from plansim.sim.engine import WhatIf, simulate_des
 
     mode = options.pop("mode", "symmetric")
-    return simulate_des(model, cluster, strategy, mode=mode, what_if=WhatIf(**options))
+    # simulate_des reads a model's name and seq_len and hands it to plansim.lower, which takes a TracedModel too
+    return simulate_des(cast(ModelSpec, model), cluster, strategy, mode=mode, what_if=WhatIf(**options))
 
 
 #: Engine name -> function(model, cluster, strategy, **options) -> Result. Options are the discrete-event engine's
@@ -48,7 +50,7 @@ def as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
 
 
 def simulate(
-    model: ModelSpec | str | Path,
+    model: ModelSpec | TracedModel | str | Path,
     hardware: Cluster | str | Path,
     strategy: Strategy | str | Mapping[str, Any],
     *,
@@ -65,8 +67,10 @@ def simulate(
 
     Parameters
     ----------
-    model : ModelSpec or str
-        A model preset name (``plansim models``), a model YAML path, or a loaded spec.
+    model : ModelSpec, TracedModel or str
+        A model preset name (``plansim models``), a model YAML path, a loaded spec, or a traced module
+        (``load_model(module, inputs=...)``; tp=1, its traced batch as micro-batch and its dtype, both filled in
+        when the strategy leaves them out: see ``plansim.workload.traced``).
     hardware : Cluster or str
         A node type (``plansim hardware``) or YAML path, sized by ``gpus``; or a loaded cluster.
     strategy : Strategy, str or mapping
@@ -95,8 +99,8 @@ def simulate(
     """
     if engine not in ENGINES:
         raise PlansimError(f"engine '{engine}' is unknown: choose one of {', '.join(ENGINES)}")
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    strat = as_strategy(strategy)
+    spec = model if isinstance(model, ModelSpec | TracedModel) else load_model(model)
+    strat = with_traced_defaults(as_strategy(strategy), spec)
     if isinstance(hardware, Cluster):
         cluster = hardware
     else:

@@ -41,8 +41,8 @@ from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, sh
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.units import dtype_bytes
-from plansim.workload import ModelSpec
 from plansim.workload.graph import MATMUL_KINDS
+from plansim.workload.traced import Workload
 
 __all__ = ["LayerProgram", "Segment", "layer_programs", "lower"]
 
@@ -141,7 +141,7 @@ def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, se
 @dataclass
 class _Ctx:
     s: Strategy
-    model: ModelSpec
+    model: Workload
     cluster: Cluster
     programs: dict[int, LayerProgram]
     chunks: list[list[int]]
@@ -371,7 +371,7 @@ class _StageLowering:
         for lay in todo:
             p = ctx.programs[lay]
             stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and s.remat == "sqrt")
-            rebuilt = p.saved - stored
+            rebuilt = max(p.saved - stored, 0.0)  # a traced block may save less than the kept input
             # split backward: the rebuilt weight-GEMM inputs stay for the W pass, the rest goes after B
             keep = min(rebuilt, p.wgrad_saved - min(stored, p.wgrad_saved)) if self.split else 0.0
             alloc += [(f"r/{mb}/{lay}", rebuilt - keep, "activations"), (f"rk/{mb}/{lay}", keep, "activations")]
@@ -466,7 +466,7 @@ class _StageLowering:
         if self.s.zero == 2 and not self.zero3 and self.dp > 1:
             self._flush_bucket(mb)
 
-    def finish(self, model: ModelSpec) -> None:
+    def finish(self, model: Workload) -> None:
         """Last bucket, tied-embedding sync, optimizer step, ZeRO-1/2 weight all-gather; static memory."""
         s, ctx = self.s, self.ctx
         self._flush_bucket(s.num_microbatches - 1)
@@ -497,13 +497,15 @@ class _StageLowering:
         }
 
 
-def lower(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> TaskGraph:
+def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
     from plansim.workload import model_flops
 
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
     programs = layer_programs(graph, kernels, s.tp)
+    for block in range(model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
+        programs.setdefault(block, LayerProgram(block))
     layer_input = graph.graph["layer_input_bytes"]
     ctx = _Ctx(
         s=s,

@@ -1,9 +1,9 @@
 """What both engines derive from (model, cluster, strategy) before pricing a step: one definition each.
 
-``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank and the
-kernel cost model; the helpers give the Megatron-LM quantities both engines use (pipeline message size, the tied
-embedding copy on the last stage, the node-local group of a hierarchical all-reduce, the sharded collectives'
-algorithm).
+``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank (a traced
+model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
+quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the node-local group
+of a hierarchical all-reduce, the sharded collectives' algorithm).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.strategy import Strategy, check_strategy
 from plansim.units import dtype_bytes
-from plansim.workload import ModelSpec, build_graph
+from plansim.workload import build_graph
+from plansim.workload.torch_trace import TracedModel
+from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
@@ -42,19 +44,23 @@ class PreparedStep:
     kernels: KernelCostModel
 
 
-def prepare_step(model: ModelSpec, cluster: Cluster, strategy: Strategy) -> PreparedStep:
-    """Resolve and check ``strategy``; raises ``PlansimError`` naming every violation."""
+def prepare_step(model: Workload, cluster: Cluster, strategy: Strategy) -> PreparedStep:
+    """Resolve and check ``strategy``; raises ``PlansimError`` naming every violation. A traced model's graph is
+    used as traced (``check_strategy`` has checked that the strategy fits it)."""
     s = strategy.resolve(cluster)
     problems = check_strategy(s, model, cluster)
     if problems:
         raise PlansimError("; ".join(problems))
-    graph = build_graph(
-        model,
-        micro_batch=s.micro_batch,
-        tp=s.tp,
-        sequence_parallel=s.sequence_parallel,
-        act_bytes=dtype_bytes(s.compute_dtype),
-    )
+    if isinstance(model, TracedModel):
+        graph = model.graph
+    else:
+        graph = build_graph(
+            model,
+            micro_batch=s.micro_batch,
+            tp=s.tp,
+            sequence_parallel=s.sequence_parallel,
+            act_bytes=dtype_bytes(s.compute_dtype),
+        )
     kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     return PreparedStep(s, graph, kernels)
 
@@ -65,9 +71,11 @@ def p2p_message_bytes(graph: nx.DiGraph, s: Strategy) -> float:
     return float(graph.graph["layer_input_bytes"]) / (s.tp if s.tp > 1 and not s.sequence_parallel else 1)
 
 
-def tied_copy_params(model: ModelSpec, s: Strategy) -> int:
+def tied_copy_params(model: Workload, s: Strategy) -> int:
     """Megatron-LM keeps a copy of tied word embeddings (vocab-parallel: ceil(V/tp) rows) on the last stage when
-    pp > 1; 0 when there is none."""
+    pp > 1; 0 when there is none. A traced model's copy is its ``tied_params`` (tp = 1: whole tensors)."""
+    if isinstance(model, TracedModel):
+        return model.tied_params if s.pp > 1 else 0
     if s.pp <= 1 or not model.tied_embeddings:
         return 0
     return math.ceil(model.vocab / s.tp) * model.hidden

@@ -19,6 +19,7 @@ from plansim.yamlfile import parse_yaml, read_mapping, validated
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
     from plansim.workload import ModelSpec
+    from plansim.workload.traced import Workload
 
 __all__ = [
     "DP_ALGORITHMS",
@@ -198,8 +199,9 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
     return _validate(read_mapping(path, "strategy"), str(path))
 
 
-def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> list[str]:
-    """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix."""
+def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> list[str]:
+    """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix.
+    A traced model (``plansim.workload.traced``) also needs tp=1, its traced batch as micro-batch and its dtype."""
     s = strategy.resolve(cluster)
     dp = s.dp or 1
     problems: list[str] = []
@@ -225,15 +227,11 @@ def check_strategy(strategy: Strategy, model: ModelSpec, cluster: Cluster) -> li
     return problems
 
 
-def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
-    problems = []
-    if model.family in ("gpt", "llama"):
-        if model.heads % s.tp:
-            problems.append(f"tp={s.tp} does not divide heads={model.heads}: choose tp among the divisors of the heads")
-        elif model.kv_heads % s.tp:
-            problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
-    if model.family == "cnn" and s.tp > 1:
-        problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
+def _check_model_split(s: Strategy, model: Workload) -> list[str]:
+    from plansim.workload.torch_trace import TracedModel
+    from plansim.workload.traced import traced_problems
+
+    problems = traced_problems(s, model) if isinstance(model, TracedModel) else _check_family(s, model)
     chunks = s.pp * s.virtual_stages
     if s.layer_split is not None:
         split = s.layer_split
@@ -258,6 +256,19 @@ def _check_model_split(s: Strategy, model: ModelSpec) -> list[str]:
             "schedule=interleaved needs virtual_stages >= 2 (model chunks per stage): "
             "set virtual_stages=2 or use schedule=1f1b"
         )
+    return problems
+
+
+def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
+    """What a model family allows of tensor parallelism (the builders' sharding)."""
+    problems = []
+    if model.family in ("gpt", "llama"):
+        if model.heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide heads={model.heads}: choose tp among the divisors of the heads")
+        elif model.kv_heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
+    if model.family == "cnn" and s.tp > 1:
+        problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
     return problems
 
 

@@ -30,20 +30,23 @@ key                       meaning
 ========================  =====================================================================================
 
 ``load_model`` also reads a Hugging Face ``config.json`` (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2), through
-``plansim.workload.hf_config``.
+``plansim.workload.hf_config``, and traces a ``torch.nn.Module`` given with ``inputs=`` (``trace_module``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from plansim.errors import PlansimError
 from plansim.yamlfile import looks_like_path, read_mapping, validated
+
+if TYPE_CHECKING:
+    from plansim.workload.torch_trace import TracedModel
 
 __all__ = ["ModelSpec", "list_models", "load_model", "preset_dir"]
 
@@ -299,20 +302,48 @@ def _is_hf_config(name_or_path: str | Path) -> bool:
     return path.suffix.lower() == ".json" or path.is_dir()
 
 
-def load_model(name_or_path: str | Path) -> ModelSpec:
+@overload
+def load_model(name_or_path: str | Path) -> ModelSpec: ...
+
+
+@overload
+def load_model(
+    name_or_path: Any,
+    *,
+    inputs: Any,
+    name: str | None = None,
+    loss: Callable[[Any], Any] | None = None,
+    blocks: str | None = None,
+) -> TracedModel: ...
+
+
+def load_model(
+    name_or_path: Any,
+    *,
+    inputs: Any = None,
+    name: str | None = None,
+    loss: Callable[[Any], Any] | None = None,
+    blocks: str | None = None,
+) -> ModelSpec | TracedModel:
     """Load a model by preset name (case-insensitive), from a YAML file with the keys of ``ModelSpec``, or from a
-    Hugging Face ``config.json``.
+    Hugging Face ``config.json``; or trace a ``torch.nn.Module``.
 
     Parameters
     ----------
-    name_or_path : str or Path
+    name_or_path : str, Path or torch.nn.Module
         A preset name such as ``"gpt3-175b"``; a path (anything ending in ``.yaml``/``.yml`` or containing a
         path separator, or any ``Path``); or a Hugging Face ``config.json`` (anything ending in ``.json``, or a
-        directory holding one), read by ``plansim.workload.hf_config.from_hf_config`` with its defaults.
+        directory holding one), read by ``plansim.workload.hf_config.from_hf_config`` with its defaults. Or a
+        module, traced on the meta device by ``plansim.workload.torch_trace.trace_module`` (needs torch).
+    inputs, name, loss, blocks : optional
+        A module only, passed to ``trace_module``: ``inputs`` (required) are one micro-batch's example inputs
+        (shapes, ``(shape, dtype)`` pairs or tensors), e.g. ``((8, 1024), torch.long)`` for token ids.
 
     Returns
     -------
-    ModelSpec
+    ModelSpec or TracedModel
+        A ``TracedModel`` for a module; ``plansim.simulate`` prices it with tp=1 and its traced batch as the
+        micro-batch (``plansim.workload.traced``).
 
     Raises
     ------
@@ -329,6 +360,20 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
     ...
     plansim.errors.PlansimError: unknown model 'gpt5': known models are gpt3-1.3b, ...
     """
+    if not isinstance(name_or_path, str | Path):
+        if inputs is None:
+            raise PlansimError(
+                f"model: got {type(name_or_path).__name__}: give a preset name, a model YAML or config.json path, "
+                "or a torch.nn.Module with inputs= (one micro-batch's example input shapes)"
+            )
+        from plansim.workload.torch_trace import trace_module
+
+        return trace_module(name_or_path, inputs, name=name, loss=loss, blocks=blocks)
+    if inputs is not None or name is not None or loss is not None or blocks is not None:
+        raise PlansimError(
+            f"inputs, name, loss, blocks: only a torch.nn.Module is traced, '{name_or_path}' is a model name or path: "
+            "leave them out"
+        )
     if isinstance(name_or_path, Path) or looks_like_path(name_or_path) or name_or_path.lower().endswith(".json"):
         if _is_hf_config(name_or_path):
             from plansim.workload.hf_config import from_hf_config

@@ -50,11 +50,11 @@ no mask) or the memory-efficient one (fp32 or a float mask), which keep O(s) sta
 of the math fallback. Views and reshapes that move no data are not ops; the copies that non-viewable reshapes make
 are.
 
-Pricing a traced model: ``plansim.costs.layers.layer_costs(traced.graph, kernels, pricer)`` gives its per-layer
-costs with any ``KernelCostModel``, exactly as for a built graph. ``simulate()`` cannot take it yet: both engines
-start from a ``ModelSpec`` (``plansim.step.prepare_step`` builds the graph). A traced graph is one micro-batch (the
-traced input shapes) at ``tp = 1``; data and pipeline parallelism need only the per-layer sums, tensor parallelism
-needs the builders' Megatron sharding, which a trace does not have.
+Pricing a traced model: ``plansim.simulate(traced, hardware, strategy)`` (either engine) prices it under data and
+pipeline parallelism from this graph, one micro-batch (the traced input shapes) at ``tp = 1``; the strategy must
+take the traced batch as its micro-batch (``plansim.workload.traced`` says why, and what else it checks).
+``plansim.costs.layers.layer_costs(traced.graph, kernels, pricer)`` gives its per-layer costs with any
+``KernelCostModel``, exactly as for a built graph.
 
 Needs torch (the ``torch`` or ``profile`` extra); importing this module does not.
 """
@@ -160,12 +160,24 @@ def aten_kind(name: str) -> str:
 class TracedModel:
     """A traced module: its op graph (one micro-batch, the traced input shapes, one rank), the number of blocks
     ``layers`` (``L``; layers ``-1`` and ``L`` hold what runs before and after them) and the module path of the
-    block container (``None`` when there is none)."""
+    block container (``None`` when there is none).
+
+    What the engines read besides the graph (``plansim.workload.traced``): ``batch``, the micro-batch it was traced
+    at (the first input's first dimension); ``seq_len``, tokens per sample for throughput (the second dimension of
+    an integer, token-id, first input; else 1: one sample); ``dtype``, its parameters' dtype in plansim's names
+    (``fp32``, ``fp16``, ``bf16``; else torch's, which no strategy accepts); ``tied_params``, the elements of
+    parameters read both before the first block (layer -1) and after the last (layer ``L``), as a tied output
+    head reads the word embedding: Megatron-LM's copy of them on the last pipeline stage.
+    """
 
     name: str
     graph: nx.DiGraph
     layers: int
     blocks: str | None
+    batch: int = 1
+    seq_len: int = 1
+    dtype: str = "fp32"
+    tied_params: int = 0
 
     def totals(self, layers: Sequence[int] | None = None) -> dict[str, int]:
         """``graph_totals`` of the graph (over ``layers`` only when given)."""
@@ -234,6 +246,12 @@ def _meta_state(torch: Any, module: Any) -> tuple[dict[str, Any], dict[int, int]
 def _float_dtype(torch: Any, module: Any) -> Any:
     """The dtype of the module's first floating parameter (float32 when it has none)."""
     return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
+
+
+def _dtype_name(dtype: Any) -> str:
+    """plansim's name of a torch dtype (``fp32``, ``fp16``, ``bf16``), else torch's (``float64``)."""
+    name = str(dtype).removeprefix("torch.")
+    return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(name, name)
 
 
 # --------------------------------------------------------------------------------------------------- blocks
@@ -365,6 +383,7 @@ class _Trace:
     modules: _Modules
     params: dict[int, int]
     state: set[int]
+    readers: dict[int, set[int]] = field(default_factory=dict)  # trainable parameter -> layers of its readers
     ops: list[_Op] = field(default_factory=list)
     saves: list[_Save] = field(default_factory=list)
     producer: dict[int, int] = field(default_factory=dict)
@@ -429,6 +448,8 @@ def _record(tr: _Trace, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     params = 0
     for k in dict.fromkeys(in_keys):
         params += tr.params.pop(k, 0)  # a parameter counts once, at its first reader
+        if k in tr.readers:
+            tr.readers[k].add(layer)
     kind = aten_kind(name)
     est = 0 if kind in MATMUL_KINDS or flops else _estimate(func, name, args, outs)
     nbytes = sum(_footprint(t) for t in ins) + sum(_footprint(t) for t in outs)
@@ -743,7 +764,8 @@ def trace_module(
     args = _meta_inputs(torch, inputs, _float_dtype(torch, module))
     path, children = _find_blocks(torch, module, blocks)
     state, params, state_keys = _meta_state(torch, module)
-    tr = _Trace(_Modules(module, children), params, state_keys)
+    numel = dict(params)  # the trace pops each parameter at its first reader
+    tr = _Trace(_Modules(module, children), params, state_keys, {k: set() for k in params})
     was_training = module.training
     module.train()
     try:
@@ -766,4 +788,15 @@ def trace_module(
         layer_input_bytes=first_input,
         unattributed_bwd_flops=tr.unattributed_bwd_flops,
     )
-    return TracedModel(name, _graph(tr, meta), max(tr.modules.layers, 1), path)
+    ends = {-1, tr.modules.layers}
+    tied = sum(numel[k] for k, layers in tr.readers.items() if tr.modules.layers and ends <= layers)
+    return TracedModel(
+        name,
+        _graph(tr, meta),
+        max(tr.modules.layers, 1),
+        path,
+        batch=args[0].shape[0] if args[0].dim() else 1,
+        seq_len=args[0].shape[1] if args[0].dim() >= 2 and not args[0].is_floating_point() else 1,
+        dtype=_dtype_name(_float_dtype(torch, module)),
+        tied_params=tied,
+    )
