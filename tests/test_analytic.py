@@ -78,7 +78,7 @@ def test_zero_stages_memory_on_a_real_preset() -> None:
 
 
 def test_pipeline_bubble_shrinks_with_microbatches_and_interleaving() -> None:
-    m = gpt(layers=16)
+    m = gpt(layers=16, vocab=512)  # a small vocabulary: the output layer barely weighs on the last stage
     cluster = load_hardware("dgx-a100", gpus=8)
     few = simulate_analytic(m, cluster, Strategy.parse("dp=1,pp=8,micro_batch=1,global_batch=8"))
     many = simulate_analytic(m, cluster, Strategy.parse("dp=1,pp=8,micro_batch=1,global_batch=64"))
@@ -87,7 +87,8 @@ def test_pipeline_bubble_shrinks_with_microbatches_and_interleaving() -> None:
     )
     assert few.bubble_fraction > many.bubble_fraction > inter.bubble_fraction > 0
     # Stages are nearly equal (embedding and output layer aside), so the bubble is close to (p-1)/(m+p-1).
-    assert many.bubble_fraction == pytest.approx(7 / (64 + 7), rel=0.25)
+    assert few.bubble_fraction == pytest.approx(7 / (8 + 7), rel=0.05)
+    assert many.bubble_fraction == pytest.approx(7 / (64 + 7), rel=0.05)
 
 
 def test_full_recompute_activations_follow_korthikanti() -> None:

@@ -124,3 +124,20 @@ def test_both_engines_use_and_name_a_measured_profile(tmp_path: Path, monkeypatc
         r = plansim.simulate("gpt3-125m", "dgx-a100", strategy, engine=engine)
         assert r.cost_model.startswith("measured: a100-sxm4-80gb.yaml (Test GPU")
         assert r.time_breakdown_s["compute"] > old.time_breakdown_s["compute"]  # 50 TFLOP/s is slower than the roofline
+
+
+def test_pointwise_kernels_meet_the_roofline_not_the_gemm_ramp():
+    """Williams et al. 2009: a point-wise kernel takes max(FLOPs / fp32 peak, bytes / achieved bandwidth) + launch.
+    The GEMM efficiency curve (tile ramp-up) does not apply to it: a 1 MFLOP, 4 MB element-wise kernel on an H100
+    is memory-bound (about 2.5 us), not 75 us of a GEMM's ramp at fp32 peak."""
+    gpu = load_gpu("h100-sxm5-80gb")
+    model = KernelCostModel(gpu, "bf16")
+    nbytes, flops = 4e6, 1e6
+    memory = nbytes / (gpu.hbm_bandwidth_Bps * gpu.memory_efficiency(nbytes))
+    assert model.kernel_time("elementwise", flops, nbytes) == pytest.approx(memory + gpu.kernel_launch_s)
+    heavy = 1e12  # FLOPs far past the ridge for these bytes: the flat fp32 ceiling
+    expected = heavy / gpu.peak_flops("fp32") + gpu.kernel_launch_s
+    assert model.kernel_time("norm", heavy, nbytes) == pytest.approx(expected)
+    # A GEMM of the same FLOPs still ramps up: slower per FLOP than the same GEMM at full size.
+    small, large = model.kernel_time("matmul", 1e8, 1e6), model.kernel_time("matmul", 1e12, 1e6)
+    assert small / 1e8 > large / 1e12

@@ -170,8 +170,11 @@ class KernelCostModel:
         measured = self._measured(kind, flops, nbytes, direction)
         if measured is not None:
             return measured
-        dtype = self.dtype if kind in MATMUL_KINDS else "fp32"
-        compute = flops / (self.gpu.peak_flops(dtype) * self.gpu.matmul_efficiency(flops)) if flops > 0 else 0.0
+        if kind in MATMUL_KINDS:  # tensor cores at the training dtype, ramping up with the GEMM's size
+            compute = flops / (self.gpu.peak_flops(self.dtype) * self.gpu.matmul_efficiency(flops)) if flops > 0 else 0
+        else:  # point-wise kernels on the fp32 vector units: the roofline's flat compute ceiling (Williams et al.
+            # 2009); their ramp-up and tail are the memory curve's, as they are memory-bound
+            compute = flops / self.gpu.peak_flops("fp32")
         memory = nbytes / (self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)) if nbytes > 0 else 0.0
         return max(compute, memory) + self.gpu.kernel_launch_s
 

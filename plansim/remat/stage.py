@@ -13,8 +13,9 @@ transient gradient buffers are part of the profile's workspace reserve. So keepi
 analytic engine's activations for ``none`` exactly, and ``selective`` its recompute time for GPT blocks (Llama's
 attention-over-V saves nothing, so it merges into the out-projection, whose input is kept: selective reruns QK^T
 and softmax only). ``full`` reruns a block but its first norm, whose node stands for the block input it saves
-(and the zero-byte residual add merged into it): 4-6 % less than Megatron's whole-block rerun, which the analytic
-engine's ``full`` prices (measured on GPT-3 1.3B and Llama-2 7B blocks).
+(and the zero-byte residual add merged into it): 1-2 % less than Megatron's whole-block rerun, which the analytic
+engine's ``full`` prices, without tensor parallelism; at tp=8 6 % (GPT) and 19 % (Llama, whose MLP all-reduce merges
+into the next block's first norm) (measured on GPT-3 1.3B and Llama-2 7B blocks, micro-batches 1-8).
 
 Layer granularity (``granularity="layer"``) contracts the op-granularity graph to four nodes per block
 (``coarsen.layer_parts``): its first op (which saves the block's input), the ops before the attention core, the
