@@ -414,43 +414,42 @@ def validate(
     ] = None,
 ) -> None:
     """Run real training steps of GPT/Llama models and compare them with plansim's predictions (needs torch)."""
-    from plansim.errors import PlansimError
     from plansim.validation.run import compare_saved
     from plansim.validation.run import validate as run_validation
 
     if from_dir:
-        frame, summary, written = compare_saved(from_dir, hardware=hardware, engine=engine)
+        *_, written = compare_saved(from_dir, hardware=hardware, engine=engine)
     else:
-        try:
-            import torch
-        except ImportError:
-            needs = "plansim validate needs torch: pip install 'plansim[torch]' (or compare saved runs: --from DIR)"
-            raise PlansimError(needs) from None
-        from plansim.hardware.devices import device_profile
+        _require_torch("plansim validate", "pip install 'plansim[torch]' (or compare saved runs: --from DIR)")
+        from plansim.profiling.profiler import check_timing, pick_device
         from plansim.validation.points import default_points
+        from plansim.validation.run import default_folder, resolve_hardware
 
-        if warmup < 0 or repeats < 1:
-            raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
-            raise PlansimError(f"--device {device}: choose cuda or cpu")
-        if out is None:
-            name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
-            known = device_profile(name)
-            out = f"validation/{known[0] if known else 'cpu'}"
+        check_timing(warmup, repeats)
+        device = pick_device(device)
+        hardware = resolve_hardware(device, hardware)
         points = default_points(device, quick=quick)
         command = "plansim validate " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim validate"
-        frame, summary, written = _with_steps(
+        *_, written = _with_steps(
             "training steps",
             len(points),
             lambda step: run_validation(
-                points, out, device=device, hardware=hardware, dtype=dtype, warmup=warmup, repeats=repeats,
-                engine=engine, command=command, progress=step,
+                points, out or default_folder(device), device=device, hardware=hardware, dtype=dtype,
+                warmup=warmup, repeats=repeats, engine=engine, command=command, progress=step,
             ),
         )  # fmt: skip
-    del frame, summary  # everything is in the files; the summary is printed as written
     typer.echo(next(p for p in written if p.name == "summary.md").read_text(), nl=False)
     typer.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _require_torch(command: str, fix: str) -> None:
+    """One line, exit 2, where torch is not installed."""
+    from plansim.errors import PlansimError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PlansimError(f"{command} needs torch: {fix}") from None
 
 
 def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
@@ -490,18 +489,12 @@ def profile(
     from plansim.errors import PlansimError
     from plansim.workload import load_model
 
-    try:
-        import torch
-    except ImportError:
-        raise PlansimError("plansim profile needs torch: pip install 'plansim[profile]'") from None
-    from plansim.profiling.profiler import default_out, profile_kernels, sweep_sizes
+    _require_torch("plansim profile", "pip install 'plansim[profile]'")
+    from plansim.profiling.profiler import check_timing, default_out, pick_device, profile_kernels, sweep_sizes
 
-    if warmup < 0 or repeats < 1:
-        raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
+    check_timing(warmup, repeats)
     sizes = sweep_sizes(load_model(model), quick=quick)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
-        raise PlansimError(f"--device {device}: choose cuda or cpu")
+    device = pick_device(device)
     command = "plansim profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim profile"
     with _progress_bar("timing kernels") as bar:
         task = bar.add_task("", total=None)

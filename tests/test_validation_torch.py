@@ -65,3 +65,17 @@ def test_cli_validate_on_the_cpu_predicts_peak_memory(tmp_path):
     assert "only the peak memory is comparable" in (out / "summary.md").read_text()
     again = runner.invoke(app, ["validate", "--from", str(out)])  # compared again from the saved measurements
     assert again.exit_code == 0 and pd.read_csv(out / "validation.csv").equals(frame)
+
+
+def test_cli_validate_refuses_bad_hardware_before_any_step(tmp_path, monkeypatch):
+    """A typo in --hardware, or no --hardware on a CPU, is one line and exit 2, and no training step runs."""
+    import plansim.validation.train as train
+
+    def no_steps(*args, **kwargs):
+        raise AssertionError("a training step ran before the hardware was checked")
+
+    monkeypatch.setattr(train, "measure_point", no_steps)
+    for extra in (["--hardware", "dgx-nosuch"], []):
+        result = runner.invoke(app, ["validate", "--device", "cpu", "--quick", "--out", str(tmp_path), *extra])
+        assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert not (tmp_path / "measured.csv").exists()

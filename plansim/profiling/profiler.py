@@ -36,7 +36,15 @@ from plansim.errors import PlansimError
 from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
 from plansim.workload import ModelSpec
 
-__all__ = ["SweepSizes", "default_out", "environment", "profile_kernels", "sweep_sizes"]
+__all__ = [
+    "SweepSizes",
+    "check_timing",
+    "default_out",
+    "environment",
+    "pick_device",
+    "profile_kernels",
+    "sweep_sizes",
+]
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -280,6 +288,20 @@ def _adam(n: int, dev: torch.device) -> tuple[Callable[[], Any], dict]:
     p.grad = torch.randn(n, dtype=torch.float32, device=dev)
     opt = torch.optim.AdamW([p], lr=1e-4, fused=dev.type == "cuda", foreach=False if dev.type == "cuda" else None)
     return opt.step, _point("adam", "fwd", "fp32", (n,), 0.0, 28.0 * n)
+
+
+def pick_device(device: str | None) -> str:
+    """``device`` checked (``cuda``, ``cuda:N`` or ``cpu``); by default ``cuda`` where torch sees one, else ``cpu``."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
+        raise PlansimError(f"--device {device}: choose cuda or cpu")
+    return device
+
+
+def check_timing(warmup: int, repeats: int) -> None:
+    """Untimed runs may be none; at least one timed run is needed for a median."""
+    if warmup < 0 or repeats < 1:
+        raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
 
 
 def default_out(profile: KernelProfile) -> str:

@@ -7,7 +7,6 @@ a new kernel profile: ``repredict``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import pandas as pd
@@ -19,7 +18,15 @@ from plansim.validation.points import ValidationPoint
 from plansim.validation.predict import predict_point
 from plansim.workload import ModelSpec
 
-__all__ = ["MODEL_COLUMNS", "compare_saved", "measure", "repredict", "validate"]
+__all__ = [
+    "MODEL_COLUMNS",
+    "compare_saved",
+    "default_folder",
+    "measure",
+    "repredict",
+    "resolve_hardware",
+    "validate",
+]
 
 #: The model fields a measured row carries, so that it can be predicted again without the point objects.
 MODEL_COLUMNS = ("model", "family", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
@@ -98,7 +105,6 @@ def repredict(measured: pd.DataFrame, cluster: Cluster, *, engine: str = "analyt
     rows = []
     for row in measured.itertuples(index=False):
         prediction = predict_point(_point(row), cluster, dtype=str(row.dtype), engine=engine)
-        predicted = asdict(prediction)
         rows.append(
             {
                 **row._asdict(),
@@ -106,7 +112,7 @@ def repredict(measured: pd.DataFrame, cluster: Cluster, *, engine: str = "analyt
                 "predicted_step_time_s": prediction.step_time_s,
                 "predicted_peak_memory_bytes": prediction.peak_memory_bytes,
                 "predicted_workspace_bytes": prediction.workspace_bytes,
-                "predicted_activation_bytes": predicted["memory_breakdown_bytes"].get("activations", 0),
+                "predicted_activation_bytes": prediction.memory_breakdown_bytes.get("activations", 0),
                 "cost_model": prediction.cost_model,
                 "engine": engine,
             }
@@ -114,17 +120,37 @@ def repredict(measured: pd.DataFrame, cluster: Cluster, *, engine: str = "analyt
     return validation_frame(rows)
 
 
-def _hardware_for(device_name: str, hardware: str | None) -> str:
+def default_folder(device: str) -> str:
+    """``validation/<gpu>`` for a CUDA device with a shipped GPU profile (``validation/h100-sxm5-80gb``), else
+    ``validation/cpu`` (or ``validation/cuda`` for an unknown GPU)."""
     from plansim.hardware.devices import device_profile
 
-    if hardware:
-        return hardware
-    known = device_profile(device_name)
-    if known is None:
-        raise PlansimError(
-            f"no shipped GPU profile matches the device {device_name!r}: pass --hardware NODE (plansim hardware)"
-        )
-    return known[1]
+    if not device.startswith("cuda"):
+        return "validation/cpu"
+    import torch
+
+    known = device_profile(torch.cuda.get_device_name(torch.device(device)))
+    return f"validation/{known[0] if known else 'cuda'}"
+
+
+def resolve_hardware(device: str, hardware: str | None) -> str:
+    """The node type to predict for, checked before any step runs: ``hardware``, or on a CUDA device the shipped
+    node holding its GPU (``hardware.devices``); a CPU needs it given."""
+    from plansim.hardware import load_hardware
+    from plansim.hardware.devices import device_profile
+
+    if hardware is None and device.startswith("cuda"):
+        import torch
+
+        name = torch.cuda.get_device_name(torch.device(device))
+        known = device_profile(name)
+        if known is None:
+            raise PlansimError(f"no shipped GPU profile matches the device {name!r}: pass --hardware NODE")
+        hardware = known[1]
+    if hardware is None:
+        raise PlansimError("--device cpu: pass --hardware NODE, the node type whose GPU plansim predicts for")
+    load_hardware(hardware, gpus=1)  # an unknown name fails here
+    return hardware
 
 
 def validate(
@@ -151,13 +177,11 @@ def validate(
 
     folder = Path(out)
     env = environment(torch.device(device), command).model_dump(mode="json")
+    node = resolve_hardware(device, hardware)
     measured = measure(points, device=device, dtype=dtype, warmup=warmup, repeats=repeats, progress=progress)
     folder.mkdir(parents=True, exist_ok=True)
     measured.to_csv(folder / "measured.csv", index=False)
-    context = {"device_name": env["device_name"], "command": command, "environment": env}
-    context["hardware"] = _hardware_for(env["device_name"], hardware) if env["device"] == "cuda" else hardware
-    if context["hardware"] is None:
-        raise PlansimError("--device cpu: pass --hardware NODE, the node type whose GPU plansim predicts for")
+    context = {"device_name": env["device_name"], "command": command, "environment": env, "hardware": node}
     (folder / "environment.json").write_text(json.dumps(context, indent=2) + "\n")
     return compare_saved(folder, engine=engine)
 
