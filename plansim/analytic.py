@@ -10,7 +10,6 @@ engine uses too.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
-from plansim.costs.memory import REMAT_ACTIVATIONS, StageActivations, model_state_bytes, stage_activation_bytes_of
+from plansim.costs.memory import REMAT_ACTIVATIONS, StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
@@ -34,14 +33,16 @@ from plansim.step import (
     tied_copy_params,
     tp_pricer,
 )
-from plansim.strategy import Strategy, check_strategy
+from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.strategy import Strategy
+from plansim.strategy_checks import check_strategy
 from plansim.units import GB, dtype_bytes
 from plansim.workload.traced import Workload
 
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
 
-__all__ = ["AnalyticCache", "milp_stage_plans", "simulate_analytic"]
+__all__ = ["AnalyticCache", "simulate_analytic"]
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,8 @@ class AnalyticCache:
             capacity = self.cluster.gpu.memory_bytes
             self._states[key] = any(
                 sum(
-                    _static_bytes(
-                        self.cluster, s, _stage_params(layers, costs, s, self.model, idx),
+                    static_bytes(
+                        self.cluster, s, stage_params(layers, costs, s, self.model, idx),
                         max(costs[i].params for i in layers if i in costs),
                     ).values()
                 ) > capacity
@@ -190,15 +191,15 @@ def simulate_analytic(
         ):
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
-            ends_saved = _ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
+            ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
             if s.remat == "milp":
-                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_saved, plans[idx]))
+                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx]))
                 continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            stage_key = (id(sums), s.remat, in_flight, p2p, params, ends_saved)
+            stage_key = (id(sums), s.remat, in_flight, p2p, params, ends_bytes)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
-                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_saved)
+                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_bytes)
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
         if s.remat != "milp":
@@ -343,58 +344,6 @@ def _stage_cost(
     )
 
 
-def _stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: Workload, idx: int) -> int:
-    params = round(sum(costs[i].params for i in layers if i in costs))
-    return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
-
-
-def _ends_saved(
-    layers: Sequence[int], costs: dict[int, LayerCost], ends_in_flight: tuple[float, float], model: Workload
-) -> float:
-    """Activations of the embedding and output layer on this stage, every micro-batch in flight there included
-    (``ends_in_flight``: the schedule's micro-batches in flight at the first and the last chunk)."""
-    first, last = ends_in_flight
-    return sum(
-        costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
-    )
-
-
-def milp_stage_plans(
-    prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
-) -> dict[int, StageRemat]:
-    """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
-    leaves after model states, workspace and the embedding/output activations), with the stage's micro-batches in
-    flight. Both engines price the stage from it."""
-    from plansim.remat.plan import stage_remat
-
-    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    tp_comm = tp_pricer(cluster, s)
-    if costs is None:
-        costs = layer_costs(graph, kernels, tp_comm)
-    sched = get_schedule(s.schedule)
-    plans = {}
-    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
-        blocks = [i for i in layers if 0 <= i < model.layers]
-        params = _stage_params(layers, costs, s, model, idx)
-        largest = max(costs[i].params for i in layers if i in costs)
-        static = sum(_static_bytes(cluster, s, params, largest).values())
-        budget = s.remat_budget
-        if budget is None:
-            ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
-            budget = cluster.gpu.memory_bytes - static - _ends_saved(layers, costs, ends, model)
-        plans[idx] = stage_remat(
-            graph,
-            blocks,
-            kernels,
-            tp_comm,
-            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
-            budget_bytes=budget,
-            granularity=s.remat_granularity,
-            time_limit_s=s.remat_time_limit_s,
-        )
-    return plans
-
-
 def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
     """(compute s, tensor-parallel comm s, matmul FLOPs) rebuilt per micro-batch by ``remat`` on these blocks.
 
@@ -486,21 +435,6 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
     return optimizer_step_s(kernels, s, params)
 
 
-def _static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
-    """Weights (ZeRO-3: the shard plus two gathered layers), gradients, optimizer states and workspace."""
-    states = model_state_bytes(
-        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
-    )
-    gathering = s.zero >= 3 and (s.dp or 1) > 1
-    gathered = 2 * largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
-    return {
-        "weights": round(states.weights + gathered),
-        "gradients": round(states.gradients),
-        "optimizer": round(states.optimizer),
-        "workspace": int(cluster.gpu.workspace_reserve_bytes),
-    }
-
-
 def _time_breakdown(
     model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline
 ) -> tuple[dict[str, float], DataParallelComm, float]:
@@ -535,7 +469,7 @@ def _assemble(
     stages = pipe.stages
     breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe)
     step = sum(breakdown.values())
-    static = [_static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
+    static = [static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
     totals = [sum(x.values()) for x in static]
     peaks = [totals[g] + a for g, a in zip(pipe.memory_group_of, pipe.activations, strict=True)]
     worst = max(range(len(stages)), key=peaks.__getitem__)

@@ -225,7 +225,7 @@ def plan(
     )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
-    from plansim.report.plan_text import print_plan
+    from plansim.planner.text import print_plan
 
     _report(result, out, fmt, write_plan, plan_summary, print_plan)
 
@@ -310,8 +310,8 @@ def compare(
 ) -> None:
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
     from plansim.comparison import compare as run_compare
+    from plansim.comparison_output import comparison_summary, print_comparison, write_comparison
     from plansim.errors import PlansimError
-    from plansim.report.compare_output import comparison_summary, print_comparison, write_comparison
 
     counts: list[int] = []
     for item in (scaling or "").split(","):

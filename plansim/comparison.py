@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from plansim.api import ENGINES, as_strategy
+from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
-from plansim.planner.explain import describe
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, load_model

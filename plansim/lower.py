@@ -38,6 +38,7 @@ from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
 from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
+from plansim.step.memory import milp_stage_plans
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.units import dtype_bytes
@@ -520,8 +521,6 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     )
     milp_flops = 0.0
     if s.remat == "milp":
-        from plansim.analytic import milp_stage_plans
-
         for plan in milp_stage_plans(prep, cluster, model).values():
             ctx.milp.update(plan.layers)
             milp_flops += plan.recompute_flops

@@ -46,7 +46,7 @@ class Result:
     engine_stats: dict[str, Any] = field(default_factory=dict)
     #: Where the kernel times came from: a measured profile (file, device, torch, date) or the roofline.
     cost_model: str = ""
-    #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.sim.Timeline``); not
+    #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.timeline.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)
 

@@ -80,7 +80,7 @@ def run_compare(out: Path, small: bool, progress: Callable[[str], None]) -> Path
     """``plansim compare`` of the README: three strategies on DGX A100 and DGX H100 (1024 GPUs, DES) with
     throughput curves over 256-4096 GPUs (analytic engine, global batch held)."""
     import plansim
-    from plansim.report.compare_output import write_comparison
+    from plansim.comparison_output import write_comparison
 
     model, gpus = ("gpt3-1.3b", 16) if small else ("gpt3-175b", 1024)
     counts = [8, 16, 32] if small else [256, 512, 1024, 2048, 4096]

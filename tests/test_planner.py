@@ -18,7 +18,8 @@ from plansim.planner import Constraints, plan, training_cost
 from plansim.planner.search import search
 from plansim.planner.space import candidates
 from plansim.sim.engine import simulate_des
-from plansim.strategy import DP_ALGORITHMS, SCHEDULES, Strategy, check_strategy
+from plansim.strategy import DP_ALGORITHMS, SCHEDULES, Strategy
+from plansim.strategy_checks import check_strategy
 
 runner = CliRunner()
 
@@ -230,16 +231,16 @@ def test_model_states_prune_is_exact() -> None:
 def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     """Stage ``idx``'s static memory (weights, gradients, optimizer states, workspace) by the memory model's own
     functions, from a freshly built graph (no cache)."""
-    from plansim.analytic import _stage_params, _static_bytes
     from plansim.costs.layers import layer_costs
     from plansim.stages import stage_layers
     from plansim.step import prepare_step, tp_pricer
+    from plansim.step.memory import stage_params, static_bytes
 
     prep = prepare_step(model, cluster, s)
     costs = layer_costs(prep.graph, prep.kernels, tp_pricer(cluster, prep.strategy))
     layers = stage_layers(model.layers, s.pp, s.virtual_stages)[idx]
     largest = max(costs[i].params for i in layers if i in costs)
-    return _static_bytes(cluster, prep.strategy, _stage_params(layers, costs, prep.strategy, model, idx), largest)
+    return static_bytes(cluster, prep.strategy, stage_params(layers, costs, prep.strategy, model, idx), largest)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,8 @@ from plansim.planner.output import winner_yaml
 from plansim.planner.split import balanced_split, bottleneck
 from plansim.sim.engine import simulate_des
 from plansim.stages import chunk_layers, stage_layers
-from plansim.strategy import Strategy, check_strategy
+from plansim.strategy import Strategy
+from plansim.strategy_checks import check_strategy
 
 
 def _compositions(n: int, parts: int) -> Iterator[list[int]]:

@@ -8,7 +8,8 @@ import pytest
 
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.strategy import Strategy, check_strategy, list_strategies, load_strategy
+from plansim.strategy import Strategy, list_strategies, load_strategy
+from plansim.strategy_checks import check_strategy
 from plansim.workload import load_model
 
 

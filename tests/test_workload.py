@@ -28,7 +28,7 @@ from plansim.workload import (
     model_flops,
 )
 from plansim.workload.graph import COLLECTIVE_ATTRIBUTES, KINDS, NODE_ATTRIBUTES
-from plansim.workload.spec import preset_dir
+from plansim.workload.loader import preset_dir
 
 PRESETS = sorted(p.stem for p in preset_dir().glob("*.yaml"))
 

@@ -41,10 +41,11 @@ from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
+from plansim.timeline import Span, Timeline
 from plansim.units import GB
 from plansim.workload import ModelSpec
 
-__all__ = ["MODES", "CollectiveRun", "Timeline", "WhatIf", "simulate_collective", "simulate_des"]
+__all__ = ["MODES", "CollectiveRun", "WhatIf", "simulate_collective", "simulate_des"]
 
 MODES = ("symmetric", "full")
 #: Task categories that are model compute (not recompute, communication or the optimizer).
@@ -95,23 +96,6 @@ class _Phase:
     latency_s: float
     injected: float
     route: Route
-
-
-@dataclass
-class Timeline:
-    """What the simulation saw: task spans, memory over time per device, and per-link traffic."""
-
-    spans: list[Any]
-    memory: dict[str, list[tuple[float, float]]]
-    link_bytes: dict[str, float]
-    link_utilization: dict[str, float]
-    step_time_s: float
-
-    def write_trace(self, path: str) -> str:
-        """Write the Chrome trace-event JSON (opens in Perfetto); returns the path."""
-        from plansim.report.trace import write_chrome_trace
-
-        return str(write_chrome_trace(path, self.spans, self.memory, metadata={"step_time_s": self.step_time_s}))
 
 
 class _Device:
@@ -562,9 +546,7 @@ def _result(
     )
 
 
-def _spans(devices: Iterable[_Device]) -> list[Any]:
-    from plansim.report.trace import Span
-
+def _spans(devices: Iterable[_Device]) -> list[Span]:
     out = []
     for d in devices:
         for i, task in enumerate(d.program.tasks):

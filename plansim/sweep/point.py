@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import resize
 from plansim.planner import plan
-from plansim.planner.explain import describe
 from plansim.planner.search import OBJECTIVES
 from plansim.sweep.grid import Point
 

@@ -1,4 +1,5 @@
-"""The model schema (``ModelSpec``) and its loading from preset names or YAML files.
+"""The model schema (``ModelSpec``); ``plansim.workload.loader`` loads it from preset names, YAML files and
+Hugging Face configs.
 
 A model file holds one mapping with the keys below; unknown keys are rejected. Keys a family does not use are
 rejected too, so a typo cannot silently change nothing.
@@ -29,29 +30,24 @@ key                       meaning
                           their sum must equal ``layers``
 ========================  =====================================================================================
 
-``load_model`` also reads a Hugging Face ``config.json`` (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2), through
-``plansim.workload.hf_config``, and traces a ``torch.nn.Module`` given with ``inputs=`` (``trace_module``).
+``plansim.workload.loader.load_model`` also reads a Hugging Face ``config.json`` (GPT-2, GPT-NeoX, Llama, Mistral,
+Qwen2), through ``plansim.workload.hf_config``, and traces a ``torch.nn.Module`` given with ``inputs=``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from plansim.errors import PlansimError
-from plansim.yamlfile import looks_like_path, read_mapping, validated
+from plansim.workload.cnn import resnet_parameters
 
-if TYPE_CHECKING:
-    from plansim.workload.torch_trace import TracedModel
-
-__all__ = ["ModelSpec", "list_models", "load_model", "preset_dir"]
+__all__ = ["FAMILY_ORDER", "ModelSpec"]
 
 Family = Literal["gpt", "llama", "mlp", "cnn"]
-_FAMILY_ORDER = ("gpt", "llama", "mlp", "cnn")
+FAMILY_ORDER = ("gpt", "llama", "mlp", "cnn")
 _ATTENTION = ("gpt", "llama")
 
 # Per optional key, per family: _REQUIRED, ("absent", value the key takes) or ("default", rule on earlier keys).
@@ -277,144 +273,4 @@ def _mlp_parameters(spec: ModelSpec) -> int:
 
 
 def _cnn_parameters(spec: ModelSpec) -> int:
-    from plansim.workload.cnn import resnet_parameters
-
     return resnet_parameters(spec)
-
-
-def preset_dir() -> Path:
-    """The directory of the bundled model presets (``plansim/workload/presets``)."""
-    return Path(__file__).resolve().parent / "presets"
-
-
-def _preset_paths() -> dict[str, Path]:
-    return {p.stem.lower(): p for p in sorted(preset_dir().glob("*.yaml"))}
-
-
-def _load_file(path: Path) -> ModelSpec:
-    data = read_mapping(path, "model", hint="check the path or use a preset name")
-    return validated(ModelSpec, data, str(path))
-
-
-def _is_hf_config(name_or_path: str | Path) -> bool:
-    """Whether ``name_or_path`` means a Hugging Face config: a ``.json`` file, or a directory (holding one)."""
-    path = Path(name_or_path)
-    return path.suffix.lower() == ".json" or path.is_dir()
-
-
-@overload
-def load_model(name_or_path: str | Path) -> ModelSpec: ...
-
-
-@overload
-def load_model(
-    name_or_path: Any,
-    *,
-    inputs: Any,
-    name: str | None = None,
-    loss: Callable[[Any], Any] | None = None,
-    blocks: str | None = None,
-) -> TracedModel: ...
-
-
-def load_model(
-    name_or_path: Any,
-    *,
-    inputs: Any = None,
-    name: str | None = None,
-    loss: Callable[[Any], Any] | None = None,
-    blocks: str | None = None,
-) -> ModelSpec | TracedModel:
-    """Load a model by preset name (case-insensitive), from a YAML file with the keys of ``ModelSpec``, or from a
-    Hugging Face ``config.json``; or trace a ``torch.nn.Module``.
-
-    Parameters
-    ----------
-    name_or_path : str, Path or torch.nn.Module
-        A preset name such as ``"gpt3-175b"``; a path (anything ending in ``.yaml``/``.yml`` or containing a
-        path separator, or any ``Path``); or a Hugging Face ``config.json`` (anything ending in ``.json``, or a
-        directory holding one), read by ``plansim.workload.hf_config.from_hf_config`` with its defaults. Or a
-        module, traced on the meta device by ``plansim.workload.torch_trace.trace_module`` (needs torch).
-    inputs, name, loss, blocks : optional
-        A module only, passed to ``trace_module``: ``inputs`` (required) are one micro-batch's example inputs
-        (shapes, ``(shape, dtype)`` pairs or tensors), e.g. ``((8, 1024), torch.long)`` for token ids.
-
-    Returns
-    -------
-    ModelSpec or TracedModel
-        A ``TracedModel`` for a module; ``plansim.simulate`` prices it with tp=1 and its traced batch as the
-        micro-batch (``plansim.workload.traced``).
-
-    Raises
-    ------
-    PlansimError
-        One line naming the unknown preset (and the known ones), the missing or malformed file, or the file and
-        field that break the schema or the shape rules.
-
-    Examples
-    --------
-    >>> load_model("GPT3-175B").layers
-    96
-    >>> load_model("gpt5")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    plansim.errors.PlansimError: unknown model 'gpt5': known models are gpt3-1.3b, ...
-    """
-    if not isinstance(name_or_path, str | Path):
-        if inputs is None:
-            raise PlansimError(
-                f"model: got {type(name_or_path).__name__}: give a preset name, a model YAML or config.json path, "
-                "or a torch.nn.Module with inputs= (one micro-batch's example input shapes)"
-            )
-        from plansim.workload.torch_trace import trace_module
-
-        return trace_module(name_or_path, inputs, name=name, loss=loss, blocks=blocks)
-    if inputs is not None or name is not None or loss is not None or blocks is not None:
-        raise PlansimError(
-            f"inputs, name, loss, blocks: only a torch.nn.Module is traced, '{name_or_path}' is a model name or path: "
-            "leave them out"
-        )
-    if isinstance(name_or_path, Path) or looks_like_path(name_or_path) or name_or_path.lower().endswith(".json"):
-        if _is_hf_config(name_or_path):
-            from plansim.workload.hf_config import from_hf_config
-
-            return from_hf_config(name_or_path)
-        return _load_file(Path(name_or_path))
-    presets = _preset_paths()
-    path = presets.get(name_or_path.strip().lower())
-    if path is None:
-        known = ", ".join(sorted(presets))
-        raise PlansimError(
-            f"unknown model '{name_or_path}': known models are {known} (or give a model YAML file or a Hugging Face "
-            "config.json)"
-        )
-    return _load_file(path)
-
-
-def list_models() -> list[dict[str, Any]]:
-    """The bundled presets as rows for ``plansim models``, ordered by family and then size.
-
-    Returns
-    -------
-    list of dict
-        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads`` and ``parameters`` (total, an int).
-
-    Examples
-    --------
-    >>> rows = list_models()
-    >>> [r["parameters"] for r in rows if r["name"] == "llama2-7b"]
-    [6738415616]
-    """
-    specs = [_load_file(path) for path in _preset_paths().values()]
-    specs.sort(key=lambda s: (_FAMILY_ORDER.index(s.family), s.num_parameters()))
-    return [
-        {
-            "name": s.name,
-            "family": s.family,
-            "layers": s.layers,
-            "hidden": s.hidden,
-            "heads": s.heads,
-            "parameters": s.num_parameters(),
-        }
-        for s in specs
-    ]

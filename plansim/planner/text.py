@@ -9,22 +9,13 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from plansim.report.text import breakdown_cells
 from plansim.units import GB
 
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
 
-__all__ = ["breakdown_cells", "print_plan"]
-
-
-def breakdown_cells(row: dict) -> tuple[str, str]:
-    """Two table cells from a frame row (``comm_*_bytes``, ``time_*_s`` columns): bytes per GPU by kind
-    (dp/tp/pp/zero, GB) and the step time by part (compute/recompute/comm/bubble/optimizer, ms)."""
-    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
-    parts = "/".join(
-        f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
-    )
-    return f"{comm} GB", f"{parts} ms"
+__all__ = ["print_plan"]
 
 
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:

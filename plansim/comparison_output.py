@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from plansim.planner.explain import compare_sentence
-from plansim.report.plan_text import breakdown_cells
+from plansim.describe import compare_sentence
+from plansim.report.text import breakdown_cells
 from plansim.units import GB
 
 if TYPE_CHECKING:

@@ -1,4 +1,6 @@
-"""A simulated run as a Chrome trace (Trace Event Format JSON), to open in Perfetto or ``chrome://tracing``.
+"""The discrete-event engine's timeline (spans, memory over time, link traffic) and its export as a Chrome trace
+(Trace Event Format JSON), to open in Perfetto or ``chrome://tracing``. It lives beside ``plansim.result``: the
+engine builds it, reports and the CLI read it.
 
 Format: Google's "Trace Event Format" document
 (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU). Each device is one process; each
@@ -27,7 +29,7 @@ from typing import Any
 
 from plansim.units import GB
 
-__all__ = ["Span", "chrome_trace", "write_chrome_trace"]
+__all__ = ["Span", "Timeline", "chrome_trace", "write_chrome_trace"]
 
 #: The stream whose lanes come first in every process.
 COMPUTE = "compute"
@@ -191,3 +193,18 @@ def write_chrome_trace(
     with path.open("w", encoding="utf-8") as f:
         json.dump(trace, f, default=_json_default, separators=(",", ":"))
     return path
+
+
+@dataclass
+class Timeline:
+    """What a discrete-event simulation saw: task spans, memory over time per device, and per-link traffic."""
+
+    spans: list[Span]
+    memory: dict[str, list[tuple[float, float]]]
+    link_bytes: dict[str, float]
+    link_utilization: dict[str, float]
+    step_time_s: float
+
+    def write_trace(self, path: str) -> str:
+        """Write the Chrome trace-event JSON (opens in Perfetto); returns the path."""
+        return str(write_chrome_trace(path, self.spans, self.memory, metadata={"step_time_s": self.step_time_s}))

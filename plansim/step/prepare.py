@@ -18,7 +18,8 @@ from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.strategy import Strategy, check_strategy
+from plansim.strategy import Strategy
+from plansim.strategy_checks import check_strategy
 from plansim.units import dtype_bytes
 from plansim.workload import build_graph
 from plansim.workload.torch_trace import TracedModel

@@ -1,0 +1,94 @@
+"""What a pipeline stage holds for the whole step, defined once for both engines: its parameters (the tied
+embedding copy included), its model states and workspace, and the embedding/output activations in flight; and the
+``remat: milp`` schedule of each stage, which is budgeted from them.
+
+Sources: ZeRO's model-state formulas (Rajbhandari et al. 2020, sec 3 and 5, via ``plansim.costs.memory``); the
+tied-embedding copy on Megatron-LM's last stage (``plansim.step.prepare.tied_copy_params``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from plansim.costs.layers import LayerCost, layer_costs
+from plansim.costs.memory import model_state_bytes
+from plansim.hardware import Cluster
+from plansim.schedules import get_schedule
+from plansim.stages import stage_layers
+from plansim.step.prepare import PreparedStep, tied_copy_params, tp_pricer
+from plansim.strategy import Strategy
+from plansim.units import dtype_bytes
+from plansim.workload.traced import Workload
+
+if TYPE_CHECKING:
+    from plansim.remat.plan import StageRemat
+
+__all__ = ["ends_saved", "milp_stage_plans", "stage_params", "static_bytes"]
+
+
+def stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: Workload, idx: int) -> int:
+    params = round(sum(costs[i].params for i in layers if i in costs))
+    return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
+
+
+def ends_saved(
+    layers: Sequence[int], costs: dict[int, LayerCost], ends_in_flight: tuple[float, float], model: Workload
+) -> float:
+    """Activations of the embedding and output layer on this stage, every micro-batch in flight there included
+    (``ends_in_flight``: the schedule's micro-batches in flight at the first and the last chunk)."""
+    first, last = ends_in_flight
+    return sum(
+        costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
+    )
+
+
+def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
+    """Weights (ZeRO-3: the shard plus two gathered layers), gradients, optimizer states and workspace."""
+    states = model_state_bytes(
+        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
+    )
+    gathering = s.zero >= 3 and (s.dp or 1) > 1
+    gathered = 2 * largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
+    return {
+        "weights": round(states.weights + gathered),
+        "gradients": round(states.gradients),
+        "optimizer": round(states.optimizer),
+        "workspace": int(cluster.gpu.workspace_reserve_bytes),
+    }
+
+
+def milp_stage_plans(
+    prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
+) -> dict[int, StageRemat]:
+    """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
+    leaves after model states, workspace and the embedding/output activations), with the stage's micro-batches in
+    flight. Both engines price the stage from it."""
+    from plansim.remat.plan import stage_remat
+
+    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
+    tp_comm = tp_pricer(cluster, s)
+    if costs is None:
+        costs = layer_costs(graph, kernels, tp_comm)
+    sched = get_schedule(s.schedule)
+    plans = {}
+    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
+        blocks = [i for i in layers if 0 <= i < model.layers]
+        params = stage_params(layers, costs, s, model, idx)
+        largest = max(costs[i].params for i in layers if i in costs)
+        static = sum(static_bytes(cluster, s, params, largest).values())
+        budget = s.remat_budget
+        if budget is None:
+            ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+            budget = cluster.gpu.memory_bytes - static - ends_saved(layers, costs, ends, model)
+        plans[idx] = stage_remat(
+            graph,
+            blocks,
+            kernels,
+            tp_comm,
+            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
+            budget_bytes=budget,
+            granularity=s.remat_granularity,
+            time_limit_s=s.remat_time_limit_s,
+        )
+    return plans

@@ -1,0 +1,103 @@
+"""A strategy's checks against a model and a cluster: every violation, each message naming the field and the fix.
+
+It sits above the strategy schema, the workloads (a traced model has rules of its own, ``plansim.workload.traced``)
+and the hardware, so that none of them needs another.
+"""
+
+from __future__ import annotations
+
+from plansim.hardware import Cluster
+from plansim.strategy import Strategy
+from plansim.workload.spec import ModelSpec
+from plansim.workload.torch_trace import TracedModel
+from plansim.workload.traced import Workload, traced_problems
+
+__all__ = ["check_strategy"]
+
+
+def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> list[str]:
+    """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix.
+    A traced model (``plansim.workload.traced``) also needs tp=1, its traced batch as micro-batch and its dtype."""
+    s = strategy.resolve(cluster)
+    dp = s.dp or 1
+    problems: list[str] = []
+    if dp * s.tp * s.pp != cluster.num_gpus:
+        problems.append(
+            f"dp*tp*pp = {dp}*{s.tp}*{s.pp} = {dp * s.tp * s.pp} but --gpus is {cluster.num_gpus}: make them equal"
+        )
+    problems += _check_model_split(s, model)
+    problems += _check_batch(s, dp)
+    if s.zero >= 2 and s.pp > 1:
+        problems.append(
+            f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
+            "parallelism does not support (DeepSpeed); use zero=1 or pp=1"
+        )
+    if s.dp_algorithm == "butterfly" and dp & (dp - 1):
+        problems.append(f"dp_algorithm=butterfly needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
+    if s.tp > cluster.gpus_per_node:
+        problems.append(
+            f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
+        )
+    if not cluster.gpu.supports(s.compute_dtype):
+        problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
+    return problems
+
+
+def _check_model_split(s: Strategy, model: Workload) -> list[str]:
+    problems = traced_problems(s, model) if isinstance(model, TracedModel) else _check_family(s, model)
+    chunks = s.pp * s.virtual_stages
+    if s.layer_split is not None:
+        split = s.layer_split
+        if s.virtual_stages > 1:
+            problems.append("layer_split applies to one model chunk per stage: leave it out with schedule=interleaved")
+        elif len(split) != s.pp or min(split) < 1 or sum(split) != model.layers:
+            problems.append(
+                f"layer_split={list(split)}: needs pp={s.pp} entries of at least 1 block summing to "
+                f"layers={model.layers}"
+            )
+    if model.layers < chunks:
+        problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
+    elif s.schedule == "interleaved" and model.layers % chunks:
+        problems.append(
+            f"schedule=interleaved needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
+            "change pp or virtual_stages"
+        )
+    if s.schedule == "interleaved" and s.pp == 1:
+        problems.append("schedule=interleaved needs pp > 1: use schedule=1f1b")
+    if s.schedule == "interleaved" and s.virtual_stages < 2:
+        problems.append(
+            "schedule=interleaved needs virtual_stages >= 2 (model chunks per stage): "
+            "set virtual_stages=2 or use schedule=1f1b"
+        )
+    return problems
+
+
+def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
+    """What a model family allows of tensor parallelism (the builders' sharding)."""
+    problems = []
+    if model.family in ("gpt", "llama"):
+        if model.heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide heads={model.heads}: choose tp among the divisors of the heads")
+        elif model.kv_heads % s.tp:
+            problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
+    if model.family == "cnn" and s.tp > 1:
+        problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
+    return problems
+
+
+def _check_batch(s: Strategy, dp: int) -> list[str]:
+    if s.global_batch is None:
+        return []
+    per_step = s.micro_batch * dp
+    if s.global_batch % per_step:
+        return [
+            f"global_batch={s.global_batch} is not a multiple of micro_batch*dp={per_step}: "
+            f"use global_batch={max(per_step, s.global_batch // per_step * per_step)}"
+        ]
+    m = s.global_batch // per_step
+    if s.schedule == "interleaved" and m % s.pp:
+        return [
+            f"schedule=interleaved needs the micro-batch count {m} to be a multiple of pp={s.pp} "
+            "(Megatron-LM): change global_batch"
+        ]
+    return []

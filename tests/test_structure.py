@@ -1,0 +1,93 @@
+"""The package's layers point one way: no import cycles, and no engine that reads the reports or the planner.
+
+Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, since each is a dependency
+a reader must follow. The walk reads the source with ``ast``; nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "plansim"
+
+#: Modules that price a step (the engines and what they read), and the layers above them they must not import.
+ENGINE_PREFIXES = ("plansim.analytic", "plansim.lower", "plansim.sim", "plansim.taskgraph", "plansim.step",
+                   "plansim.costs", "plansim.mesh", "plansim.schedules", "plansim.strategy")  # fmt: skip
+ABOVE_ENGINES = ("plansim.report", "plansim.planner", "plansim.comparison", "plansim.sweep", "plansim.cli",
+                 "plansim.validation", "plansim.api")  # fmt: skip
+ABOVE_REPORTS = ("plansim.planner", "plansim.comparison", "plansim.sweep", "plansim.cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports (``from pkg import mod`` names the module ``pkg.mod``)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def import_graph() -> nx.DiGraph:
+    """Module -> the package's modules it imports."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(paths)
+    for name, path in paths.items():
+        graph.add_edges_from((name, target) for target in _imports(path, name, set(paths)))
+    return graph
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_walk_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    """The walker itself: a function-level and a TYPE_CHECKING import are both edges."""
+    source = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from plansim.a import X\n"
+        "def f():\n    from plansim import b\n"
+    )
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert _imports(path, "plansim.m", {"plansim.a", "plansim.b", "plansim.m"}) == {"plansim.a", "plansim.b"}
+
+
+def test_no_import_cycles() -> None:
+    cycles = sorted(nx.simple_cycles(import_graph()), key=len)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:10])
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [
+        (ENGINE_PREFIXES, ABOVE_ENGINES),
+        (("plansim.report",), ABOVE_REPORTS),
+        (("plansim.lower",), ("plansim.analytic",)),
+    ],
+    ids=["engines-below-reports-planner-api", "reports-below-planner", "lowering-apart-from-analytic"],
+)
+def test_layers_point_one_way(lower: tuple[str, ...], upper: tuple[str, ...]) -> None:
+    graph = import_graph()
+    wrong = sorted((a, b) for a, b in graph.edges if _within(a, lower) and _within(b, upper) and not _within(a, upper))
+    assert not wrong, "imports against the layering: " + ", ".join(f"{a} -> {b}" for a, b in wrong)
