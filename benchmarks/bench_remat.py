@@ -21,7 +21,7 @@ import time
 
 from plansim.api import load_hardware, load_model
 from plansim.remat import BASELINES, RematGraph, linear_chain, solve_remat, stage_graph
-from plansim.step import prepare_step, tp_pricer
+from plansim.step.prepare import prepare_step, tp_pricer
 from plansim.strategy import Strategy
 
 

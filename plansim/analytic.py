@@ -14,26 +14,27 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import LayerCost, layer_activations, layer_costs
-from plansim.costs.memory import REMAT_ACTIVATIONS, StageActivations, stage_activation_bytes_of
+from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
+from plansim.mesh import mesh_of
 from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
-from plansim.step import (
+from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.step.prepare import (
     PreparedStep,
-    hierarchical_local,
     p2p_message_bytes,
     prepare_step,
     shard_algorithm,
     tied_copy_params,
     tp_pricer,
 )
-from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
 from plansim.units import GB, dtype_bytes
@@ -179,9 +180,10 @@ def simulate_analytic(
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
     # a pipeline's stages do not depend on ZeRO or the all-reduce: strategies differing only there share them
     key = (s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.layer_split, s.dp)
-    pipe = priced.pipelines.get(key) if s.remat != "milp" else None
+    scheduled = REMAT_POLICIES[s.remat].scheduled
+    pipe = priced.pipelines.get(key) if not scheduled else None
     if pipe is None:
-        plans = milp_stage_plans(prep, cluster, model, priced.costs) if s.remat == "milp" else {}
+        plans = milp_stage_plans(prep, cluster, model, priced.costs) if scheduled else {}
         sched = get_schedule(s.schedule)
         ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
         tied = tied_copy_params(model, s)
@@ -192,7 +194,7 @@ def simulate_analytic(
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
             ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
-            if s.remat == "milp":
+            if scheduled:
                 stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx]))
                 continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
@@ -202,7 +204,7 @@ def simulate_analytic(
                 stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_bytes)
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
-        if s.remat != "milp":
+        if not scheduled:
             priced.pipelines[key] = pipe
     return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe)
 
@@ -255,18 +257,19 @@ class _Pipeline:
 
 def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[float, float]:
     """(seconds, bytes) of one micro-batch's activation and gradient sends from ``stage``, each on its own boundary
-    (stage s's ranks start at s*tp*dp: pp is the outermost dimension; interleaving wraps the last stage to the
+    (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the
     first)."""
     fwd, bwd = get_schedule(s.schedule).sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
         return 0.0, 0.0
-    width = s.tp * (s.dp or 1)
+    mesh = mesh_of(s)
+    first = mesh.rank(pp=stage)
 
-    def send(dst: int) -> float:
-        link = cluster.p2p_link(stage * width, (dst % s.pp) * width)
+    def send(steps: int) -> float:
+        link = cluster.p2p_link(first, mesh.shift("pp", first, steps))
         return link.latency_s + n_bytes / link.bandwidth_Bps
 
-    return fwd * send(stage + 1) + bwd * send(stage - 1), (fwd + bwd) * n_bytes
+    return fwd * send(+1) + bwd * send(-1), (fwd + bwd) * n_bytes
 
 
 def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: Any) -> tuple[float, float]:
@@ -295,10 +298,10 @@ class _StageSums:
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
-        self._recompute: dict[str, tuple[float, float, float]] = {}
+        self._recompute: dict[str, Recompute] = {}
         self._activations: dict[str, StageActivations] = {}
 
-    def recompute(self, remat: str) -> tuple[float, float, float]:
+    def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
             self._recompute[remat] = _recompute(remat, self.blocks)
         return self._recompute[remat]
@@ -306,7 +309,9 @@ class _StageSums:
     def activations(self, remat: str) -> StageActivations:
         if remat not in self._activations:
             acts = [layer_activations(c, self.layer_input) for c in self.blocks]
-            self._activations[remat] = REMAT_ACTIVATIONS[remat](acts)
+            activations = REMAT_POLICIES[remat].activations
+            assert activations is not None, "scheduled policies take their stage's schedule"
+            self._activations[remat] = activations(acts)
         return self._activations[remat]
 
 
@@ -333,7 +338,7 @@ def _stage_cost(
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
         comm_s=sums.tp_s + recompute_tp_s + p2p[0],
-        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if remat in ("full", "sqrt") else 0.0),
+        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if REMAT_POLICIES[remat].reruns == "block_forward" else 0.0),
         params=params,
         largest_layer_params=sums.largest_layer_params,
         activations=activations,
@@ -344,17 +349,14 @@ def _stage_cost(
     )
 
 
-def _recompute(remat: str, blocks: list[LayerCost]) -> tuple[float, float, float]:
-    """(compute s, tensor-parallel comm s, matmul FLOPs) rebuilt per micro-batch by ``remat`` on these blocks.
-
-    Full and sqrt(N) recompute run each block's forward once more, its collectives included (Chen et al. 2016;
-    Korthikanti et al. 2022 sec 5); selective recompute reruns only the attention core, which has no collective.
-    """
-    if remat in ("full", "sqrt"):
-        return (sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks))
-    if remat == "selective":
-        return sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks)
-    return 0.0, 0.0, 0.0
+def _recompute(remat: str, blocks: list[LayerCost]) -> Recompute:
+    """(compute s, tensor-parallel comm s, matmul FLOPs) rebuilt per micro-batch by ``remat`` on these blocks: what
+    its registry entry reruns (``plansim.costs.remat_policies``), summed over the blocks."""
+    block = Recompute(
+        sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks)
+    )
+    core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
+    return REMAT_POLICIES[remat].recompute(block, core)
 
 
 @dataclass(frozen=True)
@@ -366,19 +368,19 @@ class DataParallelComm:
     zero_bytes: float
 
 
-def _dp_links(cluster: Cluster, s: Strategy, dp: int, algorithm: str) -> tuple[Link, dict[str, Any]]:
+def _dp_links(cluster: Cluster, s: Strategy, dp: int, collective: str, algorithm: str) -> tuple[Link, dict[str, Any]]:
     """The data-parallel group's link (ranks tp apart) and, where the algorithm prices node-local and inter-node
     steps apart, the node-local group size and the inter-node link as keyword arguments of ``collective_time``:
     hierarchical (its inter-node phase), and a butterfly spanning nodes (its steps between ranks ``local`` or more
     apart cross nodes, each GPU through its own NIC share: recursive halving and doubling move their largest
     blocks over the longest distances, Thakur et al. 2005 sec 4)."""
-    if algorithm not in ("hierarchical", "butterfly"):
-        return cluster.group_link(dp, s.tp), {}
-    local = hierarchical_local(cluster, s, dp)
-    if algorithm == "butterfly" and local >= dp:
-        return cluster.group_link(dp, s.tp), {}
-    inter = cluster.group_link(dp // local, s.tp * local)
-    return cluster.group_link(local, s.tp), {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
+    mesh = mesh_of(s)
+    if not algorithm_entry(collective, algorithm).reads_local:
+        return mesh.link("dp", cluster), {}
+    local, intra, inter = mesh.split_links("dp", cluster)
+    if inter is None:  # one node: no step crosses (hierarchical's inter-node phase is among one rank)
+        return intra, {"local": local}
+    return intra, {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
 
 
 def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float, fwd_s: float) -> DataParallelComm:
@@ -396,9 +398,9 @@ def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float,
     m = s.num_microbatches
     grad_bytes = stage.params * grad_bytes_per_param(s)
     weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
-    link, kw = _dp_links(cluster, s, dp, s.dp_algorithm)
+    link, kw = _dp_links(cluster, s, dp, "all_reduce", s.dp_algorithm)
     shard_alg = shard_algorithm(s)
-    base, shard_kw = _dp_links(cluster, s, dp, shard_alg)
+    base, shard_kw = _dp_links(cluster, s, dp, "reduce_scatter", shard_alg)  # all-gathers alike
     buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
 
     def hidden(t: float, window: float) -> float:
@@ -426,7 +428,8 @@ def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[flo
     if not tied:
         return 0.0, 0.0
     grad_bytes = tied * grad_bytes_per_param(s)
-    link = cluster.p2p_link(0, (s.pp - 1) * s.tp * (s.dp or 1))
+    ends = mesh_of(s).group("pp", 0)
+    link = cluster.p2p_link(ends[0], ends[-1])
     return _price("all_reduce", "ring", 2, grad_bytes, link)
 
 

@@ -199,11 +199,11 @@ def plan(
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
+    from plansim.costs.remat_policies import REMAT_POLICIES
     from plansim.errors import PlansimError
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
-    from plansim.strategy import REMAT_POLICIES
 
     policies = tuple(p.strip() for p in remat.split(",") if p.strip())
     bad = [p for p in policies if p not in REMAT_POLICIES]
@@ -211,7 +211,7 @@ def plan(
         raise PlansimError(f"--remat {remat}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
     if jobs < 1:
         raise PlansimError(f"--jobs {jobs}: at least 1")
-    searched = tuple(p for p in policies if p != "milp") or ("full",)
+    searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from plansim.schedules import SCHEDULES
 from plansim.strategy import Strategy
 from plansim.units import GB
 
@@ -28,7 +29,7 @@ def describe(s: Strategy) -> str:
     >>> describe(Strategy(dp=8, tp=8, pp=4, micro_batch=1, schedule="interleaved", virtual_stages=3, zero=1))
     'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none ring'
     """
-    schedule = f"interleaved(v={s.virtual_stages})" if s.schedule == "interleaved" else s.schedule
+    schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     parts = [f"dp{s.dp}", f"tp{s.tp}" + ("+sp" if s.sequence_parallel else ""), f"pp{s.pp}", f"mb{s.micro_batch}"]
     if s.layer_split is not None:
         parts.insert(3, "split " + "/".join(map(str, s.layer_split)))

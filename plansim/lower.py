@@ -29,16 +29,19 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.layers import weight_gradient_s
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.hardware import Cluster
+from plansim.mesh import DeviceMesh, mesh_of
 from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
-from plansim.step import hierarchical_local, p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
 from plansim.step.memory import milp_stage_plans
+from plansim.step.prepare import p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.units import dtype_bytes
@@ -84,17 +87,18 @@ def _append(segments: list[Segment], seconds: float = 0.0, comm: Comm | None = N
             segments.append(Segment(seconds=seconds))
 
 
-def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, tp: int) -> dict[int, LayerProgram]:
+def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
     """Each layer's forward, backward (whole, and input-gradient only) and weight-gradient work, split at its
-    tensor-parallel collectives (Megatron-LM's are blocking, so they sit on the compute stream)."""
+    tensor-parallel collectives (Megatron-LM's are blocking, so they sit on the compute stream). Each collective runs
+    on the mesh axis its op names (``group``); one on an axis of size 1 is no collective."""
     programs: dict[int, LayerProgram] = {}
     order = list(nx.topological_sort(graph))
     for name in order:
         op = graph.nodes[name]
         lp = programs.setdefault(op["layer"], LayerProgram(op["layer"]))
         if op["kind"] == "collective":
-            if tp > 1 and op["collective"] != "none":
-                _append(lp.fwd, comm=Comm(op["collective"], "ring", "tp", op["comm_bytes"], "tp"))
+            if mesh.size(op["group"]) > 1 and op["collective"] != "none":
+                _append(lp.fwd, comm=Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
             continue
         fwd = kernels.forward(op)
         _append(lp.fwd, fwd)
@@ -113,8 +117,8 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, tp: int) -> dict
         op = graph.nodes[name]
         lp = programs[op["layer"]]
         if op["kind"] == "collective":
-            if tp > 1 and op["bwd_collective"] != "none":
-                comm = Comm(op["bwd_collective"], "ring", "tp", op["comm_bytes"], "tp")
+            if mesh.size(op["group"]) > 1 and op["bwd_collective"] != "none":
+                comm = Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"])
                 _append(lp.bwd, comm=comm)
                 _append(lp.bwd_input, comm=comm)
             continue
@@ -129,14 +133,11 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, tp: int) -> dict
 
 
 def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, segment_start: bool) -> float:
-    """Bytes a layer keeps per micro-batch from its forward to its backward under ``remat``."""
-    if not is_block or remat == "none":
+    """Bytes a layer keeps per micro-batch from its forward to its backward under ``remat`` (its registry entry's
+    rule for blocks; the embedding and output layer keep all they save)."""
+    if not is_block:
         return lp.saved
-    if remat == "selective":
-        return lp.saved - lp.selective_saved
-    if remat == "full":
-        return layer_input
-    return layer_input if segment_start else 0.0  # sqrt: only segment inputs
+    return REMAT_POLICIES[remat].stored(lp.saved, lp.selective_saved, layer_input, segment_start)
 
 
 @dataclass
@@ -150,6 +151,7 @@ class _Ctx:
     p2p_bytes: float
     grad_b: int
     weight_b: int
+    mesh: DeviceMesh
     # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
     milp: dict[int, LayerRemat] = field(default_factory=dict)
     # cross-stage dependencies by key, resolved once every stage is built
@@ -235,9 +237,10 @@ class _StageLowering:
 
     def _rebuilds(self, layer: int) -> bool:
         """Whether remat rebuilds anything of this block (allocating ``r/`` and ``rk/`` for its backward)."""
-        if not self.ctx.is_block(layer) or self.s.remat == "none":
+        policy = REMAT_POLICIES[self.s.remat]
+        if not self.ctx.is_block(layer) or policy.reruns == "nothing":
             return False
-        return self.s.remat != "milp" or self.ctx.milp[layer].recompute_s > 0
+        return not policy.scheduled or self.ctx.milp[layer].recompute_s > 0
 
     # -- passes ------------------------------------------------------------------------------------------------
     def forward(self, mb: int, g: int) -> None:
@@ -250,7 +253,7 @@ class _StageLowering:
                 continue
             block = ctx.is_block(layer)
             seg_start = block and (layers.index(layer) - (1 if layers[0] < 0 else 0)) % k_seg == 0
-            if block and s.remat == "milp":
+            if block and REMAT_POLICIES[s.remat].scheduled:
                 stored = min(lp.saved, ctx.milp[layer].stored_bytes)
             else:
                 stored = _stored(s.remat, lp, ctx.layer_input, block, seg_start)
@@ -338,7 +341,8 @@ class _StageLowering:
         """Emit the recompute a layer's backward needs; returns the (wait, deps) left for the backward itself."""
         ctx, s = self.ctx, self.s
         lp = ctx.programs[layer]
-        if s.remat == "milp":  # what the schedule recomputes in the stages of this block's gradient nodes
+        policy = REMAT_POLICIES[s.remat]
+        if policy.scheduled:  # what the schedule recomputes in the stages of this block's gradient nodes
             plan = ctx.milp[layer]
             plan_alloc = (
                 (f"r/{mb}/{layer}", plan.rebuilt_bytes, "activations"),
@@ -354,13 +358,13 @@ class _StageLowering:
                 wait_key=wait,
             )
             return None, ()
-        if s.remat == "selective":
+        if policy.reruns == "attention_core":
             segs = [Segment(lp.selective_s)]
             todo = [layer]
-        elif s.remat == "full":
+        elif not policy.segments:  # the block's forward, its collectives included
             segs = lp.fwd
             todo = [layer]
-        else:  # sqrt: replay the whole segment before the backward of its last layer
+        else:  # replay the whole segment before the backward of its last layer
             i = blocks.index(layer)
             start = i - i % k_seg
             seg_layers = blocks[start : start + k_seg]
@@ -371,7 +375,7 @@ class _StageLowering:
         alloc = []
         for lay in todo:
             p = ctx.programs[lay]
-            stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and s.remat == "sqrt")
+            stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and policy.segments)
             rebuilt = max(p.saved - stored, 0.0)  # a traced block may save less than the kept input
             # split backward: the rebuilt weight-GEMM inputs stay for the W pass, the rest goes after B
             keep = min(rebuilt, p.wgrad_saved - min(stored, p.wgrad_saved)) if self.split else 0.0
@@ -446,7 +450,8 @@ class _StageLowering:
             return
         s, ctx = self.s, self.ctx
         if s.zero == 0:
-            local = hierarchical_local(ctx.cluster, s, self.dp) if s.dp_algorithm == "hierarchical" else None
+            reads_local = ALLREDUCE_ALGORITHMS[s.dp_algorithm].reads_local
+            local = ctx.mesh.local_size("dp", ctx.cluster.gpus_per_node) if reads_local else None
             comm = Comm("all_reduce", s.dp_algorithm, "dp", self.bucket[0], "dp", local=local)
         else:
             comm = Comm("reduce_scatter", shard_algorithm(self.s), "dp", self.bucket[0], "dp")
@@ -504,7 +509,8 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
 
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    programs = layer_programs(graph, kernels, s.tp)
+    mesh = mesh_of(s)
+    programs = layer_programs(graph, kernels, mesh)
     for block in range(model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
         programs.setdefault(block, LayerProgram(block))
     layer_input = graph.graph["layer_input_bytes"]
@@ -518,9 +524,10 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         p2p_bytes=p2p_message_bytes(graph, s),
         grad_b=grad_bytes_per_param(s),
         weight_b=dtype_bytes(s.compute_dtype),
+        mesh=mesh,
     )
     milp_flops = 0.0
-    if s.remat == "milp":
+    if REMAT_POLICIES[s.remat].scheduled:
         for plan in milp_stage_plans(prep, cluster, model).values():
             ctx.milp.update(plan.layers)
             milp_flops += plan.recompute_flops
@@ -549,9 +556,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     model_fl = model_flops(graph) * s.tp * dp * m
     return TaskGraph(
         stages=stages,
-        tp=s.tp,
-        dp=dp,
-        pp=p,
+        mesh=mesh,
         num_microbatches=m,
         model_flops=model_fl,
         hardware_flops=model_fl + recompute_flops * s.tp * dp * m,
@@ -559,8 +564,6 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
 
 
 def _recompute_flops(remat: str, lp: LayerProgram) -> float:
-    if remat in ("full", "sqrt"):
-        return lp.fwd_matmul_flops
-    if remat == "selective":
-        return lp.selective_matmul_flops
-    return 0.0
+    """Matmul FLOPs a block's backward reruns under ``remat`` (its registry entry)."""
+    block, core = Recompute(0.0, 0.0, lp.fwd_matmul_flops), Recompute(0.0, 0.0, lp.selective_matmul_flops)
+    return REMAT_POLICIES[remat].recompute(block, core).matmul_flops

@@ -46,7 +46,9 @@ class PipelineSchedule:
     ``ends_in_flight(p, m, v)`` is (first chunk of stage 0, last chunk of the last stage): how many micro-batches
     the input embedding and the output layer hold. ``order(stage, p, m, v)`` is the sequence of passes that stage
     runs (``plansim.pipeline_orders``); ``split_backward`` says whether its B passes compute only input gradients,
-    with separate W passes for the weight gradients.
+    with separate W passes for the weight gradients. ``model_chunks`` says whether it runs ``v >= 2`` model chunks
+    per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
+    multiple of ``pp`` (``plansim.strategy_checks``); the others run one chunk per stage.
     """
 
     name: str
@@ -56,6 +58,7 @@ class PipelineSchedule:
     description: str
     order: Callable[[int, int, int, int], list[PipeOp]]
     split_backward: bool = False
+    model_chunks: bool = False
 
     def sends_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
         """(forward, backward) activation sends of one micro-batch from ``stage``.
@@ -183,6 +186,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             _interleaved_ends,
             "1F1B over v model chunks per stage (Megatron-LM)",
             interleaved_order,
+            model_chunks=True,
         ),
         PipelineSchedule(
             "zb-h1",

@@ -6,33 +6,37 @@ A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
+from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError
+from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
 from plansim.yamlfile import parse_yaml, read_mapping, validated
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
-__all__ = [
-    "DP_ALGORITHMS",
-    "DTYPES",
-    "REMAT_POLICIES",
-    "SCHEDULES",
-    "Strategy",
-    "list_strategies",
-    "load_strategy",
-]
+__all__ = ["DTYPES", "Strategy", "list_strategies", "load_strategy"]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
-REMAT_POLICIES = ("none", "full", "selective", "sqrt", "milp")
 DTYPES = ("fp32", "fp16", "bf16")
-DP_ALGORITHMS = ("ring", "tree", "butterfly", "naive", "ps", "hierarchical")
+
+
+def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object], object]:
+    """A validator: the value must be a name in ``registry`` (the one list of those names)."""
+
+    def check(value: object) -> object:
+        if value not in registry:
+            raise ValueError(f"{field}={value!r} is unknown: choose one of {', '.join(registry)}")
+        return value
+
+    return check
 
 
 class Strategy(BaseModel):
@@ -52,14 +56,18 @@ class Strategy(BaseModel):
     zero: Literal[0, 1, 2, 3] = 0
     micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per data-parallel replica")
     global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
-    schedule: Literal["gpipe", "1f1b", "interleaved", "zb-h1"] = "1f1b"
+    schedule: Annotated[str, AfterValidator(_registered("schedule", SCHEDULES))] = Field(
+        default="1f1b", description="pipeline schedule, a name in plansim.schedules.SCHEDULES"
+    )
     virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
     layer_split: tuple[int, ...] | None = Field(
         default=None,
         description="transformer blocks per pipeline stage, first to last (pp entries; the first stage also holds "
         "the embedding, the last the output layer; inline: 5/7/7/5); default: even, the first stages one more",
     )
-    remat: Literal["none", "full", "selective", "sqrt", "milp"] = "none"
+    remat: Annotated[str, AfterValidator(_registered("remat", REMAT_POLICIES))] = Field(
+        default="none", description="remat policy, a name in plansim.costs.remat_policies.REMAT_POLICIES"
+    )
     remat_budget: float | None = Field(
         default=None,
         ge=0,
@@ -73,7 +81,9 @@ class Strategy(BaseModel):
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )
-    dp_algorithm: Literal["ring", "tree", "butterfly", "naive", "ps", "hierarchical"] = "ring"
+    dp_algorithm: Annotated[str, AfterValidator(_registered("dp_algorithm", ALLREDUCE_ALGORITHMS))] = Field(
+        default="ring", description="data-parallel all-reduce, a name in plansim.costs.collectives.ALLREDUCE_ALGORITHMS"
+    )
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
     grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
@@ -98,14 +108,11 @@ class Strategy(BaseModel):
 
     @model_validator(mode="after")
     def _interleaving(self) -> Strategy:
-        if self.virtual_stages > 1 and self.schedule == "zb-h1":
+        if self.virtual_stages > 1 and not SCHEDULES[self.schedule].model_chunks:
+            chunked = ", ".join(name for name, entry in SCHEDULES.items() if entry.model_chunks)
             raise ValueError(
-                f"schedule=zb-h1 runs one model chunk per stage, got virtual_stages={self.virtual_stages}: "
-                "set virtual_stages=1 (or use schedule=interleaved)"
-            )
-        if self.virtual_stages > 1 and self.schedule != "interleaved":
-            raise ValueError(
-                f"virtual_stages={self.virtual_stages} needs schedule=interleaved (or set virtual_stages=1)"
+                f"schedule={self.schedule} runs one model chunk per stage, got virtual_stages={self.virtual_stages}: "
+                f"set virtual_stages=1 (or use schedule={chunked})"
             )
         return self
 

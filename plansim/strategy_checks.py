@@ -6,7 +6,9 @@ and the hardware, so that none of them needs another.
 
 from __future__ import annotations
 
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.hardware import Cluster
+from plansim.schedules import SCHEDULES
 from plansim.strategy import Strategy
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel
@@ -32,8 +34,8 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
             f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
             "parallelism does not support (DeepSpeed); use zero=1 or pp=1"
         )
-    if s.dp_algorithm == "butterfly" and dp & (dp - 1):
-        problems.append(f"dp_algorithm=butterfly needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
+    if ALLREDUCE_ALGORITHMS[s.dp_algorithm].power_of_two and dp & (dp - 1):
+        problems.append(f"dp_algorithm={s.dp_algorithm} needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
     if s.tp > cluster.gpus_per_node:
         problems.append(
             f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
@@ -46,10 +48,13 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
 def _check_model_split(s: Strategy, model: Workload) -> list[str]:
     problems = traced_problems(s, model) if isinstance(model, TracedModel) else _check_family(s, model)
     chunks = s.pp * s.virtual_stages
+    chunked = SCHEDULES[s.schedule].model_chunks
     if s.layer_split is not None:
         split = s.layer_split
         if s.virtual_stages > 1:
-            problems.append("layer_split applies to one model chunk per stage: leave it out with schedule=interleaved")
+            problems.append(
+                f"layer_split applies to one model chunk per stage: leave it out with schedule={s.schedule}"
+            )
         elif len(split) != s.pp or min(split) < 1 or sum(split) != model.layers:
             problems.append(
                 f"layer_split={list(split)}: needs pp={s.pp} entries of at least 1 block summing to "
@@ -57,16 +62,16 @@ def _check_model_split(s: Strategy, model: Workload) -> list[str]:
             )
     if model.layers < chunks:
         problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
-    elif s.schedule == "interleaved" and model.layers % chunks:
+    elif chunked and model.layers % chunks:
         problems.append(
-            f"schedule=interleaved needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
+            f"schedule={s.schedule} needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
             "change pp or virtual_stages"
         )
-    if s.schedule == "interleaved" and s.pp == 1:
-        problems.append("schedule=interleaved needs pp > 1: use schedule=1f1b")
-    if s.schedule == "interleaved" and s.virtual_stages < 2:
+    if chunked and s.pp == 1:
+        problems.append(f"schedule={s.schedule} needs pp > 1: use schedule=1f1b")
+    if chunked and s.virtual_stages < 2:
         problems.append(
-            "schedule=interleaved needs virtual_stages >= 2 (model chunks per stage): "
+            f"schedule={s.schedule} needs virtual_stages >= 2 (model chunks per stage): "
             "set virtual_stages=2 or use schedule=1f1b"
         )
     return problems
@@ -95,9 +100,9 @@ def _check_batch(s: Strategy, dp: int) -> list[str]:
             f"use global_batch={max(per_step, s.global_batch // per_step * per_step)}"
         ]
     m = s.global_batch // per_step
-    if s.schedule == "interleaved" and m % s.pp:
+    if SCHEDULES[s.schedule].model_chunks and m % s.pp:
         return [
-            f"schedule=interleaved needs the micro-batch count {m} to be a multiple of pp={s.pp} "
+            f"schedule={s.schedule} needs the micro-batch count {m} to be a multiple of pp={s.pp} "
             "(Megatron-LM): change global_batch"
         ]
     return []

@@ -2,8 +2,8 @@
 
 ``plansim.lower`` builds it from (model, cluster, strategy); the discrete-event engine (``plansim.sim``) runs it.
 Every rank of a pipeline stage runs the same :class:`StageProgram` (tensor-parallel ranks in lockstep, data-parallel
-replicas identical); collectives name their process group (``tp``, ``dp``, ``pp``, ``emb``) and the engine turns the
-group into global ranks for the rank that runs it.
+replicas identical); collectives name the mesh axis they run on (``tp``, ``dp``, ``pp``; ``emb`` for the first and last
+stage of the ``pp`` axis) and the engine asks the graph's ``DeviceMesh`` for the global ranks of that group.
 
 Tasks of one stream run in list order, one at a time (a CUDA stream). A task also waits for its ``deps``: tasks of
 the same stage on other streams, or of other stages (a pipeline receive waits for the sender's send).
@@ -12,6 +12,8 @@ the same stage on other streams, or of other stages (a pipeline receive waits fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from plansim.mesh import DeviceMesh
 
 __all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
 
@@ -25,10 +27,11 @@ class Comm:
     """A collective (or a point-to-point send) of one task.
 
     ``collective``/``algorithm`` are keys of ``plansim.costs.collectives.COLLECTIVES``; ``n_bytes`` is its message
-    size (see ``MESSAGE_SIZE``). ``group``: ``tp`` (ranks 1 apart), ``dp`` (ranks ``tp`` apart), ``pp`` (a send to the
-    stage ``peer`` stages away, wrapping around: interleaving sends the last stage's output to stage 0), ``emb`` (the
-    first and last stage's ranks that hold the tied embeddings). ``kind`` files its bytes under the output contract's
-    ``comm_bytes_per_gpu`` key. ``local`` is the node-local group size of a hierarchical all-reduce.
+    size (see ``MESSAGE_SIZE``). ``group``: the mesh axis it runs along (``tp``, ``dp``: the rank's group on that axis,
+    ``DeviceMesh.group``), ``pp`` (a send to the stage ``peer`` stages away, wrapping around: interleaving sends the
+    last stage's output to stage 0), ``emb`` (the first and last stage's ranks that hold the tied embeddings).
+    ``kind`` files its bytes under the output contract's ``comm_bytes_per_gpu`` key. ``local`` is the node-local
+    group size of a two-level collective (algorithms whose registry entry ``reads_local``).
     """
 
     collective: str
@@ -85,12 +88,25 @@ class TaskGraph:
     """The step as per-stage programs, plus the step's FLOP counts (for MFU and HFU)."""
 
     stages: list[StageProgram]
-    tp: int
-    dp: int
-    pp: int
+    mesh: DeviceMesh
     num_microbatches: int
     model_flops: float
     hardware_flops: float
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree (the mesh's ``tp`` axis)."""
+        return self.mesh.size("tp")
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree (the mesh's ``dp`` axis)."""
+        return self.mesh.size("dp")
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages (the mesh's ``pp`` axis)."""
+        return self.mesh.size("pp")
 
     @property
     def num_tasks(self) -> int:

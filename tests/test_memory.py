@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plansim.costs.memory import LayerActivations, model_state_bytes, stage_activation_bytes
+from plansim.costs.memory import LayerActivations, model_state_bytes
+from plansim.costs.remat_policies import stage_activation_bytes
 
 
 @pytest.mark.parametrize("zero,published_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])

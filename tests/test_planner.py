@@ -14,11 +14,13 @@ from typer.testing import CliRunner
 from plansim.analytic import simulate_analytic
 from plansim.api import load_hardware, load_model
 from plansim.cli import app
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.planner import Constraints, plan, training_cost
 from plansim.planner.search import search
 from plansim.planner.space import candidates
+from plansim.schedules import SCHEDULES
 from plansim.sim.engine import simulate_des
-from plansim.strategy import DP_ALGORITHMS, SCHEDULES, Strategy
+from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
 
 runner = CliRunner()
@@ -55,7 +57,9 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
         if gpus % (tp * pp):
             continue
         pipelines = [(x, 1) for x in SCHEDULES] + [("interleaved", v) for v in range(2, model.layers + 1)]
-        for (schedule, v), zero, sp, alg in itertools.product(pipelines, (0, 1, 2, 3), (False, True), DP_ALGORITHMS):
+        for (schedule, v), zero, sp, alg in itertools.product(
+            pipelines, (0, 1, 2, 3), (False, True), ALLREDUCE_ALGORITHMS
+        ):
             if sp and tp == 1:
                 continue
             s = Strategy(
@@ -233,8 +237,8 @@ def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     functions, from a freshly built graph (no cache)."""
     from plansim.costs.layers import layer_costs
     from plansim.stages import stage_layers
-    from plansim.step import prepare_step, tp_pricer
     from plansim.step.memory import stage_params, static_bytes
+    from plansim.step.prepare import prepare_step, tp_pricer
 
     prep = prepare_step(model, cluster, s)
     costs = layer_costs(prep.graph, prep.kernels, tp_pricer(cluster, prep.strategy))

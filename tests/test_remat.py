@@ -32,7 +32,7 @@ from plansim.remat import (
 )
 from plansim.remat.checkmate import build_milp, solve_milp, start_values
 from plansim.remat.schedule import plan_of
-from plansim.step import prepare_step, tp_pricer
+from plansim.step.prepare import prepare_step, tp_pricer
 from plansim.strategy import Strategy
 
 INF = float("inf")

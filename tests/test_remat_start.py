@@ -18,7 +18,7 @@ from plansim.remat.baselines import FIXED
 from plansim.remat.checkmate import solve_milp
 from plansim.remat.coarsen import coarse_checkpoints, contract, layer_parts
 from plansim.remat.start import improve_checkpoints, rounded_start
-from plansim.step import prepare_step, tp_pricer
+from plansim.step.prepare import prepare_step, tp_pricer
 from plansim.strategy import Strategy
 
 

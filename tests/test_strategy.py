@@ -96,3 +96,35 @@ def test_zb_h1_runs_one_chunk_per_stage() -> None:
         assert check_strategy(s, model, cluster) == []
     with pytest.raises(PlansimError, match=r"zb-h1 runs one model chunk per stage.*virtual_stages=1"):
         Strategy.parse("pp=4,schedule=zb-h1,virtual_stages=2")
+
+
+REGISTRIES = [
+    ("schedule", "plansim.schedules", "SCHEDULES"),
+    ("dp_algorithm", "plansim.costs.collectives", "ALLREDUCE_ALGORITHMS"),
+    ("remat", "plansim.costs.remat_policies", "REMAT_POLICIES"),
+]
+
+
+@pytest.mark.parametrize(("field", "module", "name"), REGISTRIES)
+def test_strategy_names_come_from_the_registries(field: str, module: str, name: str) -> None:
+    """Every registered name is a valid value; any other is refused in one line that lists the registry."""
+    import importlib
+
+    registry = getattr(importlib.import_module(module), name)
+    for key in registry:
+        extra = {"schedule": "interleaved", "virtual_stages": 2} if key == "interleaved" else {}
+        assert getattr(Strategy(**{field: key, **extra}), field) == key
+    with pytest.raises(PlansimError) as err:
+        Strategy.parse(f"{field}=bogus")
+    assert "\n" not in str(err.value)
+    assert f"{field}='bogus' is unknown: choose one of {', '.join(registry)}" in str(err.value)
+
+
+def test_a_new_registry_entry_is_a_valid_strategy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding an all-reduce algorithm is one registry entry: the strategy accepts it, with no list to edit."""
+    from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, Algorithm
+
+    with pytest.raises(PlansimError):
+        Strategy.parse("dp_algorithm=ring2")
+    monkeypatch.setitem(ALLREDUCE_ALGORITHMS, "ring2", Algorithm(ALLREDUCE_ALGORITHMS["ring"].build))
+    assert Strategy.parse("dp_algorithm=ring2").dp_algorithm == "ring2"

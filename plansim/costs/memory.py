@@ -15,16 +15,18 @@ is stored per micro-batch and what is rebuilt, one layer (or segment) at a time,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "REMAT_ACTIVATIONS",
     "LayerActivations",
     "ModelStates",
     "StageActivations",
+    "full",
     "model_state_bytes",
-    "stage_activation_bytes",
+    "none",
+    "selective",
+    "sqrt_segments",
     "stage_activation_bytes_of",
 ]
 
@@ -85,21 +87,21 @@ class StageActivations:
     working: float
 
 
-def _none(layers: Sequence[LayerActivations]) -> StageActivations:
+def none(layers: Sequence[LayerActivations]) -> StageActivations:
     return StageActivations(sum(a.full for a in layers), 0.0)
 
 
-def _selective(layers: Sequence[LayerActivations]) -> StageActivations:
+def selective(layers: Sequence[LayerActivations]) -> StageActivations:
     """Korthikanti 2022 sec 5: keep all but the attention core, rebuild it for one layer at a time."""
     return StageActivations(sum(a.selective for a in layers), max((a.full - a.selective for a in layers), default=0))
 
 
-def _full(layers: Sequence[LayerActivations]) -> StageActivations:
+def full(layers: Sequence[LayerActivations]) -> StageActivations:
     """Keep each layer's input; rebuild one layer's activations at a time (Korthikanti 2022 Table 2, last row)."""
     return StageActivations(sum(a.layer_input for a in layers), max((a.full for a in layers), default=0))
 
 
-def _sqrt(layers: Sequence[LayerActivations]) -> StageActivations:
+def sqrt_segments(layers: Sequence[LayerActivations]) -> StageActivations:
     """Chen et al. 2016 ("Training Deep Nets with Sublinear Memory Cost", sec 4.1): checkpoint every k = ceil(sqrt n)
     layers; keep the n/k segment inputs and rebuild one segment of k layers at a time."""
     n = len(layers)
@@ -111,31 +113,6 @@ def _sqrt(layers: Sequence[LayerActivations]) -> StageActivations:
     return StageActivations(stored, max(sum(a.full for a in seg) for seg in segments))
 
 
-#: Remat policy name -> how a stage's layers' activations are stored and rebuilt.
-REMAT_ACTIVATIONS: dict[str, Callable[[Sequence[LayerActivations]], StageActivations]] = {
-    "none": _none,
-    "selective": _selective,
-    "full": _full,
-    "sqrt": _sqrt,
-}
-
-
-def stage_activation_bytes(
-    remat: str, layers: Sequence[LayerActivations], in_flight: float, unrecomputed: float = 0.0
-) -> float:
-    """Peak activation bytes on a stage: ``in_flight`` micro-batches stored plus one working set.
-
-    ``layers`` are the stage's recomputable layers (transformer blocks); ``unrecomputed`` is what the stage's other
-    ops (embedding, output layer, loss) hold at the peak, all micro-batches in flight included: no policy recomputes
-    them, and the schedule keeps a different number of them alive than of the blocks.
-
-    >>> a = LayerActivations(full=34.0, selective=24.0, layer_input=2.0)
-    >>> stage_activation_bytes("full", [a] * 4, in_flight=2)   # 2 micro-batches x 4 inputs + one layer rebuilt
-    50.0
-    """
-    return stage_activation_bytes_of(REMAT_ACTIVATIONS[remat](layers), in_flight, unrecomputed)
-
-
 def stage_activation_bytes_of(stage: StageActivations, in_flight: float, unrecomputed: float = 0.0) -> float:
-    """``stage_activation_bytes`` from a policy's stored and working bytes (``REMAT_ACTIVATIONS[remat](layers)``)."""
+    """``stage_activation_bytes`` from a policy's stored and working bytes (its ``activations`` of the layers)."""
     return in_flight * stage.stored_per_microbatch + unrecomputed + stage.working

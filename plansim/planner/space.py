@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
+from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.strategy import DP_ALGORITHMS, REMAT_POLICIES, SCHEDULES, Strategy
+from plansim.schedules import SCHEDULES
+from plansim.strategy import Strategy
 from plansim.workload import ModelSpec
 
 __all__ = ["SEARCH_REMAT", "Constraints", "candidates", "divisors"]
@@ -43,7 +46,7 @@ class Constraints:
     schedule: str | None = None
     sequence_parallel: bool | None = None
     remat: tuple[str, ...] = SEARCH_REMAT
-    dp_algorithms: tuple[str, ...] = DP_ALGORITHMS
+    dp_algorithms: tuple[str, ...] = tuple(ALLREDUCE_ALGORITHMS)
     allow_cross_node_tp: bool = False
     dtype: str | None = None
 
@@ -56,14 +59,14 @@ class Constraints:
             raise PlansimError(f"--zero {self.zero}: choose 0, 1, 2 or 3")
         if self.schedule is not None and self.schedule not in SCHEDULES:
             raise PlansimError(f"--schedule {self.schedule}: choose one of {', '.join(SCHEDULES)}")
-        if "milp" in self.remat:
+        if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in self.remat):
             raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
         wrong = [r for r in self.remat if r not in REMAT_POLICIES]
         if wrong or not self.remat:
             raise PlansimError(f"remat policies {wrong or '(none)'}: choose among {', '.join(SEARCH_REMAT)}, or sqrt")
-        bad = [a for a in self.dp_algorithms if a not in DP_ALGORITHMS]
+        bad = [a for a in self.dp_algorithms if a not in ALLREDUCE_ALGORITHMS]
         if bad or not self.dp_algorithms:
-            raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(DP_ALGORITHMS)}")
+            raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(ALLREDUCE_ALGORITHMS)}")
 
 
 def divisors(n: int) -> list[int]:
@@ -140,12 +143,16 @@ def _micro_batches(per_replica: int, c: Constraints) -> list[int]:
 
 
 def _schedules(model: ModelSpec, pp: int, m: int, c: Constraints) -> list[tuple[str, int]]:
-    """(schedule, virtual stages): one pipeline stage runs every schedule alike, so it gets 1F1B only."""
+    """(schedule, virtual stages) from the registry: one chunk per stage first, then every v that a schedule with
+    model chunks allows (Megatron-LM's rules). One pipeline stage runs every schedule alike, so it gets the default
+    schedule only."""
+    wanted = [name for name in SCHEDULES if c.schedule in (None, name)]
     if pp == 1:
-        return [("1f1b", 1)] if c.schedule in (None, "1f1b", "gpipe", "zb-h1") else []
-    out = [(s, 1) for s in ("gpipe", "1f1b", "zb-h1") if c.schedule in (None, s)]
-    if c.schedule in (None, "interleaved") and m % pp == 0:
-        out += [("interleaved", v) for v in range(2, model.layers // pp + 1) if model.layers % (pp * v) == 0]
+        default = Strategy.model_fields["schedule"].default
+        return [(default, 1)] if any(not SCHEDULES[name].model_chunks for name in wanted) else []
+    out = [(name, 1) for name in wanted if not SCHEDULES[name].model_chunks]
+    for name in (n for n in wanted if SCHEDULES[n].model_chunks and m % pp == 0):
+        out += [(name, v) for v in range(2, model.layers // pp + 1) if model.layers % (pp * v) == 0]
     return out
 
 

@@ -103,7 +103,7 @@ def remat_graph(
         raise PlansimError("remat graph: give a model (--model) or a graph file (--graph)")
     from plansim.hardware import Cluster, load_hardware
     from plansim.remat.stage import GRANULARITIES, stage_graph
-    from plansim.step import prepare_step, tp_pricer
+    from plansim.step.prepare import prepare_step, tp_pricer
     from plansim.strategy import Strategy
     from plansim.workload import ModelSpec, load_model
     from plansim.yamlfile import validated

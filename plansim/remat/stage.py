@@ -75,7 +75,7 @@ def stage_graph(
     """The training graph (forward, then backward) of ``layers`` of a workload op graph.
 
     >>> from plansim.api import load_hardware, load_model
-    >>> from plansim.step import prepare_step, tp_pricer
+    >>> from plansim.step.prepare import prepare_step, tp_pricer
     >>> from plansim.strategy import Strategy
     >>> model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
     >>> prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))

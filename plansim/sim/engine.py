@@ -29,12 +29,13 @@ from typing import Any
 import numpy as np
 import simpy
 
-from plansim.costs.collectives import bytes_sent_per_rank, schedule
+from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
 from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.lower import lower
+from plansim.mesh import DeviceMesh
 from plansim.result import Result, step_rates
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
@@ -52,7 +53,6 @@ MODES = ("symmetric", "full")
 _COMPUTE = frozenset({"forward", "backward", "weight_grad"})
 #: Categories of dp-stream tasks: waiting on them is exposed communication.
 _DP_COMM = frozenset({"grad_reduce", "param_gather", "embedding_sync"})
-_RING_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
 _TOP_LINKS = 20
 
 
@@ -125,7 +125,8 @@ class _Engine:
         self.env = simpy.Environment()
         self.fabric = Fabric(cluster, link_factors=dict(what_if.link_factors), failed=what_if.failed_links)
         self.net = FlowNetwork(self.env, self.fabric.capacity_Bps)
-        self.width = graph.tp * graph.dp
+        self.mesh = graph.mesh
+        self.width = self.mesh.stride("pp")  # ranks per pipeline stage
         self.rng = np.random.default_rng(what_if.seed)
         self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
         # when a collective really started (its last member arrived), per (rank, task index) of each member
@@ -206,7 +207,7 @@ class _Engine:
     def _jitter_factor(self, sigma: float) -> float:
         """A log-normal factor with mean 1 per rank; in symmetric mode the representative stands for ``tp`` ranks in
         lockstep, whose next collective waits for the slowest of their draws."""
-        draws = 1 if self.mode == "full" else self.graph.tp
+        draws = 1 if self.mode == "full" else self.mesh.size("tp")
         z = float(self.rng.standard_normal(draws).max())
         return math.exp(sigma * z - sigma * sigma / 2)
 
@@ -215,30 +216,21 @@ class _Engine:
 
     # -- communication ---------------------------------------------------------------------------------------------
     def members(self, dev: _Device, comm: Comm) -> tuple[int, ...]:
-        """Global ranks of the group ``comm`` runs in, for the rank ``dev`` stands for."""
-        tp, w, rank = self.graph.tp, self.width, dev.rank
-        base = dev.stage * w
-        if comm.group == "tp":
-            first = rank - rank % tp
-            return tuple(range(first, first + tp))
-        if comm.group == "dp":
-            t = (rank - base) % tp
-            return tuple(base + t + i * tp for i in range(self.graph.dp))
+        """Global ranks of the group ``comm`` runs in, for the rank ``dev`` stands for, asked of the mesh: a group
+        along the comm's axis; a pipeline send's peer ``peer`` stages away; the tied embedding's first and last
+        stage."""
         if comm.group == "pp":
-            return rank, ((dev.stage + comm.peer) % self.graph.pp) * w + dev.offset
+            return dev.rank, self.mesh.shift("pp", dev.rank, comm.peer)
         if comm.group == "emb":
-            return dev.offset, (self.graph.pp - 1) * w + dev.offset
-        raise AssertionError(f"unknown group {comm.group}")
+            stages = self.mesh.group("pp", dev.offset)
+            return stages[0], stages[-1]
+        return self.mesh.group(comm.group, dev.rank)
 
     def images(self, group: str) -> tuple[int, ...]:
         """Rank offsets of the copies of a group's transfers that the representative stands for (symmetric mode)."""
         if self.mode == "full":
             return (0,)
-        if group == "tp":
-            return tuple(d * self.graph.tp for d in range(self.graph.dp))
-        if group == "dp":
-            return tuple(range(self.graph.tp))
-        return tuple(range(self.width))
+        return self.mesh.copies("pp" if group == "emb" else group, "pp")
 
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
         """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived."""
@@ -294,7 +286,7 @@ class _Engine:
     def _channels(self, comm: Comm, members: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Member orders of the rings a collective runs concurrently: one per member on a node, rotated so each
         ring leaves the node from a different GPU (NCCL's channels); a single order for other algorithms."""
-        if comm.algorithm != "ring" or comm.collective not in _RING_COLLECTIVES:
+        if not algorithm_entry(comm.collective, comm.algorithm).rings_per_local_rank:
             return [members]
         nodes: dict[int, list[int]] = defaultdict(list)
         for r in members:
@@ -583,7 +575,13 @@ def simulate_collective(
     """
     members = tuple(ranks)
     what_if = what_if or WhatIf()
-    graph = TaskGraph(stages=[], tp=1, dp=1, pp=1, num_microbatches=1, model_flops=0.0, hardware_flops=0.0)
+    graph = TaskGraph(
+        stages=[],
+        mesh=DeviceMesh((("tp", 1), ("dp", 1), ("pp", 1))),
+        num_microbatches=1,
+        model_flops=0.0,
+        hardware_flops=0.0,
+    )
     engine = _Engine(graph, cluster, "full", what_if)
     comm = Comm(collective, algorithm, "custom", n_bytes, "dp", local=local)
     phases = engine._build_phases(comm, members)

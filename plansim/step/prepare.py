@@ -2,8 +2,8 @@
 
 ``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank (a traced
 model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
-quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the node-local group
-of a hierarchical all-reduce, the sharded collectives' algorithm).
+quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the sharded collectives'
+algorithm).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
+from plansim.mesh import mesh_of
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
 from plansim.units import dtype_bytes
@@ -27,7 +28,6 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
-    "hierarchical_local",
     "p2p_message_bytes",
     "prepare_step",
     "shard_algorithm",
@@ -82,23 +82,16 @@ def tied_copy_params(model: Workload, s: Strategy) -> int:
     return math.ceil(model.vocab / s.tp) * model.hidden
 
 
-def hierarchical_local(cluster: Cluster, s: Strategy, dp: int) -> int:
-    """Node-local group size of a hierarchical all-reduce among ``dp`` ranks ``tp`` apart (divides ``dp``)."""
-    local = max(1, min(dp, cluster.gpus_per_node // s.tp))
-    while dp % local:
-        local -= 1
-    return local
-
-
 def shard_algorithm(s: Strategy) -> str:
-    """ZeRO's reduce-scatter and all-gather run as butterflies when the DP all-reduce is one, else as rings."""
-    return "butterfly" if s.dp_algorithm == "butterfly" else "ring"
+    """The algorithm of ZeRO's reduce-scatter and all-gather beside the DP all-reduce (its entry's ``sharded_with``:
+    butterflies beside a butterfly, else rings)."""
+    return ALLREDUCE_ALGORITHMS[s.dp_algorithm].sharded_with
 
 
 def tp_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
-    """Prices one tensor-parallel collective (ring, Megatron-LM's NCCL default within a node) on the TP group's
-    link: ``(collective, message bytes) -> (seconds, bytes this rank sends)``."""
-    link = cluster.group_link(s.tp, 1)
+    """Prices one tensor-parallel collective (ring, Megatron-LM's NCCL default within a node) on the link of the
+    mesh's ``tp`` group: ``(collective, message bytes) -> (seconds, bytes this rank sends)``."""
+    link = mesh_of(s).link("tp", cluster)
 
     def price(collective: str, n_bytes: float) -> tuple[float, float]:
         if s.tp <= 1 or n_bytes <= 0:

@@ -36,6 +36,7 @@ deepest has one unless ``p`` is a power of two (then its only node is a lone chi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -48,35 +49,71 @@ __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "COLLECTIVES",
     "MESSAGE_SIZE",
+    "Algorithm",
     "Builder",
     "Schedule",
     "Step",
     "Tier",
+    "algorithm_entry",
     "bytes_sent_per_rank",
     "collective_time",
     "schedule",
     "simulate",
 ]
 
-#: Builds one algorithm's schedule from ``(p, local)``; ``local`` matters only to ``hierarchical``.
+#: Builds one algorithm's schedule from ``(p, local)``; ``local`` matters only to algorithms that read it.
 Builder = Callable[[int, "int | None"], Schedule]
 
-ALLREDUCE_ALGORITHMS: dict[str, Builder] = {
-    "naive": alg.allreduce_naive,
-    "ps": alg.allreduce_ps,
-    "ring": alg.allreduce_ring,
-    "tree": alg.allreduce_tree,
-    "butterfly": alg.allreduce_butterfly,
-    "hierarchical": alg.allreduce_hierarchical,
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One registry entry: how a collective runs with this algorithm, and what is particular to it.
+
+    ``build`` makes its schedule. ``reads_local``: the schedule tells node-local steps from inter-node ones by the
+    ranks per node (``local``): hierarchical's inter-node phase, and a butterfly's steps between ranks ``local`` or
+    more apart; both engines pass ``local`` and price those steps on the inter-node link. ``power_of_two``: the group
+    size must be a power of two (recursive halving/doubling). ``rings_per_local_rank``: NCCL's multi-ring layout
+    (one ring per local rank, each leaving the node from another GPU and NIC), which the discrete-event engine
+    routes. ``sharded_with`` (all-reduce entries): the reduce-scatter/all-gather algorithm that ZeRO runs beside it.
+    """
+
+    build: Builder
+    reads_local: bool = False
+    power_of_two: bool = False
+    rings_per_local_rank: bool = False
+    sharded_with: str = "ring"
+
+
+def _butterfly(build: Builder) -> Algorithm:
+    """Recursive halving/doubling (Thakur et al. 2005, sec 4): a power-of-two group; its long-distance steps cross
+    nodes; ZeRO shards with butterflies beside it."""
+    return Algorithm(build, reads_local=True, power_of_two=True, sharded_with="butterfly")
+
+
+#: The data-parallel all-reduce algorithms (``Strategy.dp_algorithm``).
+ALLREDUCE_ALGORITHMS: dict[str, Algorithm] = {
+    "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True),
+    "tree": Algorithm(alg.allreduce_tree),
+    "butterfly": _butterfly(alg.allreduce_butterfly),
+    "naive": Algorithm(alg.allreduce_naive),
+    "ps": Algorithm(alg.allreduce_ps),
+    "hierarchical": Algorithm(alg.allreduce_hierarchical, reads_local=True),
 }
 
-COLLECTIVES: dict[str, dict[str, Builder]] = {
+#: Collective -> algorithm name -> entry: the one list of algorithm names.
+COLLECTIVES: dict[str, dict[str, Algorithm]] = {
     "all_reduce": ALLREDUCE_ALGORITHMS,
-    "all_gather": {"ring": alg.all_gather_ring, "butterfly": alg.all_gather_butterfly},
-    "reduce_scatter": {"ring": alg.reduce_scatter_ring, "butterfly": alg.reduce_scatter_butterfly},
-    "broadcast": {"tree": alg.broadcast_tree, "ring": alg.broadcast_ring},
-    "all_to_all": {"direct": alg.all_to_all_direct},
-    "send_recv": {"direct": alg.send_recv_direct},
+    "all_gather": {
+        "ring": Algorithm(alg.all_gather_ring, rings_per_local_rank=True),
+        "butterfly": _butterfly(alg.all_gather_butterfly),
+    },
+    "reduce_scatter": {
+        "ring": Algorithm(alg.reduce_scatter_ring, rings_per_local_rank=True),
+        "butterfly": _butterfly(alg.reduce_scatter_butterfly),
+    },
+    "broadcast": {"tree": Algorithm(alg.broadcast_tree), "ring": Algorithm(alg.broadcast_ring)},
+    "all_to_all": {"direct": Algorithm(alg.all_to_all_direct)},
+    "send_recv": {"direct": Algorithm(alg.send_recv_direct)},
 }
 
 #: What ``n_bytes`` means for each collective.
@@ -90,7 +127,8 @@ MESSAGE_SIZE: dict[str, str] = {
 }
 
 
-def _builder(collective: str, algorithm: str) -> Builder:
+def algorithm_entry(collective: str, algorithm: str) -> Algorithm:
+    """The registry entry of ``algorithm`` for ``collective``; a ``PlansimError`` naming the choices otherwise."""
     if collective not in COLLECTIVES:
         raise PlansimError(f"unknown collective {collective!r}: choose one of {', '.join(sorted(COLLECTIVES))}")
     algorithms = COLLECTIVES[collective]
@@ -121,22 +159,17 @@ def schedule(collective: str, algorithm: str, p: int, local: int | None = None) 
     >>> len(s.steps), s.num_nodes, s.total_bytes(1.0)
     (6, 4, 6.0)
     """
-    _builder(collective, algorithm)
     if p < 1:
         raise PlansimError(f"{collective}: the group needs at least one worker, got p={p}")
-    return _cached_schedule(collective, algorithm, int(p), local if algorithm in _LOCAL_AWARE else None)
-
-
-#: Algorithms whose schedule reads ``local`` (ranks per node): hierarchical's inter-node phase, and butterflies, whose
-#: steps between ranks ``local`` or more apart cross nodes (tagged ``"inter"`` for the alpha-beta time).
-_LOCAL_AWARE = ("hierarchical", "butterfly")
+    entry = algorithm_entry(collective, algorithm)
+    return _cached_schedule(collective, algorithm, int(p), local if entry.reads_local else None)
 
 
 @lru_cache(maxsize=256)
 def _cached_schedule(collective: str, algorithm: str, p: int, local: int | None) -> Schedule:
     if p == 1:
         return Schedule(f"{collective}/{algorithm}", 1, ())
-    return COLLECTIVES[collective][algorithm](p, local)
+    return COLLECTIVES[collective][algorithm].build(p, local)
 
 
 def collective_time(

@@ -1,0 +1,126 @@
+"""The device mesh: the parallel axes as named dimensions over the global ranks, each group asked of it.
+
+A rank's coordinate on an axis is ``(rank // stride) % size``, the axes listed fastest first. Today's order is
+Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares a node's NVLink), then data
+parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM ``parallel_state``: tp, dp, pp from
+fastest to slowest). A new kind of parallelism (context, expert) is a new axis in ``AXIS_ORDER``, as PyTorch's
+``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
+from an assumed rank order.
+
+>>> m = DeviceMesh((("tp", 2), ("dp", 2), ("pp", 2)))
+>>> m.coords(5), m.group("dp", 5), m.stride("pp"), m.shift("pp", 5, 1)
+({'tp': 1, 'dp': 0, 'pp': 1}, (5, 7), 4, 1)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from plansim.hardware import Cluster, Link
+    from plansim.strategy import Strategy
+
+__all__ = ["AXIS_ORDER", "DeviceMesh", "mesh_of"]
+
+#: The strategy's parallel axes, fastest first: the rank layout of both engines.
+AXIS_ORDER = ("tp", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class DeviceMesh:
+    """Named axes with their sizes, fastest first; ranks ``0 .. num_ranks-1``."""
+
+    axes: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.axes]
+        if len(set(names)) != len(names) or any(size < 1 for _, size in self.axes):
+            raise ValueError(f"mesh axes need distinct names and sizes >= 1, got {self.axes}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Axis names, fastest first."""
+        return tuple(name for name, _ in self.axes)
+
+    @property
+    def num_ranks(self) -> int:
+        """Ranks in the mesh: the product of the sizes."""
+        return self.stride(self.names[-1]) * self.size(self.names[-1])
+
+    def size(self, axis: str) -> int:
+        """Ranks along ``axis`` (the size of each of its groups)."""
+        return dict(self.axes)[axis]
+
+    def stride(self, axis: str) -> int:
+        """Rank distance between neighbours along ``axis``: the product of the faster axes' sizes."""
+        stride = 1
+        for name, size in self.axes:
+            if name == axis:
+                return stride
+            stride *= size
+        raise KeyError(axis)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """``rank``'s coordinate on every axis."""
+        return {name: (rank // self.stride(name)) % size for name, size in self.axes}
+
+    def rank(self, **coords: int) -> int:
+        """The rank at these coordinates (axes left out are 0)."""
+        return sum(coords.get(name, 0) * self.stride(name) for name in self.names)
+
+    def group(self, axis: str, rank: int) -> tuple[int, ...]:
+        """The ranks of ``rank``'s group along ``axis`` (its other coordinates fixed), in axis order."""
+        stride, size = self.stride(axis), self.size(axis)
+        first = rank - ((rank // stride) % size) * stride
+        return tuple(first + i * stride for i in range(size))
+
+    def shift(self, axis: str, rank: int, steps: int) -> int:
+        """The rank ``steps`` along ``axis`` from ``rank``, wrapping around (a pipeline send to the next stage)."""
+        stride, size = self.stride(axis), self.size(axis)
+        here = (rank // stride) % size
+        return rank + (((here + steps) % size) - here) * stride
+
+    def copies(self, axis: str, within: str) -> tuple[int, ...]:
+        """The ranks below one index of the slower axis ``within`` (``0 .. stride(within)-1``) whose coordinate on
+        ``axis`` is 0: one rank of each ``axis`` group there, all of them for ``axis == within``. A symmetric
+        simulation's representative rank stands for these copies of its transfers.
+
+        >>> DeviceMesh((("tp", 2), ("dp", 3), ("pp", 2))).copies("tp", "pp")
+        (0, 2, 4)
+        """
+        stride, size = self.stride(axis), self.size(axis)
+        return tuple(r for r in range(self.stride(within)) if (r // stride) % size == 0)
+
+    def local_size(self, axis: str, gpus_per_node: int) -> int:
+        """Members of an ``axis`` group that share one node, as the largest divisor of the group size not above what
+        fits in a node: the node-local group of a two-level (hierarchical) collective."""
+        size = self.size(axis)
+        local = max(1, min(size, gpus_per_node // self.stride(axis)))
+        while size % local:
+            local -= 1
+        return local
+
+    def link(self, axis: str, cluster: Cluster) -> Link:
+        """The effective per-rank link of a collective over an ``axis`` group (``Cluster.group_link``)."""
+        return cluster.group_link(self.size(axis), self.stride(axis))
+
+    def split_links(self, axis: str, cluster: Cluster) -> tuple[int, Link, Link | None]:
+        """(node-local group size, its link, the link among the node-local groups' peers, None on one node): the two
+        levels of a collective over an ``axis`` group."""
+        local = self.local_size(axis, cluster.gpus_per_node)
+        stride, size = self.stride(axis), self.size(axis)
+        intra = cluster.group_link(local, stride)
+        inter = cluster.group_link(size // local, stride * local) if local < size else None
+        return local, intra, inter
+
+
+@lru_cache(maxsize=1024)
+def _mesh(tp: int, dp: int, pp: int) -> DeviceMesh:
+    return DeviceMesh((("tp", tp), ("dp", dp), ("pp", pp)))
+
+
+def mesh_of(s: Strategy) -> DeviceMesh:
+    """The mesh of a resolved strategy (``dp`` filled in), axes in ``AXIS_ORDER``."""
+    return _mesh(s.tp, s.dp or 1, s.pp)
