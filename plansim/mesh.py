@@ -14,7 +14,7 @@ from an assumed rank order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -33,11 +33,19 @@ class DeviceMesh:
     """Named axes with their sizes, fastest first; ranks ``0 .. num_ranks-1``."""
 
     axes: tuple[tuple[str, int], ...]
+    _sizes: dict[str, int] = field(init=False, repr=False, compare=False)
+    _strides: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.axes]
         if len(set(names)) != len(names) or any(size < 1 for _, size in self.axes):
             raise ValueError(f"mesh axes need distinct names and sizes >= 1, got {self.axes}")
+        strides, stride = {}, 1
+        for name, size in self.axes:
+            strides[name] = stride
+            stride *= size
+        object.__setattr__(self, "_sizes", dict(self.axes))  # frozen: set once here, read on every group asked
+        object.__setattr__(self, "_strides", strides)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -51,16 +59,11 @@ class DeviceMesh:
 
     def size(self, axis: str) -> int:
         """Ranks along ``axis`` (the size of each of its groups)."""
-        return dict(self.axes)[axis]
+        return self._sizes[axis]
 
     def stride(self, axis: str) -> int:
         """Rank distance between neighbours along ``axis``: the product of the faster axes' sizes."""
-        stride = 1
-        for name, size in self.axes:
-            if name == axis:
-                return stride
-            stride *= size
-        raise KeyError(axis)
+        return self._strides[axis]
 
     def coords(self, rank: int) -> dict[str, int]:
         """``rank``'s coordinate on every axis."""
