@@ -120,10 +120,16 @@ class DeviceMesh:
 
 
 @lru_cache(maxsize=1024)
-def _mesh(tp: int, dp: int, pp: int) -> DeviceMesh:
-    return DeviceMesh((("tp", tp), ("dp", dp), ("pp", pp)))
+def _mesh(axes: tuple[tuple[str, int], ...]) -> DeviceMesh:
+    return DeviceMesh(axes)
 
 
 def mesh_of(s: Strategy) -> DeviceMesh:
-    """The mesh of a resolved strategy (``dp`` filled in), axes in ``AXIS_ORDER``."""
-    return _mesh(s.tp, s.dp or 1, s.pp)
+    """The mesh of a resolved strategy: each axis of ``AXIS_ORDER`` sized by the strategy's field of that name
+    (``dp`` 1 until resolved).
+
+    >>> from plansim.strategy import Strategy
+    >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).axes
+    (('tp', 2), ('dp', 4), ('pp', 3))
+    """
+    return _mesh(tuple((axis, getattr(s, axis) or 1) for axis in AXIS_ORDER))

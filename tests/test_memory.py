@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plansim.costs.memory import LayerActivations, model_state_bytes
-from plansim.costs.remat_policies import stage_activation_bytes
+from plansim.costs.remat_policies import REMAT_POLICIES, stage_activation_bytes
 
 
 @pytest.mark.parametrize("zero,published_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
@@ -60,3 +60,9 @@ def test_remat_orders_memory(n: int, in_flight: int) -> None:
     assert in_flight * n * A.layer_input <= in_flight * n * A.selective <= in_flight * n * A.full
     k = math.ceil(math.sqrt(n))
     assert sq == in_flight * math.ceil(n / k) * A.layer_input + min(k, n) * A.full
+
+
+def test_scheduled_remat_has_no_closed_form_storage() -> None:
+    """milp keeps what its stage's MILP schedule says: asking its registry entry for a block's bytes is refused."""
+    with pytest.raises(ValueError, match="schedule"):
+        REMAT_POLICIES["milp"].stored(10.0, 4.0, 2.0, segment_start=True)

@@ -44,9 +44,9 @@ class RematPolicy:
 
     ``reruns``: what a block's backward rebuilds first (``nothing``, the ``attention_core``, or the whole
     ``block_forward`` with its tensor-parallel collectives; ``per_schedule``: what the stage's schedule says, read
-    from it, not from here). ``segments``: the rerun replays a segment of
-    ceil(sqrt n) blocks before the backward of its last block, and only segment inputs are kept (sqrt(N)).
-    ``scheduled``: a solver decides per stage what is kept (``milp``), so ``activations`` is None.
+    from it, not from here). ``segments``: the rerun replays a segment of ceil(sqrt n) blocks before the backward of
+    its last block, and only segment inputs are kept (sqrt(N)). ``scheduled``: a solver decides per stage what is
+    kept (``milp``), so ``activations`` is None and ``stored`` does not apply.
     """
 
     name: str
@@ -58,6 +58,8 @@ class RematPolicy:
 
     def stored(self, saved: float, selective_saved: float, layer_input: float, segment_start: bool) -> float:
         """Bytes a block keeps per micro-batch from its forward to its backward (not for ``scheduled`` policies)."""
+        if self.scheduled:
+            raise ValueError(f"remat={self.name} keeps what its stage's schedule says (plansim.remat.plan)")
         if self.reruns == "nothing":
             return saved
         if self.reruns == "attention_core":

@@ -28,6 +28,7 @@ __all__ = ["ends_saved", "milp_stage_plans", "stage_params", "static_bytes"]
 
 
 def stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: Workload, idx: int) -> int:
+    """Parameters stage ``idx`` holds on one rank: its layers', plus the tied-embedding copy on the last stage."""
     params = round(sum(costs[i].params for i in layers if i in costs))
     return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
 
