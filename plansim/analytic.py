@@ -10,13 +10,13 @@ engine uses too.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.layers import LayerCost, layer_activations, layer_costs
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
@@ -26,14 +26,15 @@ from plansim.mesh import mesh_of
 from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
+from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
 from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
 from plansim.step.prepare import (
     PreparedStep,
+    comm_pricer,
     p2p_message_bytes,
     prepare_step,
     shard_algorithm,
     tied_copy_params,
-    tp_pricer,
 )
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
@@ -50,13 +51,14 @@ __all__ = ["AnalyticCache", "simulate_analytic"]
 class StageCost:
     """One pipeline stage, one rank: per-micro-batch times (s), per-step bytes, and memory (bytes).
 
-    ``bwd_weight_s`` is the weight-gradient part of ``bwd_s``, which split-backward schedules (ZB-H1) run apart."""
+    ``bwd_weight_s`` is the weight-gradient part of ``bwd_s``, which split-backward schedules (ZB-H1) run apart;
+    ``axis_bytes`` the bytes one rank sends per micro-batch in the layers' blocking collectives, per mesh axis."""
 
     fwd_s: float
     bwd_s: float
     recompute_s: float
     comm_s: float
-    tp_bytes: float
+    axis_bytes: dict[str, float]
     params: int
     largest_layer_params: float
     activations: float
@@ -152,7 +154,8 @@ class AnalyticCache:
             from plansim.workload import model_flops
 
             prep = prepare_step(self.model, self.cluster, s)
-            costs = layer_costs(prep.graph, prep.kernels, tp_pricer(self.cluster, prep.strategy))
+            programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
+            costs = layer_costs(programs, comm_pricer(self.cluster, prep.strategy))
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
             hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
@@ -228,7 +231,7 @@ class _Pipeline:
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
-    tp_bytes: float
+    axis_bytes: dict[str, float]
     p2p_bytes: float
     recompute_matmul_flops: float
 
@@ -250,7 +253,8 @@ class _Pipeline:
             group_of.append(g)
         return cls(
             stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
-            [round(st.activations) for st in stages], max(st.tp_bytes for st in stages),
+            [round(st.activations) for st in stages],
+            _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
         )  # fmt: skip
 
@@ -290,9 +294,9 @@ class _StageSums:
         every = self.blocks + [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
         self.fwd_s = sum(c.fwd_s for c in every)
         self.bwd_s = sum(c.bwd_s for c in every)
-        self.tp_s = sum(c.tp_fwd_s + c.tp_bwd_s for c in every)
-        self.tp_bytes = sum(c.tp_fwd_bytes + c.tp_bwd_bytes for c in every)
-        self.tp_fwd_bytes_blocks = sum(c.tp_fwd_bytes for c in self.blocks)
+        self.comm_s = sum(c.comm_fwd_s + c.comm_bwd_s for c in every)
+        self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
+        self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
         self.largest_layer_params = max(c.params for c in every)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
@@ -303,7 +307,7 @@ class _StageSums:
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
-            self._recompute[remat] = _recompute(remat, self.blocks)
+            self._recompute[remat] = rerun(remat, self.blocks)
         return self._recompute[remat]
 
     def activations(self, remat: str) -> StageActivations:
@@ -328,17 +332,17 @@ def _stage_cost(
     ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes) of its sends, ``params`` it
     holds and ``ends_saved`` bytes of embedding/output activations."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
-        recompute_s, recompute_tp_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
+        recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
     else:
-        recompute_s, recompute_tp_s, recompute_flops = sums.recompute(remat)
+        recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
-        comm_s=sums.tp_s + recompute_tp_s + p2p[0],
-        tp_bytes=sums.tp_bytes + (sums.tp_fwd_bytes_blocks if REMAT_POLICIES[remat].reruns == "block_forward" else 0.0),
+        comm_s=sums.comm_s + recompute_comm_s + p2p[0],
+        axis_bytes=_rerun_bytes(sums, remat),
         params=params,
         largest_layer_params=sums.largest_layer_params,
         activations=activations,
@@ -349,14 +353,30 @@ def _stage_cost(
     )
 
 
-def _recompute(remat: str, blocks: list[LayerCost]) -> Recompute:
-    """(compute s, tensor-parallel comm s, matmul FLOPs) rebuilt per micro-batch by ``remat`` on these blocks: what
-    its registry entry reruns (``plansim.costs.remat_policies``), summed over the blocks."""
-    block = Recompute(
-        sum(c.fwd_s for c in blocks), sum(c.tp_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks)
-    )
-    core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
-    return REMAT_POLICIES[remat].recompute(block, core)
+def _most_per_axis(per_stage: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per mesh axis, the most bytes any stage sends."""
+    out: dict[str, float] = {}
+    for axis_bytes in per_stage:
+        for axis, n_bytes in axis_bytes.items():
+            out[axis] = max(out.get(axis, 0.0), n_bytes)
+    return out
+
+
+def _axis_sums(costs: list[LayerCost], part: Callable[[AxisComm], float]) -> dict[str, float]:
+    """Per mesh axis, the sum of ``part`` of the layers' blocking collectives."""
+    out: dict[str, float] = {}
+    for c in costs:
+        for a in c.comm:
+            out[a.axis] = out.get(a.axis, 0.0) + part(a)
+    return out
+
+
+def _rerun_bytes(sums: _StageSums, remat: str) -> dict[str, float]:
+    """Per axis, bytes one rank sends per micro-batch: the layers' collectives, and again the blocks' forward ones
+    where the policy reruns the block's forward."""
+    if REMAT_POLICIES[remat].reruns != "block_forward":
+        return sums.axis_bytes
+    return {a: b + sums.axis_fwd_bytes_blocks.get(a, 0.0) for a, b in sums.axis_bytes.items()}
 
 
 @dataclass(frozen=True)
@@ -501,10 +521,11 @@ def _assemble(
         memory_breakdown_bytes=memory,
         comm_bytes_per_gpu={
             "dp": dpc.dp_bytes + emb_bytes,
-            "tp": m * pipe.tp_bytes,
+            "tp": 0.0,
             "pp": m * pipe.p2p_bytes,
             "zero": dpc.zero_bytes,
-        },
+        }
+        | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},
         time_breakdown_s=breakdown,
         reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
         num_microbatches=m,

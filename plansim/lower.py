@@ -27,12 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.layers import weight_gradient_s
-from plansim.costs.memory import model_state_bytes
 from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.hardware import Cluster
@@ -40,96 +36,15 @@ from plansim.mesh import DeviceMesh, mesh_of
 from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
-from plansim.step.memory import milp_stage_plans
+from plansim.step.layers import LayerProgram, Segment, layer_programs
+from plansim.step.memory import milp_stage_plans, model_states, stage_params
 from plansim.step.prepare import p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.units import dtype_bytes
-from plansim.workload.graph import MATMUL_KINDS
 from plansim.workload.traced import Workload
 
-__all__ = ["LayerProgram", "Segment", "layer_programs", "lower"]
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A run of compute (``seconds``) or one tensor-parallel collective (``comm``) inside a layer's pass."""
-
-    seconds: float = 0.0
-    comm: Comm | None = None
-
-
-@dataclass
-class LayerProgram:
-    """One layer's passes for one micro-batch on one rank, and its memory and FLOP figures."""
-
-    layer: int
-    fwd: list[Segment] = field(default_factory=list)
-    bwd: list[Segment] = field(default_factory=list)
-    bwd_input: list[Segment] = field(default_factory=list)
-    wgrad_s: float = 0.0
-    selective_s: float = 0.0
-    params: float = 0.0
-    saved: float = 0.0
-    selective_saved: float = 0.0
-    wgrad_saved: float = 0.0
-    fwd_matmul_flops: float = 0.0
-    selective_matmul_flops: float = 0.0
-
-
-def _append(segments: list[Segment], seconds: float = 0.0, comm: Comm | None = None) -> None:
-    if comm is not None:
-        segments.append(Segment(comm=comm))
-    elif seconds > 0:
-        if segments and segments[-1].comm is None:
-            segments[-1] = Segment(seconds=segments[-1].seconds + seconds)
-        else:
-            segments.append(Segment(seconds=seconds))
-
-
-def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
-    """Each layer's forward, backward (whole, and input-gradient only) and weight-gradient work, split at its
-    tensor-parallel collectives (Megatron-LM's are blocking, so they sit on the compute stream). Each collective runs
-    on the mesh axis its op names (``group``); one on an axis of size 1 is no collective."""
-    programs: dict[int, LayerProgram] = {}
-    order = list(nx.topological_sort(graph))
-    for name in order:
-        op = graph.nodes[name]
-        lp = programs.setdefault(op["layer"], LayerProgram(op["layer"]))
-        if op["kind"] == "collective":
-            if mesh.size(op["group"]) > 1 and op["collective"] != "none":
-                _append(lp.fwd, comm=Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
-            continue
-        fwd = kernels.forward(op)
-        _append(lp.fwd, fwd)
-        lp.params += op["params"]
-        lp.saved += op["saved_bytes"]
-        if op["kind"] in MATMUL_KINDS:
-            lp.fwd_matmul_flops += op["flops"]
-            if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
-                lp.wgrad_saved += op["saved_bytes"]
-        if op["selective_recompute"]:
-            lp.selective_s += fwd
-            lp.selective_saved += op["saved_bytes"]
-            if op["kind"] in MATMUL_KINDS:
-                lp.selective_matmul_flops += op["flops"]
-    for name in reversed(order):
-        op = graph.nodes[name]
-        lp = programs[op["layer"]]
-        if op["kind"] == "collective":
-            if mesh.size(op["group"]) > 1 and op["bwd_collective"] != "none":
-                comm = Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"])
-                _append(lp.bwd, comm=comm)
-                _append(lp.bwd_input, comm=comm)
-            continue
-        bwd = kernels.backward(op)
-        # A GEMM's backward is two kernels of half its backward FLOPs: input gradient and, for ops with weights,
-        # weight gradient (kernels.backward); split schedules run the latter as a separate W pass (Qi et al. 2023).
-        wgrad = weight_gradient_s(op, kernels)
-        _append(lp.bwd, bwd)
-        _append(lp.bwd_input, bwd - wgrad)
-        lp.wgrad_s += wgrad
-    return programs
+__all__ = ["lower"]
 
 
 def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, segment_start: bool) -> float:
@@ -476,8 +391,8 @@ class _StageLowering:
         """Last bucket, tied-embedding sync, optimizer step, ZeRO-1/2 weight all-gather; static memory."""
         s, ctx = self.s, self.ctx
         self._flush_bucket(s.num_microbatches - 1)
-        params = sum(ctx.programs[x].params for c in ctx.chunks[self.stage :: s.pp] for x in c if x in ctx.programs)
-        params += self.tied_params
+        layers = [x for c in ctx.chunks[self.stage :: s.pp] for x in c]
+        params = stage_params(layers, ctx.programs, s, model, self.stage)
         tied = tied_copy_params(model, s)
         if tied and self.stage in (0, s.pp - 1):
             comm = Comm("all_reduce", "ring", "emb", tied * ctx.grad_b, "dp")
@@ -491,16 +406,8 @@ class _StageLowering:
         if s.zero in (1, 2) and self.dp > 1:
             comm = Comm("all_gather", shard_algorithm(self.s), "dp", params * ctx.weight_b, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
-        states = model_state_bytes(
-            params, self.dp, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
-        )
         self.prog.params = params
-        self.prog.static_memory = {
-            "weights": states.weights,
-            "gradients": states.gradients,
-            "optimizer": states.optimizer,
-            "workspace": float(ctx.cluster.gpu.workspace_reserve_bytes),
-        }
+        self.prog.static_memory = model_states(ctx.cluster, s, params)
 
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:

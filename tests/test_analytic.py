@@ -187,14 +187,17 @@ def test_zb_h1_beats_1f1b_and_respects_the_compute_bound() -> None:
 
 @pytest.mark.parametrize("preset", ["gpt3-1.3b", "llama3-8b", "resnet50", "mlp-small"])
 def test_weight_gradient_is_the_weight_half_of_each_gemm_backward(preset: str) -> None:
-    from plansim.costs.layers import layer_costs
+    from plansim.mesh import DeviceMesh
+    from plansim.step.layers import layer_costs, layer_programs
     from plansim.workload.graph import MATMUL_KINDS
 
     model = load_model(preset)
     gpu = load_hardware("dgx-a100", gpus=8).gpu
     kernels = KernelCostModel(gpu, "bf16")
     graph = build_graph(model, micro_batch=1)
-    costs = layer_costs(graph, kernels, lambda coll, n: (0.0, 0.0))
+    costs = layer_costs(
+        layer_programs(graph, kernels, DeviceMesh((("tp", 1), ("dp", 1), ("pp", 1)))), lambda axis, coll, n: (0.0, 0.0)
+    )
     for layer, cost in costs.items():
         ops = [op for _, op in graph.nodes(data=True) if op["layer"] == layer and op["kind"] != "collective"]
         weight = sum(

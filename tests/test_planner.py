@@ -235,13 +235,15 @@ def test_model_states_prune_is_exact() -> None:
 def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     """Stage ``idx``'s static memory (weights, gradients, optimizer states, workspace) by the memory model's own
     functions, from a freshly built graph (no cache)."""
-    from plansim.costs.layers import layer_costs
+    from plansim.mesh import mesh_of
     from plansim.stages import stage_layers
+    from plansim.step.layers import layer_costs, layer_programs
     from plansim.step.memory import stage_params, static_bytes
-    from plansim.step.prepare import prepare_step, tp_pricer
+    from plansim.step.prepare import comm_pricer, prepare_step
 
     prep = prepare_step(model, cluster, s)
-    costs = layer_costs(prep.graph, prep.kernels, tp_pricer(cluster, prep.strategy))
+    programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
+    costs = layer_costs(programs, comm_pricer(cluster, prep.strategy))
     layers = stage_layers(model.layers, s.pp, s.virtual_stages)[idx]
     largest = max(costs[i].params for i in layers if i in costs)
     return static_bytes(cluster, prep.strategy, stage_params(layers, costs, prep.strategy, model, idx), largest)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plansim.api import load_hardware, load_model
-from plansim.costs.layers import layer_costs
+from plansim.mesh import mesh_of
 from plansim.remat import (
     BASELINES,
     InvalidSchedule,
@@ -32,7 +32,8 @@ from plansim.remat import (
 )
 from plansim.remat.checkmate import build_milp, solve_milp, start_values
 from plansim.remat.schedule import plan_of
-from plansim.step.prepare import prepare_step, tp_pricer
+from plansim.step.layers import layer_costs, layer_programs
+from plansim.step.prepare import comm_pricer, prepare_step
 from plansim.strategy import Strategy
 
 INF = float("inf")
@@ -434,9 +435,9 @@ PRESETS = {
 def _stage(model_name: str, layers: int, granularity: str) -> tuple[RematGraph, dict]:
     model, cluster = load_model(model_name), load_hardware("dgx-a100", gpus=8)
     prep = prepare_step(model, cluster, PRESETS[model_name])
-    pricer = tp_pricer(cluster, prep.strategy)
+    pricer = comm_pricer(cluster, prep.strategy)
     graph = stage_graph(prep.graph, range(layers), prep.kernels, pricer, granularity=granularity)  # type: ignore[arg-type]
-    costs = layer_costs(prep.graph, prep.kernels, pricer)
+    costs = layer_costs(layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy)), pricer)
     return graph, {layer: costs[layer] for layer in range(layers)}
 
 
@@ -482,11 +483,11 @@ _FULL_KEEPS_NODES = pytest.mark.xfail(
 
 @pytest.mark.parametrize("model,granularity", [pytest.param(m, g, marks=_FULL_KEEPS_NODES) for m, g in STAGES])
 def test_full_recomputes_every_block_forward(model: str, granularity: str) -> None:
-    """Full recompute (Korthikanti et al. 2022 sec 5; the analytic engine's ``_recompute``) reruns each block's
-    forward once, its tensor-parallel collectives included: sum of ``fwd_s + tp_fwd_s``."""
+    """Full recompute (Korthikanti et al. 2022 sec 5; ``plansim.step.layers.rerun``) reruns each block's
+    forward once, its tensor-parallel collectives included: sum of ``fwd_s + comm_fwd_s``."""
     graph, costs = _stage(model, 2, granularity)
     res = run_baseline(graph, "full")
-    assert res.recompute_cost == pytest.approx(sum(c.fwd_s + c.tp_fwd_s for c in costs.values()), rel=1e-9)
+    assert res.recompute_cost == pytest.approx(sum(c.fwd_s + c.comm_fwd_s for c in costs.values()), rel=1e-9)
 
 
 @pytest.mark.parametrize("model,granularity", STAGES)
@@ -494,7 +495,7 @@ def test_stage_graph_forward_costs_are_the_layers(model: str, granularity: str) 
     """The stage graph's forward nodes cost, in total, the layers' forward compute and collectives."""
     graph, costs = _stage(model, 2, granularity)
     forward = sum(n.cost for n in graph.nodes[: graph.forward_count])
-    assert forward == pytest.approx(sum(c.fwd_s + c.tp_fwd_s for c in costs.values()), rel=1e-9)
+    assert forward == pytest.approx(sum(c.fwd_s + c.comm_fwd_s for c in costs.values()), rel=1e-9)
 
 
 @pytest.mark.parametrize("model,granularity", STAGES)

@@ -17,11 +17,12 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from plansim.costs.kernels import KernelCostModel  # noqa: E402
-from plansim.costs.layers import layer_costs  # noqa: E402
 from plansim.errors import PlansimError  # noqa: E402
 from plansim.hardware import load_gpu  # noqa: E402
+from plansim.mesh import DeviceMesh  # noqa: E402
 from plansim.profiling.torch_models import build_model  # noqa: E402
 from plansim.remat.stage import stage_graph  # noqa: E402
+from plansim.step.layers import layer_costs, layer_programs  # noqa: E402
 from plansim.workload import ModelSpec, build_graph, graph_totals, model_flops  # noqa: E402
 from plansim.workload.graph import KINDS, NODE_ATTRIBUTES  # noqa: E402
 from plansim.workload.torch_trace import trace_module  # noqa: E402
@@ -147,8 +148,8 @@ def test_graph_speaks_the_builders_vocabulary(dropout_gpt):
         assert -1 <= data["layer"] <= SPEC.layers
     assert graph.graph["layer_input_bytes"] == E * BATCH * SPEC.seq_len * SPEC.hidden
     assert (traced.layers, traced.blocks, graph.graph["unattributed_bwd_flops"]) == (SPEC.layers, "blocks", 0)
-    kernels, no_tp = KernelCostModel(load_gpu("a100-sxm4-80gb"), "bf16"), lambda c, n: (0.0, 0.0)
-    costs = layer_costs(graph, kernels, no_tp)
+    kernels, no_tp = KernelCostModel(load_gpu("a100-sxm4-80gb"), "bf16"), lambda a, c, n: (0.0, 0.0)
+    costs = layer_costs(layer_programs(graph, kernels, DeviceMesh((("tp", 1), ("dp", 1), ("pp", 1)))), no_tp)
     assert sorted(costs) == list(range(-1, SPEC.layers + 1)) and all(c.fwd_s > 0 for c in costs.values())
 
 
@@ -158,7 +159,7 @@ def test_remat_coarsens_a_traced_block_as_a_built_one(dropout_gpt, validator_gpt
     attention core, the core, the rest), as for the builder's graph; the core's inputs (the copy of V, a causal
     mask made each forward) are ordered before it."""
     traced = dropout_gpt[0] if model == "dropout" else validator_gpt["none"]
-    kernels, no_tp = KernelCostModel(load_gpu("a100-sxm4-80gb"), "bf16"), lambda c, n: (0.0, 0.0)
+    kernels, no_tp = KernelCostModel(load_gpu("a100-sxm4-80gb"), "bf16"), lambda a, c, n: (0.0, 0.0)
     blocks = range(SPEC.layers)
     coarse = stage_graph(traced.graph, blocks, kernels, no_tp, granularity="layer")
     built = stage_graph(dropout_gpt[1], blocks, kernels, no_tp, granularity="layer")

@@ -26,6 +26,7 @@ from plansim.planner.space import Constraints, candidates
 from plansim.planner.split import balanced_split, bottleneck
 from plansim.result import Result
 from plansim.stages import EMBEDDING_LAYER, chunk_layers
+from plansim.step.layers import rerun
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec
 
@@ -274,8 +275,8 @@ def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int,
         c = costs.get(i)
         if c is None:
             return 0.0
-        recompute = {"full": c.fwd_s + c.tp_fwd_s, "sqrt": c.fwd_s + c.tp_fwd_s, "selective": c.selective_fwd_s}
-        return c.fwd_s + c.bwd_s + c.tp_fwd_s + c.tp_bwd_s + recompute.get(s.remat, 0.0)
+        again = rerun(s.remat, [c]) if 0 <= i < model.layers else None  # remat reruns blocks only
+        return c.fwd_s + c.bwd_s + c.comm_fwd_s + c.comm_bwd_s + (again.compute_s + again.tp_comm_s if again else 0.0)
 
     blocks = [seconds(i) for i in range(model.layers)]
     first, last = seconds(EMBEDDING_LAYER), seconds(model.layers)

@@ -103,7 +103,7 @@ def remat_graph(
         raise PlansimError("remat graph: give a model (--model) or a graph file (--graph)")
     from plansim.hardware import Cluster, load_hardware
     from plansim.remat.stage import GRANULARITIES, stage_graph
-    from plansim.step.prepare import prepare_step, tp_pricer
+    from plansim.step.prepare import comm_pricer, prepare_step
     from plansim.strategy import Strategy
     from plansim.workload import ModelSpec, load_model
     from plansim.yamlfile import validated
@@ -138,7 +138,7 @@ def remat_graph(
         prep.graph,
         range(stage_layers),
         prep.kernels,
-        tp_pricer(cluster, prep.strategy),
+        comm_pricer(cluster, prep.strategy),
         granularity=cast(Literal["op", "layer"], granularity),
         name=name,
     )

@@ -14,12 +14,12 @@ from functools import lru_cache
 import networkx as nx
 
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.layers import CommPricer
 from plansim.remat.baselines import tightest_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.solve import solve_remat
 from plansim.remat.stage import stage_graph
+from plansim.step.layers import CommPricer
 
 __all__ = ["LayerRemat", "StageRemat", "stage_remat"]
 
@@ -51,7 +51,7 @@ def stage_remat(
     op_graph: nx.DiGraph,
     layers: Sequence[int],
     kernels: KernelCostModel,
-    tp_comm: CommPricer,
+    comm: CommPricer,
     *,
     in_flight: float,
     budget_bytes: float,
@@ -64,7 +64,7 @@ def stage_remat(
     When no schedule fits, the result is the baseline with the smallest peak (``result.feasible`` False), so the
     stage reports how much it needs and the strategy does not fit.
     """
-    graph = stage_graph(op_graph, layers, kernels, tp_comm, granularity=granularity)  # type: ignore[arg-type]
+    graph = stage_graph(op_graph, layers, kernels, comm, granularity=granularity)  # type: ignore[arg-type]
     return _solve(graph, float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
 
 

@@ -31,10 +31,10 @@ from typing import Literal
 import networkx as nx
 
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
 from plansim.remat.coarsen import contract, layer_parts
 from plansim.remat.graph import RematGraph, RematNode, training_graph
+from plansim.step.layers import CommPricer
 from plansim.workload.graph import MATMUL_KINDS
 
 __all__ = ["GRANULARITIES", "stage_graph"]
@@ -42,11 +42,12 @@ __all__ = ["GRANULARITIES", "stage_graph"]
 GRANULARITIES = ("op", "layer")
 
 
-def _op_times(op: dict, kernels: KernelCostModel, tp_comm: CommPricer) -> tuple[float, float, float]:
+def _op_times(op: dict, kernels: KernelCostModel, comm: CommPricer) -> tuple[float, float, float]:
     """(forward s, backward s, forward communication s) of one op."""
     if op["kind"] == "collective":
-        fwd = tp_comm(op["collective"], op["comm_bytes"])[0] if op["collective"] != "none" else 0.0
-        bwd = tp_comm(op["bwd_collective"], op["comm_bytes"])[0] if op["bwd_collective"] != "none" else 0.0
+        axis, n_bytes = op["group"], op["comm_bytes"]
+        fwd = comm(axis, op["collective"], n_bytes)[0] if op["collective"] != "none" else 0.0
+        bwd = comm(axis, op["bwd_collective"], n_bytes)[0] if op["bwd_collective"] != "none" else 0.0
         return fwd, bwd, fwd
     return kernels.forward(op), kernels.backward(op), 0.0
 
@@ -67,7 +68,7 @@ def stage_graph(
     graph: nx.DiGraph,
     layers: Sequence[int],
     kernels: KernelCostModel,
-    tp_comm: CommPricer,
+    comm: CommPricer,
     *,
     granularity: Literal["op", "layer"] = "op",
     name: str = "stage",
@@ -75,11 +76,11 @@ def stage_graph(
     """The training graph (forward, then backward) of ``layers`` of a workload op graph.
 
     >>> from plansim.api import load_hardware, load_model
-    >>> from plansim.step.prepare import prepare_step, tp_pricer
+    >>> from plansim.step.prepare import prepare_step, comm_pricer
     >>> from plansim.strategy import Strategy
     >>> model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
     >>> prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
-    >>> g = stage_graph(prep.graph, range(2), prep.kernels, tp_pricer(cluster, prep.strategy))
+    >>> g = stage_graph(prep.graph, range(2), prep.kernels, comm_pricer(cluster, prep.strategy))
     >>> len(g), g.forward_count   # 14 ops a block once QK^T, collectives and residual adds are merged
     (50, 25)
     """
@@ -90,7 +91,7 @@ def stage_graph(
     if not ops:
         raise PlansimError(f"remat stage graph: no ops in layers {sorted(wanted)}")
     merged = _merged_groups(graph, ops)
-    fine = _contract(graph, ops, merged.__getitem__, kernels, tp_comm, name)
+    fine = _contract(graph, ops, merged.__getitem__, kernels, comm, name)
     if granularity == "layer":
         return contract(fine, layer_parts(fine), name=name)[0]
     return fine
@@ -101,7 +102,7 @@ def _contract(
     ops: Sequence[str],
     group: Callable[[str], Hashable],
     kernels: KernelCostModel,
-    tp_comm: CommPricer,
+    comm: CommPricer,
     name: str,
 ) -> RematGraph:
     members: dict[Hashable, list[str]] = {}
@@ -115,7 +116,7 @@ def _contract(
     fwd: list[RematNode] = []
     bwd_costs: list[float] = []
     for g in order:
-        times = [_op_times(graph.nodes[v], kernels, tp_comm) for v in members[g]]
+        times = [_op_times(graph.nodes[v], kernels, comm) for v in members[g]]
         deps = {index[group(p)] for v in members[g] for p in graph.predecessors(v) if p in inside} - {index[g]}
         if any(d >= index[g] for d in deps):
             raise PlansimError(f"remat stage graph {name}: grouping {g!r} creates a cycle")

@@ -8,15 +8,16 @@ tied-embedding copy on Megatron-LM's last stage (``plansim.step.prepare.tied_cop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from plansim.costs.layers import LayerCost, layer_costs
 from plansim.costs.memory import model_state_bytes
 from plansim.hardware import Cluster
+from plansim.mesh import mesh_of
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
-from plansim.step.prepare import PreparedStep, tied_copy_params, tp_pricer
+from plansim.step.layers import LayerCost, layer_costs, layer_programs
+from plansim.step.prepare import PreparedStep, comm_pricer, tied_copy_params
 from plansim.strategy import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
@@ -24,11 +25,17 @@ from plansim.workload.traced import Workload
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
 
-__all__ = ["ends_saved", "milp_stage_plans", "stage_params", "static_bytes"]
+__all__ = ["ends_saved", "milp_stage_plans", "model_states", "stage_params", "static_bytes"]
 
 
-def stage_params(layers: Sequence[int], costs: dict[int, LayerCost], s: Strategy, model: Workload, idx: int) -> int:
-    """Parameters stage ``idx`` holds on one rank: its layers', plus the tied-embedding copy on the last stage."""
+class _HasParams(Protocol):
+    @property
+    def params(self) -> float: ...
+
+
+def stage_params(layers: Sequence[int], costs: Mapping[int, _HasParams], s: Strategy, model: Workload, idx: int) -> int:
+    """Parameters stage ``idx`` holds on one rank: its layers' (``LayerCost`` or ``LayerProgram``), plus the
+    tied-embedding copy on the last stage."""
     params = round(sum(costs[i].params for i in layers if i in costs))
     return params + (tied_copy_params(model, s) if idx == s.pp - 1 else 0)
 
@@ -44,18 +51,32 @@ def ends_saved(
     )
 
 
-def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
-    """Weights (ZeRO-3: the shard plus two gathered layers), gradients, optimizer states and workspace."""
+def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
+    """What a rank holding ``params`` keeps for the whole step, by memory category: its weights, gradients and
+    optimizer states under the strategy's ZeRO stage, and the device's workspace reserve. The DES holds these static
+    and allocates ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
     states = model_state_bytes(
         params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
     )
+    return {
+        "weights": states.weights,
+        "gradients": states.gradients,
+        "optimizer": states.optimizer,
+        "workspace": float(cluster.gpu.workspace_reserve_bytes),
+    }
+
+
+def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
+    """``model_states`` in whole bytes, ZeRO-3's weights with the two gathered layers in flight (the one in use and
+    the one prefetched, as the DES's gathers hold them)."""
+    states = model_states(cluster, s, params)
     gathering = s.zero >= 3 and (s.dp or 1) > 1
     gathered = 2 * largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
-        "weights": round(states.weights + gathered),
-        "gradients": round(states.gradients),
-        "optimizer": round(states.optimizer),
-        "workspace": int(cluster.gpu.workspace_reserve_bytes),
+        "weights": round(states["weights"] + gathered),
+        "gradients": round(states["gradients"]),
+        "optimizer": round(states["optimizer"]),
+        "workspace": int(states["workspace"]),
     }
 
 
@@ -68,9 +89,9 @@ def milp_stage_plans(
     from plansim.remat.plan import stage_remat
 
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    tp_comm = tp_pricer(cluster, s)
+    comm = comm_pricer(cluster, s)
     if costs is None:
-        costs = layer_costs(graph, kernels, tp_comm)
+        costs = layer_costs(layer_programs(graph, kernels, mesh_of(s)), comm)
     sched = get_schedule(s.schedule)
     plans = {}
     for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
@@ -86,7 +107,7 @@ def milp_stage_plans(
             graph,
             blocks,
             kernels,
-            tp_comm,
+            comm,
             in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
             budget_bytes=budget,
             granularity=s.remat_granularity,

@@ -15,10 +15,10 @@ import networkx as nx
 
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
-from plansim.costs.layers import CommPricer
 from plansim.errors import PlansimError
-from plansim.hardware import Cluster
+from plansim.hardware import Cluster, Link
 from plansim.mesh import mesh_of
+from plansim.step.layers import CommPricer
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
 from plansim.units import dtype_bytes
@@ -28,11 +28,11 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
+    "comm_pricer",
     "p2p_message_bytes",
     "prepare_step",
     "shard_algorithm",
     "tied_copy_params",
-    "tp_pricer",
 ]
 
 
@@ -88,15 +88,20 @@ def shard_algorithm(s: Strategy) -> str:
     return ALLREDUCE_ALGORITHMS[s.dp_algorithm].sharded_with
 
 
-def tp_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
-    """Prices one tensor-parallel collective (ring, Megatron-LM's NCCL default within a node) on the link of the
-    mesh's ``tp`` group: ``(collective, message bytes) -> (seconds, bytes this rank sends)``."""
-    link = mesh_of(s).link("tp", cluster)
+def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
+    """Prices one blocking collective of a layer (ring, Megatron-LM's NCCL default within a node) on the link of the
+    mesh's group along its axis: ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
+    mesh = mesh_of(s)
+    links: dict[str, Link] = {}
 
-    def price(collective: str, n_bytes: float) -> tuple[float, float]:
-        if s.tp <= 1 or n_bytes <= 0:
+    def price(axis: str, collective: str, n_bytes: float) -> tuple[float, float]:
+        p = mesh.size(axis)
+        if p <= 1 or n_bytes <= 0:
             return 0.0, 0.0
-        seconds = collective_time(collective, "ring", s.tp, n_bytes, link.latency_s, link.bandwidth_Bps)
-        return seconds, bytes_sent_per_rank(collective, "ring", s.tp, n_bytes)
+        link = links.get(axis)
+        if link is None:
+            link = links[axis] = mesh.link(axis, cluster)
+        seconds = collective_time(collective, "ring", p, n_bytes, link.latency_s, link.bandwidth_Bps)
+        return seconds, bytes_sent_per_rank(collective, "ring", p, n_bytes)
 
     return price

@@ -3,7 +3,7 @@ r"""Trace an arbitrary ``torch.nn.Module`` into plansim's op graph (the vocabula
 ``trace_module(module, inputs)`` runs one forward and one backward pass on the meta device (shapes and dtypes only,
 no memory, no arithmetic) and records one node per ATen kernel, in execution order (the inputs of an attention core
 moved before it, see ``_core_inputs_first``), with the attributes the workload builders give (``NODE_ATTRIBUTES``),
-so ``graph_totals``, ``layer_nodes``, ``model_flops``, ``plansim.costs.layers.layer_costs`` and
+so ``graph_totals``, ``layer_nodes``, ``model_flops``, ``plansim.step.layers.layer_programs`` and
 ``plansim.remat.stage.stage_graph`` read a traced graph as they read a built one.
 
 How each attribute is measured:
@@ -53,7 +53,7 @@ are.
 Pricing a traced model: ``plansim.simulate(traced, hardware, strategy)`` (either engine) prices it under data and
 pipeline parallelism from this graph, one micro-batch (the traced input shapes) at ``tp = 1``; the strategy must
 take the traced batch as its micro-batch (``plansim.workload.traced`` says why, and what else it checks).
-``plansim.costs.layers.layer_costs(traced.graph, kernels, pricer)`` gives its per-layer costs with any
+``plansim.step.layers.layer_programs(traced.graph, kernels, mesh)`` gives its per-layer work with any
 ``KernelCostModel``, exactly as for a built graph.
 
 Needs torch (the ``torch`` or ``profile`` extra); importing this module does not.

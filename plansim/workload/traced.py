@@ -20,7 +20,7 @@ traced model *is* its graph, so the strategy must fit the trace (``traced_proble
 
 Everything else is as for a built graph: pipeline stages split blocks ``0 .. L-1`` evenly (or by ``layer_split``),
 layer -1 (what runs before the first block) on the first stage and layer ``L`` (after the last) on the last
-(``plansim.stages``); per-layer costs from ``plansim.costs.layers``; remat from the ops' ``saved_bytes`` and
+(``plansim.stages``); per-layer costs from ``plansim.step.layers``; remat from the ops' ``saved_bytes`` and
 ``selective_recompute`` flags (``plansim.costs.memory``), full and sqrt(N) keeping ``layer_input_bytes`` per block,
 the first block's input, which is exact for a stack of like blocks (a transformer) and an approximation for blocks of
 different widths, as is the pipeline message, also that size; with ``pp > 1`` the last stage holds a copy of the

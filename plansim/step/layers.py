@@ -1,0 +1,243 @@
+"""Each layer's work in one training step, walked once from the op graph for both engines.
+
+``layer_programs`` walks a micro-batch's op graph (one rank) and gives each layer's forward, backward (whole, and
+input-gradient only) and weight-gradient work as runs of compute split at its collectives, with the bytes and FLOPs
+that memory, recompute and the FLOP rates read. The lowering runs those segments as tasks; the analytic engine sums
+them (``layer_costs``), pricing each collective on the mesh axis its op names. So a layer costs the same in both
+engines by construction: there is one walk, and the closed form is its sum.
+
+Sources: Megatron-LM's tensor-parallel collectives are blocking, so they sit between compute kernels on the critical
+path (Shoeybi et al. 2019, sec 3); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
+split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GEMM-like kinds only (Narayanan et al.
+2021, sec 5.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from plansim.costs.kernels import KernelCostModel
+from plansim.costs.memory import LayerActivations
+from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
+from plansim.mesh import DeviceMesh
+from plansim.taskgraph import Comm
+from plansim.workload.graph import MATMUL_KINDS
+
+__all__ = [
+    "AxisComm",
+    "CommPricer",
+    "LayerCost",
+    "LayerProgram",
+    "Segment",
+    "layer_activations",
+    "layer_costs",
+    "layer_programs",
+    "rerun",
+    "weight_gradient_s",
+]
+
+#: (mesh axis, collective name, message bytes) -> (seconds, bytes this rank sends)
+CommPricer = Callable[[str, str, float], tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """A run of compute (``seconds``) or one collective (``comm``) inside a layer's pass."""
+
+    seconds: float = 0.0
+    comm: Comm | None = None
+
+
+@dataclass
+class LayerProgram:
+    """One layer's passes for one micro-batch on one rank, and its memory and FLOP figures.
+
+    ``fwd``/``bwd``/``bwd_input``: the passes as segments; ``wgrad_s`` the weight-gradient kernels (part of ``bwd``,
+    a separate W pass under split backward); ``selective_s`` the forward time of the ops selective recompute reruns;
+    ``saved`` bytes its ops save for backward (``selective_saved`` of them by the rerun ops, ``wgrad_saved`` the weight
+    GEMMs' inputs); FLOPs count GEMM-like kinds."""
+
+    layer: int
+    fwd: list[Segment] = field(default_factory=list)
+    bwd: list[Segment] = field(default_factory=list)
+    bwd_input: list[Segment] = field(default_factory=list)
+    wgrad_s: float = 0.0
+    selective_s: float = 0.0
+    params: float = 0.0
+    saved: float = 0.0
+    selective_saved: float = 0.0
+    wgrad_saved: float = 0.0
+    fwd_matmul_flops: float = 0.0
+    selective_matmul_flops: float = 0.0
+
+
+def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
+    """The weight-gradient part of an op's backward time: ``KernelCostModel.backward`` prices a GEMM-like op's
+    backward as two kernels of ``bwd_flops / 2``, input gradient and weight gradient; ops with parameters run the
+    latter. Everything else in ``kernels.backward(op)`` is input gradient.
+
+    Left in the input-gradient part: a tied output head's weight gradient (its weight is counted once, at the
+    embedding, so ``params`` is 0 there).
+    """
+    if op["kind"] in MATMUL_KINDS and op["params"] > 0:
+        return kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+    return 0.0
+
+
+def _append(segments: list[Segment], seconds: float = 0.0, comm: Comm | None = None) -> None:
+    if comm is not None:
+        segments.append(Segment(comm=comm))
+    elif seconds > 0:
+        if segments and segments[-1].comm is None:
+            segments[-1] = Segment(seconds=segments[-1].seconds + seconds)
+        else:
+            segments.append(Segment(seconds=seconds))
+
+
+def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
+    """Each layer's (-1 embedding, 0..L-1 blocks, L output layer) forward, backward and weight-gradient work, split at
+    its collectives. Each collective runs on the mesh axis its op names (``group``, e.g. ``tp``); one on an axis of
+    size 1, or named ``none`` for a direction, is no collective."""
+    programs: dict[int, LayerProgram] = {}
+    order = list(nx.topological_sort(graph))
+    for name in order:
+        op = graph.nodes[name]
+        lp = programs.setdefault(op["layer"], LayerProgram(op["layer"]))
+        if op["kind"] == "collective":
+            if mesh.size(op["group"]) > 1 and op["collective"] != "none":
+                _append(lp.fwd, comm=Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
+            continue
+        fwd = kernels.forward(op)
+        _append(lp.fwd, fwd)
+        lp.params += op["params"]
+        lp.saved += op["saved_bytes"]
+        if op["kind"] in MATMUL_KINDS:
+            lp.fwd_matmul_flops += op["flops"]
+            if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
+                lp.wgrad_saved += op["saved_bytes"]
+        if op["selective_recompute"]:
+            lp.selective_s += fwd
+            lp.selective_saved += op["saved_bytes"]
+            if op["kind"] in MATMUL_KINDS:
+                lp.selective_matmul_flops += op["flops"]
+    for name in reversed(order):
+        op = graph.nodes[name]
+        lp = programs[op["layer"]]
+        if op["kind"] == "collective":
+            if mesh.size(op["group"]) > 1 and op["bwd_collective"] != "none":
+                comm = Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"])
+                _append(lp.bwd, comm=comm)
+                _append(lp.bwd_input, comm=comm)
+            continue
+        bwd = kernels.backward(op)
+        wgrad = weight_gradient_s(op, kernels)
+        _append(lp.bwd, bwd)
+        _append(lp.bwd_input, bwd - wgrad)
+        lp.wgrad_s += wgrad
+    return programs
+
+
+@dataclass(frozen=True)
+class AxisComm:
+    """A layer's blocking collectives on one mesh axis, one micro-batch: seconds and bytes this rank sends, per pass."""
+
+    axis: str
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    fwd_bytes: float = 0.0
+    bwd_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer, one micro-batch, one rank: the sums of its ``LayerProgram`` (the analytic engine's view).
+
+    Times in seconds: ``fwd_s``/``bwd_s`` compute; ``bwd_weight_s`` the weight-gradient part of ``bwd_s``;
+    ``selective_fwd_s`` the forward time of the ops that selective recompute rebuilds; ``comm`` the blocking
+    collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path).
+    """
+
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    bwd_weight_s: float = 0.0
+    selective_fwd_s: float = 0.0
+    comm: tuple[AxisComm, ...] = ()
+    fwd_matmul_flops: float = 0.0
+    selective_matmul_flops: float = 0.0
+    params: float = 0.0
+    saved_bytes: float = 0.0
+    selective_saved_bytes: float = 0.0
+
+    @property
+    def comm_fwd_s(self) -> float:
+        """Seconds of the forward pass's collectives, every axis."""
+        return sum(c.fwd_s for c in self.comm)
+
+    @property
+    def comm_bwd_s(self) -> float:
+        """Seconds of the backward pass's collectives, every axis."""
+        return sum(c.bwd_s for c in self.comm)
+
+    @property
+    def comm_fwd_bytes(self) -> float:
+        """Bytes this rank sends in the forward pass's collectives, every axis."""
+        return sum(c.fwd_bytes for c in self.comm)
+
+
+def _priced(segments: Iterable[Segment], price: CommPricer) -> dict[str, tuple[float, float]]:
+    """Per axis, (seconds, bytes sent) of the collectives among ``segments``."""
+    out: dict[str, tuple[float, float]] = {}
+    for seg in segments:
+        if seg.comm is not None:
+            seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
+            was = out.get(seg.comm.group, (0.0, 0.0))
+            out[seg.comm.group] = (was[0] + seconds, was[1] + sent)
+    return out
+
+
+def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
+    """The sums of one layer's program, each collective priced by ``price`` on its axis."""
+    fwd, bwd = _priced(lp.fwd, price), _priced(lp.bwd, price)
+    comm = tuple(
+        AxisComm(axis, fwd.get(axis, (0.0, 0.0))[0], bwd.get(axis, (0.0, 0.0))[0], fwd.get(axis, (0.0, 0.0))[1],
+                 bwd.get(axis, (0.0, 0.0))[1])
+        for axis in sorted(fwd.keys() | bwd.keys())
+    )  # fmt: skip
+    return LayerCost(
+        fwd_s=sum(seg.seconds for seg in lp.fwd),
+        bwd_s=sum(seg.seconds for seg in lp.bwd),
+        bwd_weight_s=lp.wgrad_s,
+        selective_fwd_s=lp.selective_s,
+        comm=comm,
+        fwd_matmul_flops=lp.fwd_matmul_flops,
+        selective_matmul_flops=lp.selective_matmul_flops,
+        params=lp.params,
+        saved_bytes=lp.saved,
+        selective_saved_bytes=lp.selective_saved,
+    )
+
+
+def layer_costs(programs: Mapping[int, LayerProgram], price: CommPricer) -> dict[int, LayerCost]:
+    """``layer_cost`` of every layer's program."""
+    return {layer: layer_cost(lp, price) for layer, lp in programs.items()}
+
+
+def layer_activations(cost: LayerCost, layer_input_bytes: float) -> LayerActivations:
+    """The saved-activation view of a layer's costs, for the memory model."""
+    return LayerActivations(
+        full=cost.saved_bytes, selective=cost.saved_bytes - cost.selective_saved_bytes, layer_input=layer_input_bytes
+    )
+
+
+def rerun(remat: str, blocks: Sequence[LayerCost]) -> Recompute:
+    """What ``remat``'s backward rebuilds per micro-batch of these blocks (compute s, blocking collective s, matmul
+    FLOPs): its registry entry's rule (``plansim.costs.remat_policies``) over their forward and attention core."""
+    block = Recompute(
+        sum(c.fwd_s for c in blocks), sum(c.comm_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks)
+    )
+    core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
+    return REMAT_POLICIES[remat].recompute(block, core)

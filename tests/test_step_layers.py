@@ -1,0 +1,83 @@
+"""The one walk over a micro-batch's op graph (plansim.step.layers): the lowering runs its segments, the analytic
+engine sums them. Checked against sums taken straight over the graph's ops, and per mesh axis."""
+
+from __future__ import annotations
+
+import pytest
+
+from plansim.costs.kernels import KernelCostModel
+from plansim.hardware import load_hardware
+from plansim.mesh import mesh_of
+from plansim.step.layers import layer_costs, layer_programs, rerun, weight_gradient_s
+from plansim.strategy import Strategy
+from plansim.workload import build_graph, load_model
+
+
+def _graph(preset: str, tp: int):  # type: ignore[no-untyped-def]
+    model = load_model(preset)
+    kernels = KernelCostModel(load_hardware("dgx-a100", gpus=8).gpu, "bf16")
+    graph = build_graph(model, micro_batch=1, tp=tp)
+    return graph, kernels, mesh_of(Strategy(tp=tp, dp=8 // tp, micro_batch=1, global_batch=8 // tp))
+
+
+@pytest.mark.parametrize("preset,tp", [("gpt3-1.3b", 1), ("gpt3-1.3b", 4), ("llama3-8b", 2), ("resnet50", 1)])
+def test_layer_sums_are_the_sums_over_its_ops(preset: str, tp: int) -> None:
+    """Compute, weight gradient, parameters, saved bytes and FLOPs of each layer equal the plain sums over its ops."""
+    graph, kernels, mesh = _graph(preset, tp)
+    costs = layer_costs(layer_programs(graph, kernels, mesh), lambda axis, coll, n: (0.0, 0.0))
+    by_layer: dict[int, list[dict]] = {}
+    for _, op in graph.nodes(data=True):
+        if op["kind"] != "collective":
+            by_layer.setdefault(op["layer"], []).append(op)
+    assert set(costs) == set(by_layer)
+    for layer, ops in by_layer.items():
+        c = costs[layer]
+        assert c.fwd_s == pytest.approx(sum(kernels.forward(op) for op in ops), rel=1e-12)
+        assert c.bwd_s == pytest.approx(sum(kernels.backward(op) for op in ops), rel=1e-12)
+        assert c.bwd_weight_s == pytest.approx(sum(weight_gradient_s(op, kernels) for op in ops), rel=1e-12)
+        assert c.params == sum(op["params"] for op in ops)
+        assert c.saved_bytes == sum(op["saved_bytes"] for op in ops)
+        sel = [op for op in ops if op["selective_recompute"]]
+        assert c.selective_saved_bytes == sum(op["saved_bytes"] for op in sel)
+        assert c.selective_fwd_s == pytest.approx(sum(kernels.forward(op) for op in sel), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_collectives_are_priced_on_the_axis_their_op_names(tp: int) -> None:
+    """Every collective op is priced once per pass that runs it, on its op's axis; on an axis of size 1 none is."""
+    graph, kernels, mesh = _graph("gpt3-1.3b", tp)
+    asked: list[tuple[str, str, float]] = []
+
+    def price(axis: str, coll: str, n_bytes: float) -> tuple[float, float]:
+        asked.append((axis, coll, n_bytes))
+        return 1.0, n_bytes
+
+    costs = layer_costs(layer_programs(graph, kernels, mesh), price)
+    ops = [op for _, op in graph.nodes(data=True) if op["kind"] == "collective"]
+    expected = sorted(
+        (op["group"], name, op["comm_bytes"])
+        for op in ops
+        for name in (op["collective"], op["bwd_collective"])
+        if name != "none" and mesh.size(op["group"]) > 1
+    )
+    assert sorted(asked) == expected
+    assert bool(expected) == (tp > 1)
+    total = sum(c.comm_fwd_s + c.comm_bwd_s for c in costs.values())
+    assert total == len(expected)
+    assert {a.axis for c in costs.values() for a in c.comm} == ({"tp"} if tp > 1 else set())
+
+
+def test_rerun_follows_the_policy_registry() -> None:
+    """full and sqrt rerun each block's forward with its collectives; selective the attention core only; none and
+    the scheduled milp nothing here."""
+    graph, kernels, mesh = _graph("gpt3-1.3b", 2)
+    costs = layer_costs(layer_programs(graph, kernels, mesh), lambda axis, coll, n: (1e-3, n))
+    blocks = [costs[i] for i in range(3)]
+    for remat in ("full", "sqrt"):
+        r = rerun(remat, blocks)
+        assert r.compute_s == pytest.approx(sum(c.fwd_s for c in blocks))
+        assert r.tp_comm_s == pytest.approx(sum(c.comm_fwd_s for c in blocks)) and r.tp_comm_s > 0
+    sel = rerun("selective", blocks)
+    assert sel.compute_s == pytest.approx(sum(c.selective_fwd_s for c in blocks)) and sel.tp_comm_s == 0
+    assert 0 < sel.matmul_flops < rerun("full", blocks).matmul_flops
+    assert rerun("none", blocks) == rerun("milp", blocks) == (0.0, 0.0, 0.0)
