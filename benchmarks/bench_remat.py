@@ -21,14 +21,14 @@ import time
 
 from plansim.api import load_hardware, load_model
 from plansim.remat import BASELINES, RematGraph, linear_chain, solve_remat, stage_graph
-from plansim.step.prepare import prepare_step, tp_pricer
+from plansim.step.prepare import comm_pricer, prepare_step
 from plansim.strategy import Strategy
 
 
 def gpt_stage(layers: int, granularity: str) -> RematGraph:
     model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
     prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
-    kernels, tp = prep.kernels, tp_pricer(cluster, prep.strategy)
+    kernels, tp = prep.kernels, comm_pricer(cluster, prep.strategy)
     return stage_graph(prep.graph, range(layers), kernels, tp, granularity=granularity)  # type: ignore[arg-type]
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
+from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
-from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
@@ -26,6 +26,7 @@ from plansim.mesh import mesh_of
 from plansim.result import Result, step_rates
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
+from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
 from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
 from plansim.step.prepare import (
@@ -33,12 +34,11 @@ from plansim.step.prepare import (
     comm_pricer,
     p2p_message_bytes,
     prepare_step,
-    shard_algorithm,
     tied_copy_params,
 )
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
-from plansim.units import GB, dtype_bytes
+from plansim.units import GB
 from plansim.workload.traced import Workload
 
 if TYPE_CHECKING:
@@ -388,14 +388,14 @@ class DataParallelComm:
     zero_bytes: float
 
 
-def _dp_links(cluster: Cluster, s: Strategy, dp: int, collective: str, algorithm: str) -> tuple[Link, dict[str, Any]]:
+def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
     """The data-parallel group's link (ranks tp apart) and, where the algorithm prices node-local and inter-node
     steps apart, the node-local group size and the inter-node link as keyword arguments of ``collective_time``:
     hierarchical (its inter-node phase), and a butterfly spanning nodes (its steps between ranks ``local`` or more
     apart cross nodes, each GPU through its own NIC share: recursive halving and doubling move their largest
     blocks over the longest distances, Thakur et al. 2005 sec 4)."""
     mesh = mesh_of(s)
-    if not algorithm_entry(collective, algorithm).reads_local:
+    if c.local is None:
         return mesh.link("dp", cluster), {}
     local, intra, inter = mesh.split_links("dp", cluster)
     if inter is None:  # one node: no step crosses (hierarchical's inter-node phase is among one rank)
@@ -403,51 +403,49 @@ def _dp_links(cluster: Cluster, s: Strategy, dp: int, collective: str, algorithm
     return intra, {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
 
 
-def _dp_comm(cluster: Cluster, s: Strategy, stage: StageCost, backward_s: float, fwd_s: float) -> DataParallelComm:
-    """Gradient reduction and ZeRO gathers of one stage, and how much of them backward does not hide.
+def _price_dp(
+    cluster: Cluster, s: Strategy, plan: DataParallelPlan, c: GroupCollective, n_bytes: float
+) -> tuple[float, float]:
+    """(seconds, bytes one rank sends) of one collective of ``plan`` over the dp group."""
+    link, kw = _dp_links(cluster, s, c)
+    return _price(c.collective, c.algorithm, plan.dp, n_bytes, link, **kw)
 
-    ZeRO-0: one all-reduce per step (Li et al. 2020, PyTorch DDP: bucketed, launched as backward produces
-    gradients). ZeRO-1: reduce-scatter per step + all-gather of the updated weights; ZeRO-2: reduce-scatter per
-    micro-batch; ZeRO-3: all-gather weights in forward and again in backward, reduce-scatter per micro-batch
-    (Rajbhandari et al. 2020, sec 7: 2x and 3x the parameter volume). Overlap: a reduction can hide behind the
-    backward of the micro-batch that produced it except its last bucket; gathers hide behind the compute they feed.
+
+def _dp_comm(
+    cluster: Cluster, s: Strategy, plan: DataParallelPlan | None, stage: StageCost, backward_s: float, fwd_s: float
+) -> DataParallelComm:
+    """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
+    gathers, and how much of them backward does not hide.
+
+    Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
+    bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
+    first layer's, which cannot be prefetched, and per-layer reduce-scatters behind the rest of backward. Volumes are
+    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
     """
-    dp = s.dp or 1
-    if dp <= 1:
+    if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    grad_bytes = stage.params * grad_bytes_per_param(s)
-    weight_bytes = stage.params * dtype_bytes(s.compute_dtype)
-    link, kw = _dp_links(cluster, s, dp, "all_reduce", s.dp_algorithm)
-    shard_alg = shard_algorithm(s)
-    base, shard_kw = _dp_links(cluster, s, dp, "reduce_scatter", shard_alg)  # all-gathers alike
-    buckets = max(1, math.ceil(grad_bytes / s.grad_bucket_bytes))
-
-    def hidden(t: float, window: float) -> float:
-        return max(t - window, t / buckets) if s.overlap_grad_reduce else t
-
-    if s.zero == 0:
-        t, sent = _price("all_reduce", s.dp_algorithm, dp, grad_bytes, link, **kw)
-        return DataParallelComm(hidden(t, backward_s), sent, 0.0)
-    t_rs, rs_sent = _price("reduce_scatter", shard_alg, dp, grad_bytes, base, **shard_kw)
-    t_ag, ag_sent = _price("all_gather", shard_alg, dp, weight_bytes, base, **shard_kw)
-    if s.zero == 1:
-        return DataParallelComm(hidden(t_rs, backward_s) + t_ag, rs_sent, ag_sent)
-    if s.zero == 2:
-        return DataParallelComm(m * hidden(t_rs, backward_s) + t_ag, m * rs_sent, ag_sent)
-    # The first layer's gather cannot be prefetched: at least one layer's share stays exposed per pass.
-    n = stage.num_layers
-    exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_rs - backward_s, (t_ag + t_rs) / n))
-    return DataParallelComm(exposed, m * rs_sent, 2 * m * ag_sent)
+    grad_bytes = stage.params * plan.grad_bytes
+    t_r, r_sent = _price_dp(cluster, s, plan, plan.reduce, grad_bytes)
+    t_ag, ag_sent = (0.0, 0.0)
+    if plan.per_layer or plan.gather_after_step:
+        t_ag, ag_sent = _price_dp(cluster, s, plan, plan.gather, stage.params * plan.weight_bytes)
+    if plan.per_layer:
+        n = stage.num_layers
+        exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_r - backward_s, (t_ag + t_r) / n))
+        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent)
+    buckets = max(1, math.ceil(grad_bytes / plan.bucket_bytes))
+    hidden = max(t_r - backward_s, t_r / buckets) if plan.overlap else t_r
+    reductions = m if plan.reduce_every_microbatch else 1
+    return DataParallelComm(reductions * hidden + t_ag, reductions * r_sent, ag_sent)
 
 
 def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
     """(seconds, bytes sent) of the all-reduce between the two copies of tied embeddings' gradients (first and last
     pipeline stage), which Megatron-LM runs after backward, before the optimizer step."""
-    tied = tied_copy_params(model, s)
-    if not tied:
+    grad_bytes = tied_gradient_bytes(model, s)
+    if not grad_bytes:
         return 0.0, 0.0
-    grad_bytes = tied * grad_bytes_per_param(s)
     ends = mesh_of(s).group("pp", 0)
     link = cluster.p2p_link(ends[0], ends[-1])
     return _price("all_reduce", "ring", 2, grad_bytes, link)
@@ -465,8 +463,9 @@ def _time_breakdown(
     tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
+    plan = data_parallel_plan(cluster, s)
     dpc = max(
-        (_dp_comm(cluster, s, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
+        (_dp_comm(cluster, s, plan, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
         key=lambda c: c.exposed_s,
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)

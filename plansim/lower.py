@@ -27,21 +27,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.optimizer import grad_bytes_per_param, optimizer_step_s
+from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.hardware import Cluster
 from plansim.mesh import DeviceMesh, mesh_of
 from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
+from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import LayerProgram, Segment, layer_programs
 from plansim.step.memory import milp_stage_plans, model_states, stage_params
-from plansim.step.prepare import p2p_message_bytes, prepare_step, shard_algorithm, tied_copy_params
+from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
-from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
 __all__ = ["lower"]
@@ -64,8 +63,7 @@ class _Ctx:
     chunks: list[list[int]]
     layer_input: float
     p2p_bytes: float
-    grad_b: int
-    weight_b: int
+    dp_plan: DataParallelPlan | None
     mesh: DeviceMesh
     # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
     milp: dict[int, LayerRemat] = field(default_factory=dict)
@@ -86,8 +84,8 @@ class _StageLowering:
         self.stage = stage
         self.kernels = kernels
         self.prog = StageProgram(stage)
-        self.dp = self.s.dp or 1
-        self.zero3 = self.s.zero >= 3 and self.dp > 1
+        self.plan = ctx.dp_plan
+        self.zero3 = self.plan is not None and self.plan.per_layer
         self.split = get_schedule(self.s.schedule).split_backward
         self.last_compute = -1
         self.last_dp = -1
@@ -324,7 +322,8 @@ class _StageLowering:
             if lp is None or lp.params <= 0:
                 self.gathers[(mb, order[i], phase)] = -1
                 continue
-            comm = Comm("all_gather", shard_algorithm(self.s), "dp", lp.params * self.ctx.weight_b, "zero")
+            assert self.plan is not None, "only ZeRO-3 gathers per layer"
+            comm = _dp_comm(self.plan.gather, lp.params * self.plan.weight_bytes, "zero")
             deps = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
             self.gathers[(mb, order[i], phase)] = self._dp(
                 Task(
@@ -343,33 +342,28 @@ class _StageLowering:
         """A layer's gradient for micro-batch ``mb`` is complete: bucket it for reduction."""
         s = self.s
         params = lp.params + (self.tied_params if layer == self.ctx.model.layers else 0)
-        if self.dp <= 1 or params <= 0:
+        plan = self.plan
+        if plan is None or params <= 0:
             return
-        n_bytes = params * self.ctx.grad_b
-        if self.zero3:
-            comm = Comm("reduce_scatter", shard_algorithm(self.s), "dp", n_bytes, "dp")
+        n_bytes = params * plan.grad_bytes
+        if plan.per_layer:
+            comm = _dp_comm(plan.reduce, n_bytes, "dp")
             self._dp(
                 Task(f"rs{mb}.L{layer}", "dp", "grad_reduce", comm=comm, deps=((self.stage, task),), microbatch=mb)
             )
             return
-        every_mb = s.zero == 2
-        if not every_mb and mb != s.num_microbatches - 1:
+        if not plan.reduce_every_microbatch and mb != s.num_microbatches - 1:
             return
         self.bucket[0] += n_bytes
         self.bucket_dep = task
-        if s.overlap_grad_reduce and self.bucket[0] >= s.grad_bucket_bytes:
+        if plan.overlap and self.bucket[0] >= plan.bucket_bytes:
             self._flush_bucket(mb)
 
     def _flush_bucket(self, mb: int) -> None:
         if self.bucket[0] <= 0:
             return
-        s, ctx = self.s, self.ctx
-        if s.zero == 0:
-            reads_local = ALLREDUCE_ALGORITHMS[s.dp_algorithm].reads_local
-            local = ctx.mesh.local_size("dp", ctx.cluster.gpus_per_node) if reads_local else None
-            comm = Comm("all_reduce", s.dp_algorithm, "dp", self.bucket[0], "dp", local=local)
-        else:
-            comm = Comm("reduce_scatter", shard_algorithm(self.s), "dp", self.bucket[0], "dp")
+        assert self.plan is not None, "a bucket fills only with data parallelism"
+        comm = _dp_comm(self.plan.reduce, self.bucket[0], "dp")
         self._dp(
             Task(
                 f"reduce{mb}.{self.last_dp + 1}",
@@ -384,7 +378,7 @@ class _StageLowering:
 
     def end_of_microbatch_backward(self, mb: int) -> None:
         """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket."""
-        if self.s.zero == 2 and not self.zero3 and self.dp > 1:
+        if self.plan is not None and self.plan.reduce_every_microbatch and not self.plan.per_layer:
             self._flush_bucket(mb)
 
     def finish(self, model: Workload) -> None:
@@ -393,9 +387,9 @@ class _StageLowering:
         self._flush_bucket(s.num_microbatches - 1)
         layers = [x for c in ctx.chunks[self.stage :: s.pp] for x in c]
         params = stage_params(layers, ctx.programs, s, model, self.stage)
-        tied = tied_copy_params(model, s)
+        tied = tied_gradient_bytes(model, s)
         if tied and self.stage in (0, s.pp - 1):
-            comm = Comm("all_reduce", "ring", "emb", tied * ctx.grad_b, "dp")
+            comm = Comm("all_reduce", "ring", "emb", tied, "dp")
             self._dp(Task("embedding_sync", "dp", "embedding_sync", comm=comm, deps=((self.stage, self.last_compute),)))
         deps = [(self.stage, self.last_compute)]
         if self.last_dp >= 0:
@@ -403,8 +397,8 @@ class _StageLowering:
         opt = self._compute(
             Task("optimizer", "compute", "optimizer", optimizer_step_s(self.kernels, s, params), deps=tuple(deps))
         )
-        if s.zero in (1, 2) and self.dp > 1:
-            comm = Comm("all_gather", shard_algorithm(self.s), "dp", params * ctx.weight_b, "zero")
+        if self.plan is not None and self.plan.gather_after_step:
+            comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
         self.prog.static_memory = model_states(ctx.cluster, s, params)
@@ -429,8 +423,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         chunks=chunk_layers(model.layers, s.pp, s.virtual_stages, s.layer_split),
         layer_input=layer_input,
         p2p_bytes=p2p_message_bytes(graph, s),
-        grad_b=grad_bytes_per_param(s),
-        weight_b=dtype_bytes(s.compute_dtype),
+        dp_plan=data_parallel_plan(cluster, s),
         mesh=mesh,
     )
     milp_flops = 0.0
@@ -468,6 +461,11 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         model_flops=model_fl,
         hardware_flops=model_fl + recompute_flops * s.tp * dp * m,
     )
+
+
+def _dp_comm(c: GroupCollective, n_bytes: float, kind: str) -> Comm:
+    """One collective of the data-parallel plan over the ``dp`` axis, its bytes filed under ``kind``."""
+    return Comm(c.collective, c.algorithm, "dp", n_bytes, kind, local=c.local)
 
 
 def _recompute_flops(remat: str, lp: LayerProgram) -> float:

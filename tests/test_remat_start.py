@@ -18,7 +18,7 @@ from plansim.remat.baselines import FIXED
 from plansim.remat.checkmate import solve_milp
 from plansim.remat.coarsen import coarse_checkpoints, contract, layer_parts
 from plansim.remat.start import improve_checkpoints, rounded_start
-from plansim.step.prepare import prepare_step, tp_pricer
+from plansim.step.prepare import comm_pricer, prepare_step
 from plansim.strategy import Strategy
 
 
@@ -30,7 +30,7 @@ def _gpt_stage(layers: int, granularity: str) -> RematGraph:
         prep.graph,
         range(layers),
         prep.kernels,
-        tp_pricer(cluster, prep.strategy),
+        comm_pricer(cluster, prep.strategy),
         granularity=granularity,  # type: ignore[arg-type]
     )
 
