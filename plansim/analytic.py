@@ -36,7 +36,7 @@ from plansim.step.prepare import (
     prepare_step,
     tied_copy_params,
 )
-from plansim.strategy import Strategy
+from plansim.strategy import Strategy, StrategyProjection
 from plansim.strategy_checks import check_strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
@@ -79,6 +79,55 @@ class StageCost:
 
 
 @dataclass(frozen=True)
+class _LayerKey(StrategyProjection):
+    """What the op graph of a micro-batch, its per-layer costs (tensor-parallel collectives on the tp axis, which
+    is the fastest one: its groups do not depend on dp or pp) and the pipeline message size read of a strategy."""
+
+    micro_batch: int
+    tp: int
+    sequence_parallel: bool
+    compute_dtype: str
+
+
+@dataclass(frozen=True)
+class _PipelineKey(StrategyProjection):
+    """What a pipeline's stages read beyond ``_LayerKey``: layout, schedule, remat and, for the stage boundaries'
+    links, the data-parallel degree (the pp axis's stride). ZeRO and the all-reduce do not enter."""
+
+    remat: str
+    schedule: str
+    pp: int
+    num_microbatches: int
+    virtual_stages: int
+    layer_split: tuple[int, ...] | None
+    dp: int | None
+
+
+@dataclass(frozen=True)
+class _SendsKey(StrategyProjection):
+    """What the pipeline sends of every stage read beyond ``_LayerKey`` (the pp axis's stride is tp * dp)."""
+
+    schedule: str
+    pp: int
+    virtual_stages: int
+    dp: int | None
+
+
+@dataclass(frozen=True)
+class _StatesKey(StrategyProjection):
+    """What the stages' model states and workspace read (``AnalyticCache.model_states_exceed``)."""
+
+    tp: int
+    pp: int
+    virtual_stages: int
+    layer_split: tuple[int, ...] | None
+    dp: int | None
+    zero: int
+    compute_dtype: str
+    fp32_grad_accum: bool
+
+
+@dataclass(frozen=True)
 class _Priced:
     """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
 
@@ -87,9 +136,9 @@ class _Priced:
     p2p_bytes: float
     model_flops: float
     stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
-    pipelines: dict[tuple, _Pipeline] = field(default_factory=dict)
+    pipelines: dict[_PipelineKey, _Pipeline] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
-    p2p: dict[tuple, list[tuple[float, float]]] = field(default_factory=dict)
+    p2p: dict[_SendsKey, list[tuple[float, float]]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> _StageSums:
@@ -106,7 +155,7 @@ class _Priced:
 
     def p2p_of(self, cluster: Cluster, s: Strategy) -> list[tuple[float, float]]:
         """``_p2p`` of every stage of ``s``'s pipeline."""
-        key = (s.schedule, s.pp, s.virtual_stages, s.tp * (s.dp or 1))
+        key = _SendsKey.of(s)
         hit = self.p2p.get(key)
         if hit is None:
             hit = self.p2p[key] = [_p2p(cluster, s, idx, self.p2p_bytes) for idx in range(s.pp)]
@@ -120,27 +169,32 @@ class AnalyticCache:
 
     def __init__(self, model: Workload, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
-        self._priced: dict[tuple, _Priced] = {}
-        self._states: dict[tuple, bool] = {}
+        self._priced: dict[_LayerKey, _Priced] = {}
+        self._states: dict[_StatesKey, int] = {}
 
     def model_states_exceed(self, strategy: Strategy) -> bool:
         """Whether some stage's weights, gradients, optimizer states and workspace alone exceed the device's memory
         (then ``simulate_analytic`` reports ``fits=False`` whatever the activations): the memory model's static
         part, without pricing the step. False for a strategy that cannot run (pricing it names why)."""
+        states = self.model_states_bytes(strategy)
+        return states is not None and states > self.cluster.gpu.memory_bytes
+
+    def model_states_bytes(self, strategy: Strategy) -> int | None:
+        """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's two gathered layers
+        included); None for a strategy that cannot run."""
         s = strategy.resolve(self.cluster)
-        key = (s.tp, s.pp, s.virtual_stages, s.layer_split, s.dp, s.zero, s.compute_dtype, s.fp32_grad_accum)
+        if check_strategy(s, self.model, self.cluster):  # before the cache: validity is not a matter of the key
+            return None
+        key = _StatesKey.of(s)
         if key not in self._states:
-            if check_strategy(s, self.model, self.cluster):
-                return False
-            costs = next((p.costs for k, p in self._priced.items() if k[1] == s.tp), None) or self.priced(s).costs
-            capacity = self.cluster.gpu.memory_bytes
-            self._states[key] = any(
+            costs = next((p.costs for k, p in self._priced.items() if k.tp == s.tp), None) or self.priced(s).costs
+            self._states[key] = max(
                 sum(
                     static_bytes(
                         self.cluster, s, stage_params(layers, costs, s, self.model, idx),
                         max(costs[i].params for i in layers if i in costs),
                     ).values()
-                ) > capacity
+                )
                 for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
             )  # fmt: skip
         return self._states[key]
@@ -148,7 +202,7 @@ class AnalyticCache:
     def priced(self, prep_strategy: Strategy) -> _Priced:
         """The shared part for a resolved, checked strategy."""
         s = prep_strategy
-        key = (s.micro_batch, s.tp, s.sequence_parallel, s.compute_dtype)
+        key = _LayerKey.of(s)
         hit = self._priced.get(key)
         if hit is None:
             from plansim.workload import model_flops
@@ -182,7 +236,7 @@ def simulate_analytic(
     priced = shared.priced(s)
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
     # a pipeline's stages do not depend on ZeRO or the all-reduce: strategies differing only there share them
-    key = (s.remat, s.schedule, s.pp, s.num_microbatches, s.virtual_stages, s.layer_split, s.dp)
+    key = _PipelineKey.of(s)
     scheduled = REMAT_POLICIES[s.remat].scheduled
     pipe = priced.pipelines.get(key) if not scheduled else None
     if pipe is None:
@@ -201,7 +255,7 @@ def simulate_analytic(
                 stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx]))
                 continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            stage_key = (id(sums), s.remat, in_flight, p2p, params, ends_bytes)
+            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
                 stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_bytes)

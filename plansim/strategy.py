@@ -6,9 +6,10 @@ A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,7 +24,7 @@ from plansim.yamlfile import parse_yaml, read_mapping, validated
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
-__all__ = ["DTYPES", "Strategy", "list_strategies", "load_strategy"]
+__all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy"]
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -164,6 +165,23 @@ class Strategy(BaseModel):
         if "=" in text:
             return _validate(_parse_inline(text), "strategy")
         return load_strategy(text)
+
+
+class StrategyProjection:
+    """Base of a frozen dataclass whose fields are the strategy fields (or properties) one computation reads: a cache
+    of that computation keys on ``Projection.of(strategy)``, defined next to the code that reads it. Strategies equal
+    in the projection share the cached value, so a field the computation reads must be a field of its projection
+    (``tests/test_analytic_cache.py`` varies every strategy field to check that they are)."""
+
+    _names: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def of(cls, s: Strategy) -> Any:
+        names = cls.__dict__.get("_names")
+        if names is None:
+            names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            cls._names = names
+        return cls(*[getattr(s, name) for name in names])
 
 
 def _parse_inline(text: str) -> dict[str, Any]:

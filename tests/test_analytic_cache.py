@@ -1,0 +1,114 @@
+"""The analytic engine's caches key on strategy projections (``plansim.strategy.StrategyProjection``): strategies
+equal in a projection share what was computed for it. If a computation read a field its projection leaves out, two
+strategies differing only in that field would get the same (wrong) value. So: price strategies that differ in one
+field at a time through one shared cache, and compare each with a pricing that shares nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.errors import PlansimError
+from plansim.hardware import load_hardware
+from plansim.strategy import Strategy
+from plansim.workload import load_model
+
+#: Per strategy field, values that change what a step costs (each must be valid beside the bases below).
+ALTERNATES: dict[str, list[Any]] = {
+    "dp": [],  # dp, tp and pp vary together over MESHES (their product is the cluster's GPU count)
+    "tp": [],
+    "pp": [],
+    "sequence_parallel": [True],
+    "zero": [0, 1, 2, 3],
+    "micro_batch": [1, 2],
+    "global_batch": [16, 32],
+    "schedule": ["gpipe", "1f1b", "zb-h1"],
+    "virtual_stages": [1],
+    "layer_split": [None],
+    "remat": ["none", "full", "selective", "sqrt"],
+    "remat_budget": [None],
+    "remat_granularity": ["op"],
+    "remat_time_limit_s": [5.0],
+    "dtype": ["fp16", "bf16", "fp32"],
+    "dp_algorithm": ["ring", "tree", "butterfly", "hierarchical"],
+    "fp32_grad_accum": [True, False],
+    "overlap_grad_reduce": [False, True],
+    "grad_bucket_bytes": [2**20, 2**26],
+}
+
+#: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.
+PIPELINED: dict[str, list[Any]] = {
+    "schedule": ["interleaved"],
+    "virtual_stages": [2, 3],
+    "layer_split": ["uneven"],  # one block more on the first stage
+    "remat": ["milp"],
+    "remat_budget": [4e9],
+}
+
+#: (dp, tp, pp) on the 8 GPUs of the cluster.
+MESHES = [(8, 1, 1), (4, 2, 1), (2, 2, 2), (4, 1, 2), (2, 4, 1), (1, 2, 4), (2, 1, 4)]
+
+BASES = [
+    Strategy(dp=2, tp=2, pp=2, micro_batch=1, global_batch=16),
+    Strategy(dp=4, tp=2, pp=1, micro_batch=2, global_batch=32, zero=1),
+    Strategy(dp=2, tp=1, pp=2, micro_batch=1, global_batch=16, remat="full", schedule="gpipe"),
+    Strategy(dp=8, micro_batch=1, global_batch=32, zero=3, dp_algorithm="butterfly"),
+]
+
+
+def test_every_strategy_field_is_varied() -> None:
+    """A new strategy field needs its alternates here, so that its effect on every cache is checked."""
+    assert set(ALTERNATES) == set(Strategy.model_fields)
+
+
+def _variants(layers: int) -> list[Strategy]:
+    out = []
+    for base in BASES:
+        for dp, tp, pp in MESHES:
+            out.append(base.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "layer_split": None}))
+        for name, values in ALTERNATES.items():
+            pipelined = PIPELINED.get(name, []) if base.pp > 1 else []
+            for value in values + pipelined:
+                if value == "uneven":
+                    value = (layers // 2 + 1, layers - layers // 2 - 1)
+                update = {name: value}
+                if name == "virtual_stages" and value > 1:
+                    update["schedule"] = "interleaved"
+                if name == "remat_budget" and value is not None:
+                    update["remat"] = "milp"
+                try:
+                    out.append(Strategy.model_validate({**base.model_dump(), **update}))
+                except ValueError:
+                    continue
+    return out
+
+
+@pytest.mark.parametrize("model_name", ["gpt3-125m"])
+def test_a_shared_cache_prices_every_strategy_as_a_fresh_one(model_name: str) -> None:
+    model, cluster = load_model(model_name), load_hardware("dgx-a100", gpus=8)
+    shared = AnalyticCache(model, cluster)
+    priced = 0
+    for s in _variants(model.layers):
+        try:
+            fresh = simulate_analytic(model, cluster, s, cache=AnalyticCache(model, cluster))
+        except PlansimError:
+            continue
+        cached = simulate_analytic(model, cluster, s, cache=shared)
+        assert cached.to_dict() == fresh.to_dict(), s
+        priced += 1
+    assert priced >= 100
+
+
+def test_a_shared_cache_prunes_every_strategy_as_a_fresh_one() -> None:
+    """The model states the planner prunes by, through one cache, equal a fresh cache's, on a model whose states fit
+    some of the variants and not others."""
+    model, cluster = load_model("gpt3-13b"), load_hardware("dgx-a100", gpus=8)
+    shared = AnalyticCache(model, cluster)
+    answers = []
+    for s in _variants(model.layers):
+        states = shared.model_states_bytes(s)
+        assert states == AnalyticCache(model, cluster).model_states_bytes(s), s
+        answers.append(shared.model_states_exceed(s))
+    assert any(answers) and not all(answers)
