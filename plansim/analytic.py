@@ -23,7 +23,7 @@ from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.mesh import mesh_of
-from plansim.result import Result, step_rates
+from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
@@ -36,6 +36,7 @@ from plansim.step.prepare import (
     prepare_step,
     tied_copy_params,
 )
+from plansim.step.result import step_flops, step_result
 from plansim.strategy import Strategy, StrategyProjection
 from plansim.strategy_checks import check_strategy
 from plansim.units import GB
@@ -541,7 +542,7 @@ def _assemble(
     kernels: KernelCostModel,
     pipe: _Pipeline,
 ) -> Result:
-    dp, m, n = s.dp or 1, s.num_microbatches, cluster.num_gpus
+    m = s.num_microbatches
     stages = pipe.stages
     breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe)
     step = sum(breakdown.values())
@@ -551,40 +552,25 @@ def _assemble(
     worst = max(range(len(stages)), key=peaks.__getitem__)
     worst_static = dict(static[pipe.memory_group_of[worst]])
     memory = {**worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace")}
-    model_fl = micro_batch_flops * s.tp * dp * m
-    hw_fl = model_fl + pipe.recompute_matmul_flops * s.tp * dp * m
-    peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     fits = peaks[worst] <= cluster.gpu.memory_bytes
-    return Result(
-        model=model.name,
-        hardware=cluster.name,
-        gpus=n,
-        strategy=s.model_dump(),
+    return step_result(
+        model,
+        cluster,
+        s,
         engine="analytic",
-        **step_rates(
-            step_s=step,
-            tokens=s.batch * model.seq_len,
-            model_flops=model_fl,
-            hardware_flops=hw_fl,
-            gpus=n,
-            peak_flops=peak_fl,
-        ),
+        step_s=step,
+        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops, s),
+        memory=memory,
+        comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
+        | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},
+        cost_model=kernels.provenance,
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
-        memory_breakdown_bytes=memory,
-        comm_bytes_per_gpu={
-            "dp": dpc.dp_bytes + emb_bytes,
-            "tp": 0.0,
-            "pp": m * pipe.p2p_bytes,
-            "zero": dpc.zero_bytes,
-        }
-        | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},
         time_breakdown_s=breakdown,
         reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
         num_microbatches=m,
         bubble_fraction=breakdown["bubble"] / pipe.pipe_s if pipe.pipe_s else 0.0,
         stage_peak_memory_bytes=[int(p) for p in peaks],
-        cost_model=kernels.provenance,
     )
 
 

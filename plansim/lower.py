@@ -39,6 +39,7 @@ from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_p
 from plansim.step.layers import LayerProgram, Segment, layer_programs
 from plansim.step.memory import milp_stage_plans, model_states, stage_params
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
+from plansim.step.result import step_flops
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
 from plansim.workload.traced import Workload
@@ -451,16 +452,9 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     for stage, idx, key in ctx.waits:
         task = stages[stage].tasks[idx]
         task.deps = (*task.deps, ctx.sends[key])
-    dp = s.dp or 1
     recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
-    model_fl = model_flops(graph) * s.tp * dp * m
-    return TaskGraph(
-        stages=stages,
-        mesh=mesh,
-        num_microbatches=m,
-        model_flops=model_fl,
-        hardware_flops=model_fl + recompute_flops * s.tp * dp * m,
-    )
+    model_fl, hardware_fl = step_flops(model_flops(graph), recompute_flops, s)
+    return TaskGraph(stages=stages, mesh=mesh, num_microbatches=m, model_flops=model_fl, hardware_flops=hardware_fl)
 
 
 def _dp_comm(c: GroupCollective, n_bytes: float, kind: str) -> Comm:

@@ -36,10 +36,11 @@ from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.lower import lower
 from plansim.mesh import DeviceMesh
-from plansim.result import Result, step_rates
+from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
+from plansim.step.result import COMM_KINDS, step_result
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
 from plansim.timeline import Span, Timeline
@@ -415,7 +416,7 @@ def _sent(collective: str, algorithm: str, p: int, n_bytes: float, local: int | 
 
 def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
     """Bytes this GPU sends per step, by kind (the same per-rank volumes the analytic engine reports)."""
-    out = dict.fromkeys(("dp", "tp", "pp", "zero"), 0.0)
+    out = dict.fromkeys(COMM_KINDS, 0.0)
     for task in dev.program.tasks:
         c = task.comm
         if c is None:
@@ -470,18 +471,12 @@ def _result(
     breakdown = stage_breakdowns[busiest]
     worst = max(devices, key=lambda d: d.mem.peak_bytes)
     stage_peaks = [int(max(d.mem.peak_bytes for d in per_stage[st])) for st in sorted(per_stage)]
-    mem = {
-        k: round(worst.mem.peak_by_category.get(k, 0.0))
-        for k in ("weights", "gradients", "optimizer", "activations", "workspace")
-    }
     ooms = sorted((d.mem.oom for d in devices if d.mem.oom is not None), key=lambda o: o.time_s)
     fits = not ooms and worst.mem.peak_bytes <= cluster.gpu.memory_bytes
     reason = (
         "" if fits else (ooms[0].message() if ooms else f"{worst.label} peaks at {worst.mem.peak_bytes / GB:.1f} GB")
     )
     comm = [_comm_bytes(engine, d) for d in devices]
-    n = cluster.num_gpus
-    peak_fl = cluster.gpu.peak_flops(s.compute_dtype)
     horizon = step or 1.0
     link_bytes = {_link_name(k): v for k, v in engine.net.link_bytes.items() if v > 0}
     util = {
@@ -499,24 +494,18 @@ def _result(
         step_time_s=step,
     )
     events = getattr(engine.env, "_eid", None)
-    return Result(
-        model=model.name,
-        hardware=cluster.name,
-        gpus=n,
-        strategy=s.model_dump(),
+    return step_result(
+        model,
+        cluster,
+        s,
         engine="des",
-        **step_rates(
-            step_s=step,
-            tokens=s.batch * model.seq_len,
-            model_flops=graph.model_flops,
-            hardware_flops=graph.hardware_flops,
-            gpus=n,
-            peak_flops=peak_fl,
-        ),
+        step_s=step,
+        flops=(graph.model_flops, graph.hardware_flops),
+        memory=worst.mem.peak_by_category,
+        comm={k: max(c[k] for c in comm) for k in COMM_KINDS},
+        cost_model=cost_provenance(cluster.gpu, load_kernel_table(cluster.gpu.name)),
         fits=fits,
         peak_memory_bytes=int(worst.mem.peak_bytes),
-        memory_breakdown_bytes=mem,
-        comm_bytes_per_gpu={k: max(c[k] for c in comm) for k in ("dp", "tp", "pp", "zero")},
         time_breakdown_s=breakdown,
         reason=reason,
         num_microbatches=graph.num_microbatches,
@@ -534,7 +523,6 @@ def _result(
             "rerouted_pairs": len(engine.fabric.detours),
         },
         timeline=timeline,
-        cost_model=cost_provenance(cluster.gpu, load_kernel_table(cluster.gpu.name)),
     )
 
 
