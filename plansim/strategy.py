@@ -7,6 +7,7 @@ A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
@@ -173,15 +174,17 @@ class StrategyProjection:
     in the projection share the cached value, so a field the computation reads must be a field of its projection
     (``tests/test_analytic_cache.py`` varies every strategy field to check that they are)."""
 
-    _names: ClassVar[tuple[str, ...]]
+    _read: ClassVar[Callable[[Strategy], tuple[Any, ...]]]
 
     @classmethod
     def of(cls, s: Strategy) -> Any:
-        names = cls.__dict__.get("_names")
-        if names is None:
-            names = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-            cls._names = names
-        return cls(*[getattr(s, name) for name in names])
+        read = cls.__dict__.get("_read")
+        if read is None:
+            names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+            getter = operator.attrgetter(*names)
+            read = (lambda x: (getter(x),)) if len(names) == 1 else getter
+            cls._read = read
+        return cls(*read(s))
 
 
 def _parse_inline(text: str) -> dict[str, Any]:

@@ -88,31 +88,62 @@ def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
     return 0.0
 
 
-def _append(segments: list[Segment], seconds: float = 0.0, comm: Comm | None = None) -> None:
-    if comm is not None:
-        segments.append(Segment(comm=comm))
-    elif seconds > 0:
-        if segments and segments[-1].comm is None:
-            segments[-1] = Segment(seconds=segments[-1].seconds + seconds)
-        else:
-            segments.append(Segment(seconds=seconds))
+class _Runs:
+    """A layer's passes being built: compute accumulates into the open run of each pass until a collective closes
+    it (consecutive kernels are one segment)."""
+
+    __slots__ = ("bwd", "bwd_input", "fwd", "lp")
+
+    def __init__(self, lp: LayerProgram) -> None:
+        self.lp = lp
+        self.fwd = self.bwd = self.bwd_input = 0.0
+
+    def close_fwd(self, comm: Comm | None = None) -> None:
+        if self.fwd > 0:
+            self.lp.fwd.append(Segment(self.fwd))
+            self.fwd = 0.0
+        if comm is not None:
+            self.lp.fwd.append(Segment(comm=comm))
+
+    def close_bwd(self, comm: Comm | None = None) -> None:
+        for segments, run in ((self.lp.bwd, self.bwd), (self.lp.bwd_input, self.bwd_input)):
+            if run > 0:
+                segments.append(Segment(run))
+            if comm is not None:
+                segments.append(Segment(comm=comm))
+        self.bwd = self.bwd_input = 0.0
+
+
+def _execution_order(graph: nx.DiGraph) -> list[str]:
+    """The ops in an order that runs each after its inputs: as inserted where that already is one (the builders and
+    the tracer add ops in execution order), else a topological sort."""
+    order = list(graph)
+    position = {name: i for i, name in enumerate(order)}
+    if all(position[u] < position[v] for u, v in graph.edges):
+        return order
+    return list(nx.topological_sort(graph))
 
 
 def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
     """Each layer's (-1 embedding, 0..L-1 blocks, L output layer) forward, backward and weight-gradient work, split at
     its collectives. Each collective runs on the mesh axis its op names (``group``, e.g. ``tp``); one on an axis of
     size 1, or named ``none`` for a direction, is no collective."""
-    programs: dict[int, LayerProgram] = {}
-    order = list(nx.topological_sort(graph))
+    runs: dict[int, _Runs] = {}
+    nodes = graph.nodes
+    order = _execution_order(graph)
     for name in order:
-        op = graph.nodes[name]
-        lp = programs.setdefault(op["layer"], LayerProgram(op["layer"]))
+        op = nodes[name]
+        r = runs.get(op["layer"])
+        if r is None:
+            r = runs[op["layer"]] = _Runs(LayerProgram(op["layer"]))
+        lp = r.lp
         if op["kind"] == "collective":
             if mesh.size(op["group"]) > 1 and op["collective"] != "none":
-                _append(lp.fwd, comm=Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
+                r.close_fwd(Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
             continue
         fwd = kernels.forward(op)
-        _append(lp.fwd, fwd)
+        if fwd > 0:
+            r.fwd += fwd
         lp.params += op["params"]
         lp.saved += op["saved_bytes"]
         if op["kind"] in MATMUL_KINDS:
@@ -124,21 +155,25 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
             lp.selective_saved += op["saved_bytes"]
             if op["kind"] in MATMUL_KINDS:
                 lp.selective_matmul_flops += op["flops"]
+    for r in runs.values():
+        r.close_fwd()
     for name in reversed(order):
-        op = graph.nodes[name]
-        lp = programs[op["layer"]]
+        op = nodes[name]
+        r = runs[op["layer"]]
         if op["kind"] == "collective":
             if mesh.size(op["group"]) > 1 and op["bwd_collective"] != "none":
-                comm = Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"])
-                _append(lp.bwd, comm=comm)
-                _append(lp.bwd_input, comm=comm)
+                r.close_bwd(Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
             continue
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)
-        _append(lp.bwd, bwd)
-        _append(lp.bwd_input, bwd - wgrad)
-        lp.wgrad_s += wgrad
-    return programs
+        if bwd > 0:
+            r.bwd += bwd
+        if bwd - wgrad > 0:
+            r.bwd_input += bwd - wgrad
+        r.lp.wgrad_s += wgrad
+    for r in runs.values():
+        r.close_bwd()
+    return {layer: r.lp for layer, r in runs.items()}
 
 
 @dataclass(frozen=True)
