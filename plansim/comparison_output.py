@@ -13,8 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from plansim.describe import compare_sentence
-from plansim.report.text import breakdown_cells
-from plansim.units import GB
+from plansim.report.text import results_table
 
 if TYPE_CHECKING:
     from plansim.comparison import Comparison
@@ -67,27 +66,9 @@ def summary_sentence(c: Comparison) -> str:
 def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     """Print ``c`` for a terminal."""
     console = Console(width=max(200, Console().width))
-    t = Table(title=f"plansim compare: {c.model} ({c.engine} engine)")
-    for name, justify in (
-        ("run", "left"), ("GPUs", "right"), ("step", "right"), ("tokens/s", "right"), ("MFU", "right"),
-        ("memory / capacity", "right"), ("comm per GPU dp/tp/pp/zero", "right"),
-        ("compute/recompute/comm/bubble/optim", "right"),
-    ):  # fmt: skip
-        t.add_column(name, justify=justify, no_wrap=name == "run")  # type: ignore[arg-type]
-    for row in c.frame().to_dict("records"):
-        comm, parts = breakdown_cells(row)
-        t.add_row(
-            row["label"],
-            f"{row['gpus']:,}",
-            f"{row['step_time_s'] * 1e3:,.1f} ms",
-            f"{row['tokens_per_s']:,.0f}",
-            f"{row['mfu']:.1%}",
-            f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
-            + ("" if row["fits"] else " [red]OOM[/red]"),
-            comm,
-            parts,
-        )
-    console.print(t)
+    rows = (([row["label"], f"{row['gpus']:,}"], row, "") for row in c.frame().to_dict("records"))
+    title = f"plansim compare: {c.model} ({c.engine} engine)"
+    console.print(results_table(title, [("run", "left"), ("GPUs", "right")], rows))
     console.print(summary_sentence(c))
     if c.scaling:
         how = (

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from plansim.report.text import breakdown_cells
-from plansim.units import GB
+from plansim.report.text import results_table
 
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
@@ -21,28 +20,17 @@ __all__ = ["print_plan"]
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     """Print ``r`` for a terminal."""
     console = Console(width=max(200, Console().width))
-    t = Table(title=f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}")
-    for name, justify in (
-        ("#", "right"), ("strategy", "left"), ("step", "right"), ("tokens/s", "right"), ("MFU", "right"),
-        ("memory / capacity", "right"), ("comm per GPU dp/tp/pp/zero", "right"),
-        ("compute/recompute/comm/bubble/optim", "right"),
-    ):  # fmt: skip
-        t.add_column(name, justify=justify, no_wrap=name == "strategy")  # type: ignore[arg-type]
     frame = r.frame()
-    for row in frame.to_dict("records"):
-        comm, parts = breakdown_cells(row)
-        t.add_row(
-            str(int(row["rank"])) if row["role"] == "finalist" else "M",
-            row["strategy"],
-            f"{row['step_time_s'] * 1e3:,.1f} ms" + ("" if row["engine"] == "des" else "*"),
-            f"{row['tokens_per_s']:,.0f}",
-            f"{row['mfu']:.1%}",
-            f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
-            + ("" if row["fits"] else " [red]OOM[/red]"),
-            comm,
-            parts,
+    rows = (
+        (
+            [str(int(row["rank"])) if row["role"] == "finalist" else "M", row["strategy"]],
+            row,
+            "" if row["engine"] == "des" else "*",
         )
-    console.print(t)
+        for row in frame.to_dict("records")
+    )
+    title = f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
+    console.print(results_table(title, [("#", "right"), ("strategy", "left")], rows))
     if len(frame) and (frame["engine"] != "des").any():
         console.print("* analytic engine (the discrete-event re-simulation was skipped)")
     if len(frame) and (frame["role"] != "finalist").any():

@@ -2,23 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from rich.console import Console
 from rich.table import Table
 
 from plansim.result import Result
+from plansim.step.result import COMM_KINDS
 from plansim.units import GB
 
-__all__ = ["breakdown_cells", "print_result"]
+__all__ = ["print_result", "results_table"]
+
+#: The figure columns every table of results ends with (``plan``, ``compare``).
+FIGURE_COLUMNS = (
+    "step", "tokens/s", "MFU", "memory / capacity", f"comm per GPU {'/'.join(COMM_KINDS)}",
+    "compute/recompute/comm/bubble/optim",
+)  # fmt: skip
 
 
-def breakdown_cells(row: dict) -> tuple[str, str]:
-    """Two table cells from a frame row (``comm_*_bytes``, ``time_*_s`` columns): bytes per GPU by kind
-    (dp/tp/pp/zero, GB) and the step time by part (compute/recompute/comm/bubble/optimizer, ms)."""
-    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in ("dp", "tp", "pp", "zero"))
+def _figure_cells(row: dict, step_mark: str) -> list[str]:
+    """A frame row's (``plansim.result`` columns) figure cells: step time (``step_mark`` after it), tokens/s,
+    MFU, memory against capacity, bytes per GPU by kind (GB) and the step time by part (ms)."""
+    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in COMM_KINDS)
     parts = "/".join(
         f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
     )
-    return f"{comm} GB", f"{parts} ms"
+    return [
+        f"{row['step_time_s'] * 1e3:,.1f} ms{step_mark}",
+        f"{row['tokens_per_s']:,.0f}",
+        f"{row['mfu']:.1%}",
+        f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
+        + ("" if row["fits"] else " [red]OOM[/red]"),
+        f"{comm} GB",
+        f"{parts} ms",
+    ]
+
+
+def results_table(
+    title: str, keys: Sequence[tuple[str, str]], rows: Iterable[tuple[Sequence[str], dict, str]]
+) -> Table:
+    """A table of results: the ``keys`` columns (name, justify; a left-justified one never wraps) then the figure
+    columns; each row is (its key cells, its frame row, a mark after its step time)."""
+    t = Table(title=title)
+    for name, justify in keys:
+        t.add_column(name, justify=justify, no_wrap=justify == "left")  # type: ignore[arg-type]
+    for name in FIGURE_COLUMNS:
+        t.add_column(name, justify="right")
+    for cells, row, step_mark in rows:
+        t.add_row(*cells, *_figure_cells(row, step_mark))
+    return t
 
 
 def _headline(r: Result) -> Table:

@@ -237,17 +237,16 @@ def _priced(segments: Iterable[Segment], price: CommPricer) -> dict[str, tuple[f
 def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
     """The sums of one layer's program, each collective priced by ``price`` on its axis."""
     fwd, bwd = _priced(lp.fwd, price), _priced(lp.bwd, price)
-    comm = tuple(
-        AxisComm(axis, fwd.get(axis, (0.0, 0.0))[0], bwd.get(axis, (0.0, 0.0))[0], fwd.get(axis, (0.0, 0.0))[1],
-                 bwd.get(axis, (0.0, 0.0))[1])
-        for axis in sorted(fwd.keys() | bwd.keys())
-    )  # fmt: skip
+    comm = []
+    for axis in sorted(fwd.keys() | bwd.keys()):
+        (fwd_s, fwd_bytes), (bwd_s, bwd_bytes) = fwd.get(axis, (0.0, 0.0)), bwd.get(axis, (0.0, 0.0))
+        comm.append(AxisComm(axis, fwd_s, bwd_s, fwd_bytes, bwd_bytes))
     return LayerCost(
         fwd_s=sum(seg.seconds for seg in lp.fwd),
         bwd_s=sum(seg.seconds for seg in lp.bwd),
         bwd_weight_s=lp.wgrad_s,
         selective_fwd_s=lp.selective_s,
-        comm=comm,
+        comm=tuple(comm),
         fwd_matmul_flops=lp.fwd_matmul_flops,
         selective_matmul_flops=lp.selective_matmul_flops,
         params=lp.params,
