@@ -128,6 +128,27 @@ class _StatesKey(StrategyProjection):
     fp32_grad_accum: bool
 
 
+_Sent = tuple[float, float]  # (seconds, bytes this rank sends)
+_DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
+_DpPricer = Callable[[GroupCollective, float], _Sent]
+
+
+@dataclass(frozen=True)
+class _DataParallelKey(StrategyProjection):
+    """What the data-parallel plan (``step.data_parallel``) and its collectives' links read: the mesh (the dp
+    group's size and stride), ZeRO, the algorithm, the gradient and weight bytes, buckets and overlap."""
+
+    tp: int
+    dp: int | None
+    pp: int
+    zero: int
+    dp_algorithm: str
+    compute_dtype: str
+    fp32_grad_accum: bool
+    grad_bucket_bytes: float
+    overlap_grad_reduce: bool
+
+
 @dataclass(frozen=True)
 class _Priced:
     """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
@@ -172,6 +193,32 @@ class AnalyticCache:
         self.model, self.cluster = model, cluster
         self._priced: dict[_LayerKey, _Priced] = {}
         self._states: dict[_StatesKey, int] = {}
+        self._problems: dict[Strategy, list[str]] = {}
+        self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent]]] = {}
+
+    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, _DpPricer]:
+        """``data_parallel_plan`` of a resolved strategy and a memoized ``_price_dp`` of its collectives."""
+        key = _DataParallelKey.of(s)
+        hit = self._dp_plans.get(key)
+        if hit is None:
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {})
+        plan, prices = hit
+
+        def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
+            got = prices.get((c, n_bytes))
+            if got is None:
+                assert plan is not None
+                got = prices[(c, n_bytes)] = _price_dp(self.cluster, s, plan, c, n_bytes)
+            return got
+
+        return plan, price
+
+    def problems(self, resolved: Strategy) -> list[str]:
+        """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""
+        hit = self._problems.get(resolved)
+        if hit is None:
+            hit = self._problems[resolved] = check_strategy(resolved, self.model, self.cluster)
+        return hit
 
     def model_states_exceed(self, strategy: Strategy) -> bool:
         """Whether some stage's weights, gradients, optimizer states and workspace alone exceed the device's memory
@@ -184,7 +231,7 @@ class AnalyticCache:
         """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's two gathered layers
         included); None for a strategy that cannot run."""
         s = strategy.resolve(self.cluster)
-        if check_strategy(s, self.model, self.cluster):  # before the cache: validity is not a matter of the key
+        if self.problems(s):  # before the cache: validity is not a matter of the key
             return None
         key = _StatesKey.of(s)
         if key not in self._states:
@@ -228,12 +275,12 @@ def simulate_analytic(
     op graph and layer costs between calls.
     """
     s = strategy.resolve(cluster)
-    problems = check_strategy(s, model, cluster)
-    if problems:
-        raise PlansimError("; ".join(problems))
     shared = (cache if cache is not None and cache.model is model and cache.cluster is cluster else None) or (
         AnalyticCache(model, cluster)
     )
+    problems = shared.problems(s)
+    if problems:
+        raise PlansimError("; ".join(problems))
     priced = shared.priced(s)
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
     # a pipeline's stages do not depend on ZeRO or the all-reduce: strategies differing only there share them
@@ -264,7 +311,7 @@ def simulate_analytic(
         pipe = _Pipeline.of(stages, s)
         if not scheduled:
             priced.pipelines[key] = pipe
-    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe)
+    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe, shared)
 
 
 @lru_cache(maxsize=4096)
@@ -467,10 +514,10 @@ def _price_dp(
 
 
 def _dp_comm(
-    cluster: Cluster, s: Strategy, plan: DataParallelPlan | None, stage: StageCost, backward_s: float, fwd_s: float
+    s: Strategy, plan: DataParallelPlan | None, price: _DpPricer, stage: StageCost, backward_s: float, fwd_s: float
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
-    gathers, and how much of them backward does not hide.
+    gathers, and how much of them backward does not hide; ``price`` is ``_price_dp`` of a collective of ``plan``.
 
     Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
     bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
@@ -481,10 +528,10 @@ def _dp_comm(
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
     grad_bytes = stage.params * plan.grad_bytes
-    t_r, r_sent = _price_dp(cluster, s, plan, plan.reduce, grad_bytes)
+    t_r, r_sent = price(plan.reduce, grad_bytes)
     t_ag, ag_sent = (0.0, 0.0)
     if plan.per_layer or plan.gather_after_step:
-        t_ag, ag_sent = _price_dp(cluster, s, plan, plan.gather, stage.params * plan.weight_bytes)
+        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
     if plan.per_layer:
         n = stage.num_layers
         exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_r - backward_s, (t_ag + t_r) / n))
@@ -512,15 +559,15 @@ def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:
 
 
 def _time_breakdown(
-    model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline
+    model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel, pipe: _Pipeline, shared: AnalyticCache
 ) -> tuple[dict[str, float], DataParallelComm, float]:
     """The step's time by part (they sum to the step time), the worst stage's DP/ZeRO traffic, and the bytes of the
     tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
-    plan = data_parallel_plan(cluster, s)
+    plan, price = shared.data_parallel(s)
     dpc = max(
-        (_dp_comm(cluster, s, plan, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
+        (_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
         key=lambda c: c.exposed_s,
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
@@ -541,10 +588,11 @@ def _assemble(
     micro_batch_flops: float,
     kernels: KernelCostModel,
     pipe: _Pipeline,
+    shared: AnalyticCache,
 ) -> Result:
     m = s.num_microbatches
     stages = pipe.stages
-    breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe)
+    breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe, shared)
     step = sum(breakdown.values())
     static = [static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
     totals = [sum(x.values()) for x in static]

@@ -3,6 +3,9 @@ engine sums them. Checked against sums taken straight over the graph's ops, and 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import networkx as nx
 import pytest
 
 from plansim.costs.kernels import KernelCostModel
@@ -11,6 +14,8 @@ from plansim.mesh import mesh_of
 from plansim.step.layers import layer_costs, layer_programs, rerun, weight_gradient_s
 from plansim.strategy import Strategy
 from plansim.workload import build_graph, load_model
+from plansim.workload.graph import Node, stamp
+from plansim.workload.graph import op as make_op
 
 
 def _graph(preset: str, tp: int):  # type: ignore[no-untyped-def]
@@ -44,7 +49,8 @@ def test_layer_sums_are_the_sums_over_its_ops(preset: str, tp: int) -> None:
 
 @pytest.mark.parametrize("tp", [1, 2, 8])
 def test_collectives_are_priced_on_the_axis_their_op_names(tp: int) -> None:
-    """Every collective op is priced once per pass that runs it, on its op's axis; on an axis of size 1 none is."""
+    """Every collective op is priced once per pass that runs it, on its op's axis (a layer copied from an earlier
+    one's template shares that layer's prices); on an axis of size 1 none is."""
     graph, kernels, mesh = _graph("gpt3-1.3b", tp)
     asked: list[tuple[str, str, float]] = []
 
@@ -53,17 +59,18 @@ def test_collectives_are_priced_on_the_axis_their_op_names(tp: int) -> None:
         return 1.0, n_bytes
 
     costs = layer_costs(layer_programs(graph, kernels, mesh), price)
+    copies = graph.graph["copies"]
     ops = [op for _, op in graph.nodes(data=True) if op["kind"] == "collective"]
-    expected = sorted(
-        (op["group"], name, op["comm_bytes"])
+    runs = [
+        (op["group"], name, op["comm_bytes"], op["layer"])
         for op in ops
         for name in (op["collective"], op["bwd_collective"])
         if name != "none" and mesh.size(op["group"]) > 1
-    )
-    assert sorted(asked) == expected
-    assert bool(expected) == (tp > 1)
+    ]
+    assert sorted(asked) == sorted(run[:3] for run in runs if run[3] not in copies)
+    assert bool(runs) == (tp > 1)
     total = sum(c.comm_fwd_s + c.comm_bwd_s for c in costs.values())
-    assert total == len(expected)
+    assert total == len(runs)
     assert {a.axis for c in costs.values() for a in c.comm} == ({"tp"} if tp > 1 else set())
 
 
@@ -81,3 +88,27 @@ def test_rerun_follows_the_policy_registry() -> None:
     assert sel.compute_s == pytest.approx(sum(c.selective_fwd_s for c in blocks)) and sel.tp_comm_s == 0
     assert 0 < sel.matmul_flops < rerun("full", blocks).matmul_flops
     assert rerun("none", blocks) == rerun("milp", blocks) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("preset,tp", [("gpt3-1.3b", 4), ("mlp-small", 2), ("resnet50", 1)])
+def test_layers_stamped_from_one_template_are_walked_once_with_the_same_result(preset: str, tp: int) -> None:
+    """``stamp`` records which layers copy an earlier layer's template; walking each template once gives exactly
+    the programs of the walk over every op (the graph without that record)."""
+    graph, kernels, mesh = _graph(preset, tp)
+    shortcut = layer_programs(graph, kernels, mesh)
+    if preset != "resnet50":  # its blocks differ (a template per stage and stride)
+        assert len(graph.graph["copies"]) == load_model(preset).layers - 1
+    copies = graph.graph.pop("copies", {})
+    full = layer_programs(graph, kernels, mesh)
+    assert list(shortcut) == list(full)
+    for layer, program in full.items():
+        assert replace(shortcut[layer], same_as=None) == program
+        assert shortcut[layer].same_as == copies.get(layer)
+
+
+def test_a_layer_is_stamped_once() -> None:
+    block = [Node("a", make_op("elementwise"))]
+    graph = nx.DiGraph()
+    stamp(graph, block, 0, "L0.", None)
+    with pytest.raises(ValueError, match="layer 0 stamped twice"):
+        stamp(graph, block, 0, "L0b.", "L0.a")

@@ -195,10 +195,11 @@ def _price_strategies(
     step = max(1, len(strategies) // 200)
     for k, s in enumerate(strategies):
         try:
-            if cache.model_states_exceed(s):  # no activations can make it fit: the step is not priced
+            resolved = s.resolve(cluster)  # once, for both calls
+            if cache.model_states_exceed(resolved):  # no activations can make it fit: the step is not priced
                 errors[STATES_EXCEED] += 1
             else:
-                priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, s, cache=cache)))
+                priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, resolved, cache=cache)))
         except PlansimError as exc:
             errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
         if progress and (k % step == 0 or k + 1 == len(strategies)):

@@ -15,7 +15,7 @@ split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GE
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -59,7 +59,8 @@ class LayerProgram:
     ``fwd``/``bwd``/``bwd_input``: the passes as segments; ``wgrad_s`` the weight-gradient kernels (part of ``bwd``,
     a separate W pass under split backward); ``selective_s`` the forward time of the ops selective recompute reruns;
     ``saved`` bytes its ops save for backward (``selective_saved`` of them by the rerun ops, ``wgrad_saved`` the weight
-    GEMMs' inputs); FLOPs count GEMM-like kinds."""
+    GEMMs' inputs); FLOPs count GEMM-like kinds. ``same_as``: the earlier layer this one is a copy of (same template),
+    whose figures it shares."""
 
     layer: int
     fwd: list[Segment] = field(default_factory=list)
@@ -73,6 +74,7 @@ class LayerProgram:
     wgrad_saved: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
+    same_as: int | None = None
 
 
 def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
@@ -114,14 +116,14 @@ class _Runs:
         self.bwd = self.bwd_input = 0.0
 
 
-def _execution_order(graph: nx.DiGraph) -> list[str]:
-    """The ops in an order that runs each after its inputs: as inserted where that already is one (the builders and
-    the tracer add ops in execution order), else a topological sort."""
+def _execution_order(graph: nx.DiGraph) -> tuple[list[str], bool]:
+    """The ops in an order that runs each after its inputs, and whether it is the insertion order: as inserted where
+    that already is one (the builders and the tracer add ops in execution order), else a topological sort."""
     order = list(graph)
     position = {name: i for i, name in enumerate(order)}
     if all(position[u] < position[v] for u, v in graph.edges):
-        return order
-    return list(nx.topological_sort(graph))
+        return order, True
+    return list(nx.topological_sort(graph)), False
 
 
 def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
@@ -130,7 +132,12 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
     size 1, or named ``none`` for a direction, is no collective."""
     runs: dict[int, _Runs] = {}
     nodes = graph.nodes
-    order = _execution_order(graph)
+    order, inserted = _execution_order(graph)
+    # A layer stamped from the same template as an earlier one (``workload.graph.stamp``) has the same ops in the
+    # same order, so the same program: it is walked once. Only where the walk follows insertion order.
+    copies: dict[int, int] = graph.graph.get("copies", {}) if inserted else {}
+    if copies:
+        order = [name for name in order if nodes[name]["layer"] not in copies]
     for name in order:
         op = nodes[name]
         r = runs.get(op["layer"])
@@ -173,7 +180,12 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         r.lp.wgrad_s += wgrad
     for r in runs.values():
         r.close_bwd()
-    return {layer: r.lp for layer, r in runs.items()}
+    programs = {layer: r.lp for layer, r in runs.items()}
+    for layer, first in copies.items():
+        lp = programs[first]
+        programs[layer] = replace(lp, layer=layer, fwd=list(lp.fwd), bwd=list(lp.bwd), bwd_input=list(lp.bwd_input),
+                                  same_as=first)  # fmt: skip
+    return dict(sorted(programs.items())) if copies else programs
 
 
 @dataclass(frozen=True)
@@ -256,8 +268,12 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
 
 
 def layer_costs(programs: Mapping[int, LayerProgram], price: CommPricer) -> dict[int, LayerCost]:
-    """``layer_cost`` of every layer's program."""
-    return {layer: layer_cost(lp, price) for layer, lp in programs.items()}
+    """``layer_cost`` of every layer's program (a copy of an earlier layer's shares its cost)."""
+    out: dict[int, LayerCost] = {}
+    for layer, lp in programs.items():
+        same = out.get(lp.same_as) if lp.same_as is not None else None
+        out[layer] = same if same is not None else layer_cost(lp, price)
+    return out
 
 
 def layer_activations(cost: LayerCost, layer_input_bytes: float) -> LayerActivations:

@@ -203,6 +203,7 @@ def stamp(graph: nx.DiGraph, block: Sequence[Node], layer: int, prefix: str, sou
     >>> sorted(g.edges)
     [('L0.a', 'L0.b'), ('L0.b', 'L1.a'), ('L0.b', 'L1.b'), ('L1.a', 'L1.b')]
     """
+    _note_copy(graph, block, layer)
     prev = source
     for node in block:
         nid = prefix + node.name
@@ -215,6 +216,21 @@ def stamp(graph: nx.DiGraph, block: Sequence[Node], layer: int, prefix: str, sou
     if prev is None:
         raise ValueError("empty block")
     return prev
+
+
+def _note_copy(graph: nx.DiGraph, block: Sequence[Node], layer: int) -> None:
+    """Record in ``graph.graph["copies"]`` (layer -> earlier layer) that ``layer`` holds the same ops, in the same
+    order, as the first layer stamped from this very ``block`` list, so that per-layer work is walked once per
+    template (``plansim.step.layers``). One stamp per layer keeps that true."""
+    meta = graph.graph
+    firsts: dict[int, tuple[Sequence[Node], int]] = meta.setdefault("_templates", {})  # id(block) -> (block, layer)
+    stamped: set[int] = meta.setdefault("_stamped_layers", set())
+    if layer in stamped:
+        raise ValueError(f"layer {layer} stamped twice")
+    stamped.add(layer)
+    first = firsts.setdefault(id(block), (block, layer))  # the block is kept, so its id is not reused
+    if first[1] != layer:
+        meta.setdefault("copies", {})[layer] = first[1]
 
 
 def layer_nodes(graph: nx.DiGraph, layer: int) -> list[str]:
