@@ -231,9 +231,10 @@ TRANSFER_PER_BUILD = 1.0
 #: Once a call has been timed, the next is expected to cost this much more outside the solver (it also hands over
 #: a start solution).
 TRANSFER_GROWTH = 1.25
-#: Seconds kept back after the MILP solve: the solver overrunning its limit (HiGHS checks its clock between steps:
-#: ~0.2 s seen past a 0.5 s limit on 76,661 variables), reading the schedule off ``R`` and ``S`` and replaying it
-#: (~5 ms for 192 nodes).
+#: Seconds kept back at the end of the limit: for what follows the MILP solve (the solver overrunning its limit, as
+#: HiGHS checks its clock between steps: ~0.2 s seen past a 0.5 s limit on 76,661 variables; reading the schedule off
+#: ``R`` and ``S`` and replaying it: ~5 ms for 192 nodes), or, when the build is stopped this long before the
+#: deadline, for freeing the half-built problem (0.04-0.2 s for ~1e5 variables on 2 shared cores).
 FINAL_MARGIN_S = 0.25
 #: A solver call given less than this is not made.
 MIN_SOLVE_S = 0.05
@@ -275,15 +276,16 @@ def solve_milp(
     if deadline.expired():
         return out.time_up(start, "before the MILP was built")
     try:
-        milp = build_milp(graph, budget_bytes, in_flight, deadline=deadline)
+        milp = build_milp(graph, budget_bytes, in_flight, deadline=deadline.less(FINAL_MARGIN_S))
     except TimeUp:
         return out.time_up(start, "while building the MILP")
     out.milp = milp
     total_cost = graph.total_cost
     overhead = TRANSFER_PER_BUILD * milp.build_time_s
     if relax:
-        # the relaxation's call and the MILP's: both transfers must fit before the LP is worth solving
-        lp_limit = deadline.solver_limit(2 * overhead + FINAL_MARGIN_S)
+        # the LP first when time is short: its bound may prove the start, its rounding improve it; the MILP gets
+        # what the LP leaves
+        lp_limit = deadline.solver_limit(overhead + FINAL_MARGIN_S)
         if lp_limit is None or lp_limit >= MIN_SOLVE_S:
             out.bound, holds, measured = _relaxation(milp, solver, lp_limit)
             if measured is not None:

@@ -13,6 +13,8 @@ so that tests can move time by hand.
 >>> now[0] = 0.6
 >>> round(quarter.remaining(), 3), quarter.expired(), round(d.remaining(), 3)
 (0.0, True, 1.4)
+>>> d.less(1.0).remaining(), d.less(2.0).expired()
+(0.4, True)
 >>> now[0] = 5.0
 >>> d.remaining(), d.expired()
 (0.0, True)
@@ -90,6 +92,12 @@ class Deadline:
         if self.end is None:
             return self
         return Deadline._until(self.clock() + fraction * self.remaining(), self.seconds, self.clock)
+
+    def less(self, seconds: float) -> Deadline:
+        """This deadline ``seconds`` earlier (for a phase that must leave time after it)."""
+        if self.end is None:
+            return self
+        return Deadline._until(self.end - seconds, self.seconds, self.clock)
 
     def solver_limit(self, reserve: float = 0.0) -> float | None:
         """The time limit to hand a solver: what is left less ``reserve`` (what the call costs outside the
