@@ -11,7 +11,13 @@ For each case: nodes, edges, variables, constraints, status, objective and bound
 step's total compute), the recompute cost against the best baseline that fits, the start the solver was given, build
 and solve time (solve includes finding the start and the LP relaxation; wall is the whole call).
 
-Run: python benchmarks/bench_remat.py [--layers 8] [--time-limit 60]
+Time limits (issue 17: a limit is wall-clock for the whole call), the wall time against the limit:
+(d) the README's ``plansim remat`` example (GPT-3 1.3B, 24 blocks, layer granularity, micro-batch 8, 60 GB) at
+    ``--time-limit`` 2 and 8: the MILP's call, and the command's solving (the MILP and the baselines' table);
+(e) ``remat=milp`` in a strategy whose one stage holds 40 blocks (GPT-3 13B, tp=8, 8 GB of activations) with
+    ``remat_time_limit_s=3``: the stage's solve, and the whole analytic simulation.
+
+Run: python benchmarks/bench_remat.py [--layers 8] [--time-limit 60] [--limits-only]
 """
 
 from __future__ import annotations
@@ -52,11 +58,63 @@ def report(label: str, graph: RematGraph, budget: float, time_limit: float, gap:
     )
 
 
+def limits() -> None:
+    """(d) and (e): wall time against the time limit."""
+    from plansim.api import simulate
+    from plansim.remat import plan as remat_plan
+    from plansim.remat.api import plan_remat, remat_graph
+
+    g = remat_graph("gpt3-1.3b", "dgx-a100", stage_layers=24, granularity="layer", micro_batch=8)
+    for limit in (2.0, 8.0):
+        start = time.perf_counter()
+        r = solve_remat(g, 60e9, time_limit_s=limit, gap=0.01)
+        wall = time.perf_counter() - start
+        start = time.perf_counter()
+        plan_remat(g, 60e9, time_limit_s=limit, gap=0.01)
+        command = time.perf_counter() - start
+        s = r.solver
+        assert s is not None
+        print(
+            f"(d) README remat example, --time-limit {limit:g}: MILP call {wall:.2f} s (limit {limit:g} s), "
+            f"as the remat command solves it (MILP and baselines' table, a second run) {command:.2f} s; "
+            f"status {s.status}, from {s.start or 'nothing'}, "
+            f"recompute {r.recompute_cost * 1e3:.3f} ms, LP bound "
+            f"{'-' if s.bound is None else f'{(s.bound - g.total_cost) * 1e3:.3f} ms'}, build {s.build_time_s:.2f} s"
+            f"{'; ' + r.reason if r.reason else ''}"
+        )
+    stages: list[float] = []
+    solve = remat_plan.solve_remat
+
+    def timed(*args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        out = solve(*args, **kwargs)  # type: ignore[arg-type]
+        stages.append(time.perf_counter() - began)
+        return out
+
+    remat_plan.solve_remat = timed  # type: ignore[assignment]
+    try:
+        strategy = "tp=8,micro_batch=1,global_batch=8,remat=milp,remat_budget=8GB,remat_time_limit_s=3"
+        start = time.perf_counter()
+        result = simulate("gpt3-13b", "dgx-a100", strategy, gpus=8, engine="analytic")
+        wall = time.perf_counter() - start
+    finally:
+        remat_plan.solve_remat = solve  # type: ignore[assignment]
+    print(
+        f"(e) remat=milp, one 40-block stage (GPT-3 13B, tp=8, 8 GB), remat_time_limit_s=3: stage solve "
+        f"{', '.join(f'{t:.2f}' for t in stages)} s (limit 3 s), whole simulation {wall:.2f} s; "
+        f"step {result.step_time_s:.4f} s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=8, help="GPT-3 1.3B blocks in the stage (op granularity)")
     parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--limits-only", action="store_true", help="only (d) and (e): wall time against the limit")
     args = parser.parse_args()
+    if args.limits_only:
+        limits()
+        return
     report("(a) chain, 8 layers + loss", linear_chain(8), 4.0, args.time_limit, None)
     for granularity, label in (("op", "(b)"), ("layer", "(c)")):
         g = gpt_stage(args.layers, granularity)
@@ -64,6 +122,7 @@ def main() -> None:
         selective = solve_remat(g, method="selective").peak_bytes
         for budget in (selective, keep_all / 2):
             report(f"{label} GPT-3 1.3B, {args.layers} blocks, {granularity}", g, budget, args.time_limit, 0.01)
+    limits()
 
 
 if __name__ == "__main__":

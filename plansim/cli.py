@@ -538,7 +538,14 @@ def remat(
         str | None, typer.Option("--graph", help="a node-link JSON/YAML graph (id, cost s, memory B) instead")
     ] = None,
     solver: Annotated[str, typer.Option("--solver", help="MILP solver: highs or cbc")] = "highs",
-    time_limit: Annotated[float, typer.Option("--time-limit", help="seconds per MILP solve")] = 60.0,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            "--time-limit",
+            help="wall-clock seconds for the MILP at a budget: start search, build and solve (the best schedule "
+            "found is reported unproven when it runs out); with --out each of the curve's 12 budgets gets as much",
+        ),
+    ] = 60.0,
     gap: Annotated[float | None, typer.Option("--gap", help="stop within this relative gap, e.g. 0.01")] = None,
     granularity: Annotated[
         str, typer.Option("--granularity", help="op (one node per op) or layer (four per block)")
@@ -640,6 +647,7 @@ def _print_remat(s: dict[str, Any]) -> None:
         ),
         ("status", f"{status} ({m.get('solver', '-')})"),
         ("proven optimal", proven),
+        *([("note", m["reason"])] if m.get("reason") else []),
         ("objective (total compute)", ms(m.get("objective_s"))),
         ("bound", ms(m.get("bound_s"))),
         ("gap", pct(m.get("gap"))),

@@ -2,10 +2,12 @@
 
 The Checkmate MILP (``checkmate``) and the practitioners' baselines (``baselines``) schedule a ``RematGraph``
 (``graph``; built from a stage's transformer blocks by ``stage``) within a memory budget and return one result type
-(``result``) holding an executable schedule that ``schedule.replay`` checks. ``solve_remat`` picks a method by name.
+(``result``) holding an executable schedule that ``schedule.replay`` checks. ``solve_remat`` picks a method by name;
+a time limit is one wall-clock ``Deadline`` for the whole solve.
 """
 
 from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph, RematNode, linear_chain, training_graph
 from plansim.remat.result import RematResult, SolverReport
 from plansim.remat.schedule import InvalidSchedule, Op, Replay, Schedule, replay, schedule_from_plan
@@ -16,6 +18,7 @@ __all__ = [
     "BASELINES",
     "GRANULARITIES",
     "METHODS",
+    "Deadline",
     "InvalidSchedule",
     "Op",
     "RematGraph",

@@ -320,6 +320,7 @@ class RematPlan:
                 constraints=rep.constraints,
                 solve_time_s=rep.solve_time_s,
                 build_time_s=rep.build_time_s,
+                start=rep.start,
             )
         ops = recomputed_ops(self.graph, self.milp)
         milp["recomputed_distinct_nodes"] = len({op["index"] for op in ops}) if self.milp.schedule else None
@@ -385,7 +386,8 @@ def plan_remat(
     gap: float | None = None,
     in_flight: float = 1,
 ) -> RematPlan:
-    """Solve the MILP at ``budget_bytes`` and run every baseline at it."""
+    """Solve the MILP at ``budget_bytes`` and run every baseline at it. ``time_limit_s`` is wall-clock for the MILP
+    (``solve_remat``: start search, build, solve); the baselines, for comparison, run outside it."""
     options = {"solver": solver, "time_limit_s": time_limit_s, "gap": gap}
     milp, *rest = tradeoff(graph, [budget_bytes], ("milp", *BASELINES), in_flight=in_flight, **options)
     return RematPlan(graph, budget_bytes, milp, {r.method: r for r in rest})
@@ -415,7 +417,9 @@ def tradeoff_curve(
     in_flight: float = 1,
     **milp_options: Any,
 ) -> list[RematResult]:
-    """``tradeoff`` one budget at a time, calling ``progress(budget)`` after each (for a progress bar)."""
+    """``tradeoff`` one budget at a time, calling ``progress(budget)`` after each (for a progress bar). A
+    ``time_limit_s`` holds for each budget's MILP (wall-clock, ``solve_remat``), so the curve takes at most about
+    that times the number of budgets, and a point's answer does not depend on how many others there are."""
     from plansim.remat.solve import METHODS
 
     out: list[RematResult] = []

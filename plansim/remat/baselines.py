@@ -21,10 +21,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.schedule import Replay, Schedule, replay, schedule_from_plan
+
+if TYPE_CHECKING:
+    from plansim.remat.deadline import Deadline
 
 __all__ = [
     "BASELINES",
@@ -150,9 +154,16 @@ BASELINES = (*FIXED, "greedy")
 
 
 def run_baseline(
-    graph: RematGraph, method: str, budget_bytes: float | None = None, in_flight: float = 1
+    graph: RematGraph,
+    method: str,
+    budget_bytes: float | None = None,
+    in_flight: float = 1,
+    *,
+    deadline: Deadline | None = None,
 ) -> RematResult:
     """Schedule ``graph`` with baseline ``method``; ``feasible`` says whether its peak fits ``budget_bytes``.
+    ``deadline`` bounds greedy's search over thresholds (the best found when it passes; at least one is tried);
+    the other baselines are one schedule each.
 
     >>> from plansim.remat.graph import linear_chain
     >>> r = run_baseline(linear_chain(16), "sqrt")   # 17 layers with the loss: 4 segments of 5 rebuilt, 13 nodes
@@ -162,7 +173,7 @@ def run_baseline(
     if method != "greedy":
         return run_checkpoints(graph, FIXED[method](graph), budget_bytes, in_flight, method)
     start = time.perf_counter()
-    sched, rep = _best_greedy(graph, budget_bytes, in_flight)
+    sched, rep = _best_greedy(graph, budget_bytes, in_flight, deadline)
     return _result(graph, method, sched, rep, budget_bytes, in_flight, time.perf_counter() - start)
 
 
@@ -190,13 +201,17 @@ def _result(
     return RematResult(method, graph.name, budget_bytes, in_flight, fits, sched, rep, seconds, reason=reason)
 
 
-def _best_greedy(graph: RematGraph, budget: float | None, in_flight: float) -> tuple[Schedule, Replay]:
+def _best_greedy(
+    graph: RematGraph, budget: float | None, in_flight: float, deadline: Deadline | None = None
+) -> tuple[Schedule, Replay]:
     prefix, acc = [0.0], 0.0
     for i in range(graph.forward_count):
         acc += graph.nodes[i].memory
         prefix.append(acc)
     best: tuple[tuple[bool, float, float], Schedule, Replay] | None = None
     for threshold in sorted(set(prefix)):
+        if best is not None and deadline is not None and deadline.expired():
+            break
         sched = checkpoint_plan(graph, _greedy(graph, threshold))
         rep = replay(graph, sched)
         peak = rep.peak_with(in_flight)
@@ -208,6 +223,12 @@ def _best_greedy(graph: RematGraph, budget: float | None, in_flight: float) -> t
     return best[1], best[2]
 
 
-def tightest_baseline(graph: RematGraph, budget_bytes: float | None = None, in_flight: float = 1) -> RematResult:
-    """The baseline with the smallest peak (first in ``BASELINES`` order on ties)."""
-    return min((run_baseline(graph, m, budget_bytes, in_flight) for m in BASELINES), key=lambda r: r.peak_bytes)
+def tightest_baseline(
+    graph: RematGraph, budget_bytes: float | None = None, in_flight: float = 1, *, deadline: Deadline | None = None
+) -> RematResult:
+    """The baseline with the smallest peak (first in ``BASELINES`` order on ties); ``deadline`` bounds greedy's
+    search (``run_baseline``)."""
+    return min(
+        (run_baseline(graph, m, budget_bytes, in_flight, deadline=deadline) for m in BASELINES),
+        key=lambda r: r.peak_bytes,
+    )

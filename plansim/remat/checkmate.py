@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pulp
 
 from plansim.milp import add_variable, run_solver
+from plansim.remat.deadline import Deadline, TimeUp
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult, SolverReport
 from plansim.remat.schedule import plan_of, replay, schedule_from_plan
@@ -62,9 +63,13 @@ class CheckmateMILP:
         return int(self.prob.numConstraints())
 
 
-def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float = 1) -> CheckmateMILP:
-    """The Checkmate MILP for ``graph`` within ``budget_bytes`` (None: unlimited)."""
+def build_milp(
+    graph: RematGraph, budget_bytes: float | None, in_flight: float = 1, *, deadline: Deadline | None = None
+) -> CheckmateMILP:
+    """The Checkmate MILP for ``graph`` within ``budget_bytes`` (None: unlimited). Building takes seconds for a
+    few hundred nodes; past ``deadline`` it stops with ``TimeUp`` (checked once per stage)."""
     start = time.perf_counter()
+    check = deadline.check if deadline is not None and deadline.limited else _no_check
     # Bytes (~1e8) beside seconds (~1e-5) make HiGHS's tolerances misjudge optimality: both are rescaled by powers
     # of two (exact) so that the largest node's memory and cost are about 1.
     mf, cf = _unit_scale(v.memory for v in graph.nodes), _unit_scale(v.cost for v in graph.nodes)
@@ -75,6 +80,7 @@ def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float =
     R: list[dict[int, Expr]] = []
     S: list[dict[int, Expr]] = []
     for t in range(n):
+        check()
         # sec 4.6 frontier-advancing: stage t computes v_t (R[t,t] = 1), may recompute only v_i, i < t
         R.append({i: 0 if zero[i] else add_variable(prob, f"R_{t}_{i}", 0, 1, "Binary") for i in range(t)} | {t: 1})
         # S[0, :] = 0 (sec 4.2, nothing is in memory before the first stage); zero-byte results stay once computed
@@ -83,6 +89,7 @@ def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float =
     recomputes = pulp.lpSum(cost[i] * R[t][i] for t in range(n) for i in R[t] if cost[i] and not _const(R[t][i]))
     prob += recomputes + sum(cost)  # sum(cost): the frontier computations, a constant
     for t in range(n):
+        check()
         for k, r in R[t].items():
             if _const(r) and r == 0:
                 continue
@@ -102,8 +109,12 @@ def build_milp(graph: RematGraph, budget_bytes: float | None, in_flight: float =
         h = add_variable(prob, "held", 0, None)
         prob += h == held, "held"
         others = (in_flight - 1) * h
-    _memory(prob, graph, R, S, mem, budget_bytes, others)
+    _memory(prob, graph, R, S, mem, budget_bytes, others, check)
     return CheckmateMILP(graph, prob, R, S, time.perf_counter() - start, mf, cf)
+
+
+def _no_check() -> None:
+    pass
 
 
 def _unit_scale(values: Iterable[float]) -> float:
@@ -155,12 +166,14 @@ def _memory(
     mem: list[float],
     budget: float | None,
     others: Expr,
+    check: Callable[[], None] = _no_check,
 ) -> None:
     """Memory accounting (sec 4.5): ``U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0]``, and
     ``U[t,k] = U[t,k-1] + M_k R[t,k] - mem_freed_t(v_{k-1})`` with ``mem_freed_t(v_k) = sum M_i FREE[t,i,k]`` over
     ``i`` in ``DEPS[k] + {k}``; ``U[t,k] + others <= budget``."""
     n = len(graph)
     for t in range(n):
+        check()
         prev: Expr = None
         for k in range(t + 1):
             u = add_variable(prob, f"U_{t}_{k}", 0, budget if _const(others) else None)
@@ -211,6 +224,22 @@ def _freed(
     return pulp.lpSum(terms)
 
 
+#: What one solver call costs outside the solver's own clock (PuLP's ``variables()``, handing the model to HiGHS,
+#: reading the solution back), before the first call has been timed, as a multiple of the time ``build_milp`` took:
+#: 0.5-0.75 measured on GPT-3 stages of 76,661 and ~200,000 variables (HiGHS through PuLP 3.3); 1.0 leaves room.
+TRANSFER_PER_BUILD = 1.0
+#: Once a call has been timed, the next is expected to cost this much more outside the solver (it also hands over
+#: a start solution).
+TRANSFER_GROWTH = 1.25
+#: Seconds kept back at the end of the limit: for what follows the MILP solve (the solver overrunning its limit, as
+#: HiGHS checks its clock between steps: ~0.2 s seen past a 0.5 s limit on 76,661 variables; reading the schedule off
+#: ``R`` and ``S`` and replaying it: ~5 ms for 192 nodes), or, when the build is stopped this long before the
+#: deadline, for freeing the half-built problem (0.04-0.2 s for ~1e5 variables on 2 shared cores).
+FINAL_MARGIN_S = 0.25
+#: A solver call given less than this is not made.
+MIN_SOLVE_S = 0.05
+
+
 def solve_milp(
     graph: RematGraph,
     budget_bytes: float | None,
@@ -221,6 +250,7 @@ def solve_milp(
     gap: float | None = None,
     start: RematResult | None = None,
     relax: bool = False,
+    deadline: Deadline | None = None,
 ) -> RematResult:
     """Build and solve the MILP; the schedule is extracted from ``R`` and ``S`` and checked by ``replay``.
 
@@ -229,45 +259,59 @@ def solve_milp(
     after Checkmate sec 5), which becomes the start when cheaper. When the start is then within ``gap`` of the LP
     bound, it is returned as proven (status ``optimal`` within the gap, the LP's bound) without branching.
 
+    ``time_limit_s`` (or ``deadline``, which takes precedence) is wall-clock for the whole call: the build stops
+    when it passes, each solver is handed what is left less what its call costs outside the solver's clock
+    (``TRANSFER_PER_BUILD``) and ``FINAL_MARGIN_S``, and a call not worth making is skipped. When time runs out
+    before the MILP's own answer, the best schedule found so far (the start, or the rounded relaxation) is
+    returned with status ``feasible`` and a ``reason`` saying so; with none, status ``no solution``.
+
     >>> from plansim.remat.graph import linear_chain
     >>> r = solve_milp(linear_chain(4), budget_bytes=4)
     >>> r.solver.status, r.cost, r.peak_bytes <= 4
     ('optimal', 12.0, True)
     """
     began = time.perf_counter()
-    milp = build_milp(graph, budget_bytes, in_flight)
+    deadline = Deadline(time_limit_s) if deadline is None else deadline
+    out = _Outcome(graph, budget_bytes, in_flight, solver, deadline.seconds, gap, began)
+    if deadline.expired():
+        return out.time_up(start, "before the MILP was built")
+    try:
+        milp = build_milp(graph, budget_bytes, in_flight, deadline=deadline.less(FINAL_MARGIN_S))
+    except TimeUp:
+        return out.time_up(start, "while building the MILP")
+    out.milp = milp
     total_cost = graph.total_cost
+    overhead = TRANSFER_PER_BUILD * milp.build_time_s
     if relax:
-        bound, holds = _relaxation(milp, solver, time_limit_s)
-        rounded = rounded_start(graph, holds, budget_bytes, in_flight) if holds else None
-        if rounded is not None and (start is None or rounded.cost < start.cost * (1 - 1e-12)):
-            start = rounded
+        # the LP first when time is short: its bound may prove the start, its rounding improve it; the MILP gets
+        # what the LP leaves
+        lp_limit = deadline.solver_limit(overhead + FINAL_MARGIN_S)
+        if lp_limit is None or lp_limit >= MIN_SOLVE_S:
+            out.bound, holds, measured = _relaxation(milp, solver, lp_limit)
+            if measured is not None:
+                overhead = TRANSFER_GROWTH * measured
+            rounded = (
+                rounded_start(graph, holds, budget_bytes, in_flight, deadline=deadline.share(0.5)) if holds else None
+            )
+            if rounded is not None and (start is None or rounded.cost < start.cost * (1 - 1e-12)):
+                start = rounded
+        bound = out.bound
         if (
             start is not None
             and bound is not None
             and start.cost - bound <= (gap or 0.0) * total_cost + 1e-12 * total_cost
         ):
-            seconds = time.perf_counter() - began
-            report = SolverReport(
-                solver,
-                "optimal",
-                start.cost,
-                bound,
-                max(0.0, start.cost - bound) / max(abs(start.cost), 1e-300),
-                milp.variables,
-                milp.constraints,
-                seconds - milp.build_time_s,
-                milp.build_time_s,
-                time_limit_s,
-                gap,
-                start.method,
-            )
-            return replace(start, method="milp", solve_time_s=seconds, solver=report, reason="")
-    limit = None if time_limit_s is None else max(1.0, time_limit_s - (time.perf_counter() - began))
+            report = out.report("optimal", start.cost, start.method)
+            return replace(start, method="milp", solve_time_s=report.solve_time_s, solver=report, reason="")
     values = None
     if start is not None and start.schedule is not None:
         values = start_values(graph, *plan_of(graph, start.schedule), memory_scale=milp.memory_scale)
+    limit = deadline.solver_limit(overhead + FINAL_MARGIN_S)
+    if limit is not None and limit < MIN_SOLVE_S:
+        return out.time_up(start, "before the MILP solve")
     outcome = run_solver(milp.prob, solver, time_limit_s=limit, gap=gap, start=values)
+    if outcome.status == "no solution" and start is not None:  # the limit came before the solver's first schedule
+        return out.time_up(start, "during the MILP solve")
     report = SolverReport(
         solver=outcome.solver,
         status=outcome.status,
@@ -278,7 +322,7 @@ def solve_milp(
         constraints=milp.constraints,
         solve_time_s=time.perf_counter() - began - milp.build_time_s,
         build_time_s=milp.build_time_s,
-        time_limit_s=time_limit_s,
+        time_limit_s=deadline.seconds,
         gap_limit=gap,
         start=start.method if start is not None else "",
     )
@@ -297,15 +341,71 @@ def solve_milp(
     return RematResult("milp", graph.name, budget_bytes, in_flight, True, sched, rep, total, report)
 
 
-def _relaxation(milp: CheckmateMILP, solver: str, time_limit_s: float | None) -> tuple[float | None, dict[int, float]]:
-    """The LP relaxation's bound on the objective (unscaled; None if not solved to optimality) and the fraction of
-    each forward value it holds when the backward pass starts (``S[F, i]``)."""
+@dataclass
+class _Outcome:
+    """What ``solve_milp`` reports when it returns early: the problem's size once built, the LP bound once solved."""
+
+    graph: RematGraph
+    budget: float | None
+    in_flight: float
+    solver: str
+    time_limit_s: float | None
+    gap_limit: float | None
+    began: float
+    milp: CheckmateMILP | None = None
+    bound: float | None = None
+
+    def report(self, status: str, objective: float | None, start: str) -> SolverReport:
+        seconds = time.perf_counter() - self.began
+        build = self.milp.build_time_s if self.milp is not None else seconds
+        gap = None
+        if objective is not None and self.bound is not None:
+            gap = max(0.0, objective - self.bound) / max(abs(objective), 1e-300)
+        return SolverReport(
+            self.solver,
+            status,
+            objective,
+            self.bound,
+            gap,
+            self.milp.variables if self.milp is not None else 0,
+            self.milp.constraints if self.milp is not None else 0,
+            seconds - build,
+            build,
+            self.time_limit_s,
+            self.gap_limit,
+            start,
+        )
+
+    def time_up(self, found: RematResult | None, where: str) -> RematResult:
+        """The best schedule found before the deadline (``found``, checked by replay), labelled ``feasible`` (not
+        proven); without one, no schedule (status ``no solution``)."""
+        limit = "the time limit" if self.time_limit_s is None else f"the time limit of {self.time_limit_s:g} s"
+        if found is not None and found.feasible and found.schedule is not None:
+            report = self.report("feasible", found.cost, found.method)
+            reason = f"{limit} came {where}: the {found.method} schedule, not proven optimal"
+            return replace(found, method="milp", solve_time_s=time.perf_counter() - self.began, solver=report,
+                           reason=reason)  # fmt: skip
+        report = self.report("no solution", None, "")
+        reason = f"{limit} came {where}, before any schedule within the budget was found"
+        seconds = time.perf_counter() - self.began
+        return RematResult("milp", self.graph.name, self.budget, self.in_flight, False, None, None, seconds, report,
+                           reason)  # fmt: skip
+
+
+def _relaxation(
+    milp: CheckmateMILP, solver: str, time_limit_s: float | None
+) -> tuple[float | None, dict[int, float], float | None]:
+    """The LP relaxation's bound on the objective (unscaled; None if not solved to optimality), the fraction of
+    each forward value it holds when the backward pass starts (``S[F, i]``), and the seconds the call took outside
+    the solver's own clock (HiGHS reports its run time; None for CBC)."""
     outcome = run_solver(milp.prob, solver, time_limit_s=time_limit_s, relax=True)
+    run_time = getattr(getattr(milp.prob, "solverModel", None), "getRunTime", None)
+    measured = max(0.0, outcome.solve_time_s - float(run_time())) if solver == "highs" and run_time else None
     if outcome.status != "optimal" or outcome.objective is None:
-        return None, {}
+        return None, {}, measured
     first = milp.graph.forward_count
     holds = {i: _value(s) for i, s in milp.S[first].items()} if first < len(milp.graph) else {}
-    return outcome.objective / milp.cost_scale, holds
+    return outcome.objective / milp.cost_scale, holds, measured
 
 
 def start_values(

@@ -1,20 +1,22 @@
 """``remat: milp`` for one pipeline stage: the stage's blocks as a remat graph, the MILP within the activation
 budget, and what both engines read from its schedule (recompute time, FLOPs and bytes per layer).
 
-Solutions are memoized on the graph's content, the budget and the options, so the analytic engine, the
-discrete-event lowering and identical stages share one solve.
+Solutions are memoized on the graph's content, the budget and the options (the time limit among them), so the
+analytic engine, the discrete-event lowering and identical stages share one solve. The time limit is wall-clock for
+the stage: building its graph, the solve (``solve_remat``) and, when no schedule fits, the tightest baseline; a
+memoized stage costs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import networkx as nx
 
 from plansim.costs.kernels import KernelCostModel
 from plansim.remat.baselines import tightest_baseline
+from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.solve import solve_remat
@@ -59,13 +61,20 @@ def stage_remat(
     time_limit_s: float = 20.0,
     gap: float = 0.01,
 ) -> StageRemat:
-    """Schedule the blocks ``layers`` of ``op_graph`` within ``budget_bytes`` of activations.
+    """Schedule the blocks ``layers`` of ``op_graph`` within ``budget_bytes`` of activations, within
+    ``time_limit_s`` seconds of wall-clock (the strategy's ``remat_time_limit_s``) from this call.
 
     When no schedule fits, the result is the baseline with the smallest peak (``result.feasible`` False), so the
     stage reports how much it needs and the strategy does not fit.
     """
+    deadline = Deadline(time_limit_s, option="remat_time_limit_s")
     graph = stage_graph(op_graph, layers, kernels, comm, granularity=granularity)  # type: ignore[arg-type]
-    return _solve(graph, float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
+    key = (_Keyed(graph), float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]  # the oldest
+        _MEMO[key] = _solve(graph, key[1], key[2], gap, deadline)
+    return _MEMO[key]
 
 
 def _signature(graph: RematGraph) -> tuple:
@@ -88,16 +97,15 @@ class _Keyed:
         return isinstance(other, _Keyed) and self.key == other.key
 
 
-def _solve(graph: RematGraph, in_flight: float, budget: float, time_limit_s: float, gap: float) -> StageRemat:
-    return _solve_keyed(_Keyed(graph), in_flight, budget, time_limit_s, gap)
+#: Solved stages by (graph, in_flight, budget, time limit, gap), oldest first; at most ``_MEMO_SIZE``.
+_MEMO: dict[tuple[_Keyed, float, float, float, float], StageRemat] = {}
+_MEMO_SIZE = 256
 
 
-@lru_cache(maxsize=256)
-def _solve_keyed(keyed: _Keyed, in_flight: float, budget: float, time_limit_s: float, gap: float) -> StageRemat:
-    graph = keyed.graph
-    result = solve_remat(graph, budget, "milp", in_flight=in_flight, time_limit_s=time_limit_s, gap=gap)
+def _solve(graph: RematGraph, in_flight: float, budget: float, gap: float, deadline: Deadline) -> StageRemat:
+    result = solve_remat(graph, budget, "milp", in_flight=in_flight, gap=gap, deadline=deadline)
     if not result.feasible:
-        tightest = tightest_baseline(graph, budget, in_flight)
+        tightest = tightest_baseline(graph, budget, in_flight, deadline=deadline)
         result = RematResult(
             "milp", graph.name, budget, in_flight, False, tightest.schedule, tightest.replay,
             result.solve_time_s, result.solver, result.reason,

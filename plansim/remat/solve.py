@@ -9,7 +9,8 @@ from functools import partial
 from typing import Any
 
 from plansim.errors import PlansimError
-from plansim.remat.baselines import BASELINES, run_baseline
+from plansim.remat.baselines import BASELINES, FIXED, run_baseline
+from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult, SolverReport
 from plansim.remat.start import milp_start
@@ -30,13 +31,23 @@ def solve_remat(
     time_limit_s: float | None = None,
     gap: float | None = None,
     warm_start: bool = True,
+    deadline: Deadline | None = None,
 ) -> RematResult:
     """Schedule ``graph`` within ``budget_bytes`` (None: unlimited) with ``method``.
 
     For the MILP, ``warm_start`` hands the solver the cheapest schedule that fits among the baselines' and the
     coarse MILP's, improved by a local search (``start.milp_start``), so a time limit never leaves it worse than the
-    heuristics; ``gap`` (relative to the objective) and ``time_limit_s`` bound the search,
-    and ``result.solver`` says whether the answer is proven optimal.
+    heuristics; ``gap`` (relative to the objective) bounds the search, and ``result.solver`` says whether the
+    answer is proven optimal.
+
+    ``time_limit_s`` is a wall-clock limit on the whole call, from here: the start's search (half of it at
+    most), building the MILP, its LP relaxation and the solve (``checkmate.solve_milp``), and the schedule's
+    extraction, for which a margin (``checkmate.FINAL_MARGIN_S``) is kept. When it runs out the best schedule found
+    so far is returned with status ``feasible`` (not proven) and a ``reason`` saying where the time ran out; if
+    none was found, the cheapest fixed baseline that fits (none, full, selective, sqrt: one schedule each, run even
+    at 0 s), labelled the same way; if none fits, no schedule (status ``no solution``). Outside the limit: the
+    bound checks (one schedule) and, for a 0 s limit, those fixed baselines. ``deadline`` (``remat.deadline``)
+    replaces ``time_limit_s`` where a caller has started the clock already, or brings its own clock.
 
     Examples
     --------
@@ -48,6 +59,9 @@ def solve_remat(
     ('optimal', 'highs', True)
     >>> solve_remat(g).solver.solver   # keeping everything fits: optimal by the lower bound, no solve
     'bounds'
+    >>> late = solve_remat(g, sqrt.peak_bytes, time_limit_s=0)   # no time: the best baseline, labelled
+    >>> late.feasible, late.solver.status, late.solver.start
+    (True, 'feasible', 'sqrt')
     """
     if method not in METHODS:
         raise PlansimError(f"remat method {method!r}: choose one of {', '.join(METHODS)}")
@@ -55,6 +69,8 @@ def solve_remat(
         raise PlansimError(f"remat budget {budget_bytes} B: must be >= 0")
     if in_flight < 1:
         raise PlansimError(f"in_flight={in_flight}: at least one micro-batch is in flight")
+    if deadline is None:
+        deadline = Deadline(time_limit_s)  # checks the limit, for the baselines too
     if method != "milp":
         return run_baseline(graph, method, budget_bytes, in_flight)
     from plansim.remat.checkmate import solve_milp  # PuLP is a heavy import: only where a MILP is solved
@@ -63,43 +79,60 @@ def solve_remat(
     if decided is not None:
         return decided
     began = time.perf_counter()
-    limit = time_limit_s
     start: RematResult | None = None
     if warm_start:
-        start = milp_start(graph, budget_bytes, in_flight, time_limit_s, partial(_coarse_solve, solver=solver, gap=gap))
-        if time_limit_s is not None:  # the start's search counts against the time limit
-            limit = max(1.0, time_limit_s - (time.perf_counter() - began))
+        start = milp_start(graph, budget_bytes, in_flight, deadline, partial(_coarse_solve, solver=solver, gap=gap))
     result = solve_milp(
         graph,
         budget_bytes,
         in_flight=in_flight,
         solver=solver,
-        time_limit_s=limit,
         gap=gap,
         start=start,
         relax=warm_start,
+        deadline=deadline,
     )
     if result.solver is None:  # pragma: no cover - solve_milp always reports
         return result
+    if result.schedule is None and result.solver.status == "no solution":
+        result = _fallback(graph, budget_bytes, in_flight, result)
     seconds = time.perf_counter() - began
+    assert result.solver is not None
     report = replace(
         result.solver,
-        time_limit_s=time_limit_s,
+        time_limit_s=deadline.seconds,
         solve_time_s=seconds - result.solver.build_time_s,
     )
     return replace(result, solver=report, solve_time_s=seconds)
+
+
+def _fallback(graph: RematGraph, budget: float | None, in_flight: float, result: RematResult) -> RematResult:
+    """When the time ran out before any schedule: the cheapest fixed baseline that fits (one schedule each, so
+    bounded), labelled as the time-out it is; ``result`` when none fits."""
+    assert result.solver is not None
+    fits = [r for r in (run_baseline(graph, m, budget, in_flight) for m in FIXED) if r.feasible]
+    if not fits:
+        return result
+    best = min(fits, key=lambda r: r.cost)
+    limit = result.solver.time_limit_s
+    when = "the time limit" if limit is None else f"the time limit of {limit:g} s"
+    report = replace(result.solver, status="feasible", objective=best.cost, start=best.method)
+    if report.bound is not None:
+        report = replace(report, gap=max(0.0, best.cost - report.bound) / max(abs(best.cost), 1e-300))
+    reason = f"{when} came before the search found a schedule: the {best.method} baseline, not proven optimal"
+    return replace(best, method="milp", solver=report, reason=reason)
 
 
 def _coarse_solve(
     graph: RematGraph,
     budget: float | None,
     in_flight: float,
-    time_limit_s: float | None,
+    deadline: Deadline,
     *,
     solver: str,
     gap: float | None,
 ) -> RematResult:
-    return solve_remat(graph, budget, in_flight=in_flight, solver=solver, time_limit_s=time_limit_s, gap=gap)
+    return solve_remat(graph, budget, in_flight=in_flight, solver=solver, gap=gap, deadline=deadline)
 
 
 def _decided_by_bounds(graph: RematGraph, budget: float | None, in_flight: float) -> RematResult | None:
@@ -135,7 +168,8 @@ def tradeoff(
     in_flight: float = 1,
     **milp_options: Any,
 ) -> list[RematResult]:
-    """Every method at every budget: the memory-vs-overhead trade-off (one result per method and budget)."""
+    """Every method at every budget: the memory-vs-overhead trade-off (one result per method and budget). A
+    ``time_limit_s`` among ``milp_options`` holds for each budget's MILP on its own (``solve_remat``)."""
     out = []
     for budget in budgets:
         for method in methods:

@@ -15,56 +15,65 @@ schedule as good as the one the root bound already certifies within 1 %.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from plansim.errors import PlansimError
 from plansim.remat.baselines import BASELINES, run_baseline, run_checkpoints
 from plansim.remat.coarsen import coarse_checkpoints, contract, layer_parts
+from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.schedule import plan_of
 
 __all__ = ["improve_checkpoints", "milp_start", "rounded_start"]
 
-#: A coarse solve for ``_coarse``: (graph, budget, in_flight, time limit) -> result.
-CoarseSolver = Callable[[RematGraph, float | None, float, float | None], RematResult]
+#: A coarse solve for ``_coarse``: (graph, budget, in_flight, deadline) -> result.
+CoarseSolver = Callable[[RematGraph, float | None, float, Deadline], RematResult]
 
 
 def milp_start(
     graph: RematGraph,
     budget: float | None,
     in_flight: float,
-    time_limit_s: float | None,
+    deadline: Deadline,
     coarse_solver: CoarseSolver,
 ) -> RematResult | None:
     """The start for ``graph``'s MILP, its method naming where it came from (``selective``, ``coarse+local``, ...);
-    None when no schedule found fits the budget. ``coarse_solver`` solves the layer-granularity graph (the MILP,
-    given a quarter of the time limit); the local search gets another quarter."""
-    began = time.perf_counter()
-    results = [run_baseline(graph, m, budget, in_flight) for m in BASELINES]
-    coarse = _coarse(graph, budget, in_flight, None if time_limit_s is None else time_limit_s / 4, coarse_solver)
+    None when no schedule found fits the budget. The search ends at half the time ``deadline`` leaves: the fixed
+    baselines always run (they are the fallback, one schedule each), greedy's threshold search stops at a quarter,
+    ``coarse_solver`` solves the layer-granularity graph (the MILP) within a quarter of what is left then, and the
+    local search stops at the half."""
+    phase = deadline.share(0.5)
+    greedy = phase.share(0.5)
+    results = [run_baseline(graph, m, budget, in_flight, deadline=greedy) for m in BASELINES]
+    coarse = None if phase.expired() else _coarse(graph, budget, in_flight, deadline.share(0.25), coarse_solver)
     if coarse is not None:
         results.append(coarse)
     fits = [r for r in results if r.feasible]
     best = min(fits, key=lambda r: r.cost) if fits else min(results, key=lambda r: r.peak_bytes)
     if best.schedule is None:  # pragma: no cover - baselines always have a schedule
         return None
-    deadline = None if time_limit_s is None else began + time_limit_s / 2
-    improved = improve_checkpoints(graph, _checkpoints(graph, best), budget, in_flight, deadline=deadline)
-    if improved.feasible and (not best.feasible or improved.cost < best.cost * (1 - 1e-12)):
-        best = replace(improved, method=f"{best.method}+local")
+    if not phase.expired():
+        improved = improve_checkpoints(graph, _checkpoints(graph, best), budget, in_flight, deadline=phase)
+        if improved.feasible and (not best.feasible or improved.cost < best.cost * (1 - 1e-12)):
+            best = replace(improved, method=f"{best.method}+local")
     return best if best.feasible and best.schedule is not None else None
 
 
 def rounded_start(
-    graph: RematGraph, holds: Mapping[int, float], budget: float | None, in_flight: float = 1
+    graph: RematGraph,
+    holds: Mapping[int, float],
+    budget: float | None,
+    in_flight: float = 1,
+    *,
+    deadline: Deadline | None = None,
 ) -> RematResult | None:
     """A schedule from the LP relaxation (after Checkmate sec 5, which rounds the relaxation's ``S`` and then
     re-solves for ``R``): keep as checkpoints the forward values held into the backward pass with a fraction of at
     least ``theta`` (``holds``: node -> ``S[F, i]``), for every distinct ``theta``; the cheapest that fits (or, if none
-    does, the smallest peak) is improved by the local search. None when nothing fits.
+    does, the smallest peak) is improved by the local search. None when nothing fits. Past ``deadline`` no further
+    threshold is tried (at least one is) and the local search stops.
 
     >>> from plansim.remat.graph import linear_chain
     >>> r = rounded_start(linear_chain(8), {i: 1.0 if i % 3 == 0 else 0.2 for i in range(9)}, budget=6)
@@ -72,13 +81,15 @@ def rounded_start(
     (True, 'lp-rounding+local')
     """
     forward = {i: v for i, v in holds.items() if i < graph.forward_count}
-    results = []
+    results: list[RematResult] = []
     for theta in sorted({*forward.values(), 0.5}):
+        if results and deadline is not None and deadline.expired():
+            break
         chosen = {i for i, v in forward.items() if v >= theta - 1e-9}
         results.append(run_checkpoints(graph, chosen, budget, in_flight, "lp-rounding"))
     fits = [r for r in results if r.feasible]
     best = min(fits, key=lambda r: r.cost) if fits else min(results, key=lambda r: r.peak_bytes)
-    improved = improve_checkpoints(graph, _checkpoints(graph, best), budget, in_flight)
+    improved = improve_checkpoints(graph, _checkpoints(graph, best), budget, in_flight, deadline=deadline)
     if improved.feasible and (not best.feasible or improved.cost < best.cost * (1 - 1e-12)):
         best = replace(improved, method="lp-rounding+local")
     return best if best.feasible else None
@@ -96,7 +107,7 @@ def _coarse(
     graph: RematGraph,
     budget: float | None,
     in_flight: float,
-    time_limit_s: float | None,
+    deadline: Deadline,
     solve: CoarseSolver,
 ) -> RematResult | None:
     """The layer-granularity schedule carried to ``graph``: what it holds into the backward pass becomes the
@@ -109,7 +120,7 @@ def _coarse(
         coarse, group = contract(graph, labels)
     except PlansimError:
         return None
-    r = solve(coarse, budget, in_flight, time_limit_s)
+    r = solve(coarse, budget, in_flight, deadline)
     if not r.feasible or r.schedule is None:
         return None
     return run_checkpoints(
@@ -123,10 +134,11 @@ def improve_checkpoints(
     budget: float | None,
     in_flight: float = 1,
     *,
-    deadline: float | None = None,
+    deadline: Deadline | None = None,
 ) -> RematResult:
     """A local search from ``checkpoints`` (see the module's docstring); the result is the best checkpoint schedule
-    found (method ``local``), feasible or, when none fits, the one with the smallest peak.
+    found (method ``local``), feasible or, when none fits, the one with the smallest peak. Past ``deadline`` no
+    further flip is tried (the start's schedule is always evaluated).
 
     >>> from plansim.remat.graph import linear_chain
     >>> r = improve_checkpoints(linear_chain(8), set(), budget=6)
@@ -141,7 +153,7 @@ def improve_checkpoints(
     current = set(checkpoints)
     best = run_checkpoints(graph, current, budget, in_flight, "local")
     improved = True
-    while improved and (deadline is None or time.perf_counter() < deadline):
+    while improved and (deadline is None or not deadline.expired()):
         improved = False
         for move in moves:
             for wanted in (True, False):
@@ -151,7 +163,7 @@ def improve_checkpoints(
                 r = run_checkpoints(graph, trial, budget, in_flight, "local")
                 if key(r) < key(best):
                     current, best, improved = trial, r, True
-            if deadline is not None and time.perf_counter() >= deadline:
+            if deadline is not None and deadline.expired():
                 break
     return best
 
