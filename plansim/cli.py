@@ -739,8 +739,9 @@ def _short(name: str, width: int = 48) -> str:
 
 
 def _pairs(values: list[str] | None, option: str, form: str, example: str) -> dict[str, float]:
-    """Parse repeated ``KEY=NUMBER`` options; a malformed one is a clear error naming the option."""
-    from plansim.errors import PlansimError
+    """Parse repeated ``KEY=NUMBER`` options; a malformed one, or a key given twice, is a clear error naming the
+    option."""
+    from plansim.errors import PlansimError, quoted, shown
 
     out: dict[str, float] = {}
     for value in values or ():
@@ -748,11 +749,14 @@ def _pairs(values: list[str] | None, option: str, form: str, example: str) -> di
         try:
             if not sep or not key:
                 raise ValueError
-            out[key] = float(number)
+            factor = float(number)
             if option == "--straggler":
-                int(key)
+                key = str(int(key))
         except ValueError:
-            raise PlansimError(f"{option} {value!r}: expected {form}, e.g. {option} {example}") from None
+            raise PlansimError(f"{option} {quoted(value)}: expected {form}, e.g. {option} {example}") from None
+        if key in out:
+            raise PlansimError(f"{option} {shown(key)} is given twice: give each {form.split('=')[0]} once")
+        out[key] = factor
     return out
 
 
