@@ -1,6 +1,7 @@
 """The ``plansim`` command line. It prints what the public API returns and holds no logic of its own.
 
-Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
+Bad input ends with one line on stderr (``error: ...``; a usage error: ``plansim COMMAND: --option: ...``, see
+``plansim.cli_usage``) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from plansim.cli_usage import OneLineGroup
+
 app = typer.Typer(
     name="plansim",
     help="Predict a distributed training step: latency, communication and memory per GPU.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineGroup,  # usage errors (a wrong option type, an unknown option) as one line, exit 2
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -763,7 +767,7 @@ def _pairs(values: list[str] | None, option: str, form: str, example: str) -> di
 def main() -> None:
     """Entry point of the ``plansim`` script."""
     try:
-        app()
+        app(prog_name="plansim")
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         sys.exit(130)
 

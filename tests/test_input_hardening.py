@@ -399,3 +399,86 @@ def test_key_value_options(option: str, values: list[str], words: list[str]) -> 
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
     assert all(word in r.output for word in words), r.output
     assert "z" * 40 not in r.output
+
+
+# --- usage errors of the command line -------------------------------------------------------------------------
+
+SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            [*SIM, "--gpus", "abc"],
+            "plansim simulate: --gpus: 'abc' is not a valid integer: give a whole number, e.g. --gpus 8",
+        ),
+        ([*SIM, "--gpus=1.5"], "plansim simulate: --gpus: '1.5' is not a valid integer"),
+        ([*SIM, "-gzz"], "plansim simulate: --gpus: 'zz' is not a valid integer"),
+        ([*SIM, "-g", "8", "-g", "x"], "plansim simulate: --gpus: 'x' is not a valid integer"),
+        (
+            [*SIM, "--jitter", "abc"],
+            "plansim simulate: --jitter: 'abc' is not a valid number: give a number, e.g. --jitter",
+        ),
+        (["remat", "--time-limit", "x"], "plansim remat: --time-limit: 'x' is not a valid number"),
+        (
+            ["plan", "--jobs", "two"],
+            "plansim plan: --jobs: 'two' is not a valid integer: give a whole number, e.g. --jobs 1",
+        ),
+        (
+            [*SIM, "--format", "xml"],
+            "plansim simulate: --format: 'xml' is not a valid choice: choose one of table, json, csv",
+        ),
+        ([*SIM, "--gpus"], "plansim simulate: --gpus needs a value, e.g. --gpus 8"),
+        (["plan", "--format"], "plansim plan: --format needs a value: see 'plansim plan --help'"),
+        ([*SIM, "--gpuss", "8"], "plansim simulate: no such option --gpuss: did you mean --gpus?"),
+        (["--nope"], "plansim: no such option --nope: see 'plansim --help'"),
+        (["simulate", "-m", "gpt3-125m"], "plansim simulate: --hardware is required: give node type"),
+        (["import"], "plansim import: CONFIG is required: give a Hugging Face config.json"),
+        (["nosuch"], "plansim: no such command 'nosuch': choose one of models, hardware, simulate"),
+        ([*SIM, "extra"], "plansim simulate: got unexpected extra argument"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
+    from typer.testing import CliRunner
+
+    from plansim.cli import app
+
+    r = CliRunner().invoke(app, args, prog_name="plansim")
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and r.stderr.count("\n") == 1, r.output
+    assert r.stderr.startswith(line), (r.stderr, line)
+    assert "Traceback" not in r.output and "╭" not in r.output and "Usage:" not in r.output
+
+
+def test_a_long_bad_option_value_is_cut() -> None:
+    from typer.testing import CliRunner
+
+    from plansim.cli import app
+
+    r = CliRunner().invoke(app, [*SIM, "--gpus", "9x" * 3000 + "\n"], prog_name="plansim")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and len(r.stderr) < 160, r.stderr
+
+
+def test_help_still_works() -> None:
+    from typer.testing import CliRunner
+
+    from plansim.cli import app
+
+    for args in (["--help"], ["simulate", "--help"], ["plan", "--help"]):
+        r = CliRunner().invoke(app, args, prog_name="plansim")
+        assert r.exit_code == 0 and "Usage: plansim" in r.stdout and "--help" in r.stdout, r.output
+    r = CliRunner().invoke(app, [], prog_name="plansim")  # no arguments: the help, exit 2 (click's no_args_is_help)
+    assert r.exit_code == 2 and "Usage: plansim" in r.output and "simulate" in r.output
+
+
+def test_the_plansim_script_prints_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = "from plansim.cli import main; main()"
+    r = subprocess.run([sys.executable, "-c", code, *SIM, "--gpus", "abc"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert r.stderr == "plansim simulate: --gpus: 'abc' is not a valid integer: give a whole number, e.g. --gpus 8\n"
+    ok = subprocess.run([sys.executable, "-c", code, "models", "--format", "json"], capture_output=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.startswith(b"[")
