@@ -157,8 +157,10 @@ def usage_line(err: BaseException, args: Sequence[str], root: Any = None, prog: 
         param = getattr(err, "param", None)
         choices = _choices(param)
         help_text = " ".join(str(getattr(param, "help", None) or "").split())
-        fix = f"choose one of {', '.join(choices)}" if choices else f"give {help_text}" if help_text else see
-        return f"{path}: {_option(param)} is required: {fix}"
+        opt = _option(param)
+        what = f" ({shown(help_text, 100)})" if help_text else ""
+        fix = f"choose one of {', '.join(choices)}" if choices else f"add {opt} ..." if opt.startswith("-") else see
+        return f"{path}: {opt} is required{what}: {fix}"
     if _is(err, "BadParameter"):
         return _bad_value(err, path, args)
     if _is(err, "NoSuchOption"):

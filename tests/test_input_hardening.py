@@ -433,8 +433,11 @@ SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
         (["plan", "--format"], "plansim plan: --format needs a value: see 'plansim plan --help'"),
         ([*SIM, "--gpuss", "8"], "plansim simulate: no such option --gpuss: did you mean --gpus?"),
         (["--nope"], "plansim: no such option --nope: see 'plansim --help'"),
-        (["simulate", "-m", "gpt3-125m"], "plansim simulate: --hardware is required: give node type"),
-        (["import"], "plansim import: CONFIG is required: give a Hugging Face config.json"),
+        (
+            ["simulate", "-m", "gpt3-125m"],
+            "plansim simulate: --hardware is required (node type (plansim hardware) or YAML path): add --hardware ...",
+        ),
+        (["import"], "plansim import: CONFIG is required (a Hugging Face config.json"),
         (["nosuch"], "plansim: no such command 'nosuch': choose one of models, hardware, simulate"),
         ([*SIM, "extra"], "plansim simulate: got unexpected extra argument"),
     ],
@@ -482,3 +485,24 @@ def test_the_plansim_script_prints_one_line(tmp_path: Path) -> None:
     assert r.stderr == "plansim simulate: --gpus: 'abc' is not a valid integer: give a whole number, e.g. --gpus 8\n"
     ok = subprocess.run([sys.executable, "-c", code, "models", "--format", "json"], capture_output=True, timeout=60)
     assert ok.returncode == 0 and ok.stdout.startswith(b"[")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "-m", "gpt3-125m", "-H", "dgx-a100", "-g", "8", "-B", "8", "--remat", "q" * 5000],
+        ["compare", "-m", "gpt3-125m", "-H", "dgx-a100", "-g", "8", "-s", "dp=8", "--scaling", "q" * 5000],
+        ["remat", "-m", "gpt3-125m", "-H", "dgx-a100", "--budget", "1GB", "--solver", "q" * 5000],
+        ["remat", "--graph", "g.json", "--budget", "q" * 5000],
+        [*SIM, "-e", "des", "--trace", "/" + "q" * 5000 + "/t.json"],
+    ],
+    ids=["plan-remat", "compare-scaling", "remat-solver", "remat-budget", "simulate-trace"],
+)
+def test_cli_option_values_are_echoed_short(args: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from plansim.cli import app
+
+    r = CliRunner().invoke(app, args, prog_name="plansim")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output
+    assert r.stderr.startswith("error: --") and "q" * 80 not in r.stderr, r.stderr
