@@ -176,7 +176,9 @@ def usage_line(err: BaseException, args: Sequence[str], root: Any = None, prog: 
         opt = _option(param) if param is not None else shown(name)
         return f"{path}: {opt} needs a value" + (f", e.g. {opt} {example}" if example else f": {see}")
     message = shown(str(getattr(err, "message", "") or err).rstrip("."), 120)
-    message = message[:1].lower() + message[1:]
+    message = (message[:1].lower() + message[1:]).replace(". Did you mean", ": did you mean")
+    if "did you mean" in message:
+        return f"{path}: {message}"
     commands = getattr(getattr(ctx, "command", None), "list_commands", None)
     if message.startswith("no such command") and commands is not None and ctx is not None:
         return f"{path}: {message}: choose one of {', '.join(commands(ctx))}"

@@ -439,6 +439,9 @@ SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
         ),
         (["import"], "plansim import: CONFIG is required (a Hugging Face config.json"),
         (["nosuch"], "plansim: no such command 'nosuch': choose one of models, hardware, simulate"),
+        (["simulat"], "plansim: no such command 'simulat': did you mean 'simulate'?"),
+        (["plan", "--no-des=3"], "plansim plan: option '--no-des' does not take a value: see 'plansim plan --help'"),
+        (["models", "--format", "a\nb"], "plansim models: --format: 'a\\nb' is not a valid choice"),
         ([*SIM, "extra"], "plansim simulate: got unexpected extra argument"),
     ],
 )
