@@ -1,6 +1,7 @@
 """The ``plansim`` command line. It prints what the public API returns and holds no logic of its own.
 
-Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
+Bad input ends with one line on stderr (``error: ...``; a usage error: ``plansim COMMAND: --option: ...``, see
+``plansim.cli_usage``) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from plansim.cli_usage import OneLineGroup
+
 app = typer.Typer(
     name="plansim",
     help="Predict a distributed training step: latency, communication and memory per GPU.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineGroup,  # usage errors (a wrong option type, an unknown option) as one line, exit 2
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -124,7 +128,7 @@ def simulate(
 ) -> None:
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
-    from plansim.errors import PlansimError
+    from plansim.errors import PlansimError, shown_path
 
     if trace and engine != "des":
         raise PlansimError("--trace needs the discrete-event engine: add --engine des")
@@ -146,7 +150,7 @@ def simulate(
             path = result.timeline.write_trace(trace)
         except OSError as err:
             raise PlansimError(
-                f"--trace {trace}: cannot write it ({err.strerror}): choose a writable file path"
+                f"--trace {shown_path(trace)}: cannot write it ({err.strerror}): choose a writable file path"
             ) from None
         typer.echo(f"trace written to {path}", err=True)
     if fmt is OutputFormat.json:
@@ -200,7 +204,7 @@ def plan(
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
-    from plansim.errors import PlansimError
+    from plansim.errors import PlansimError, shown
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
@@ -208,7 +212,7 @@ def plan(
     policies = tuple(p.strip() for p in remat.split(",") if p.strip())
     bad = [p for p in policies if p not in REMAT_POLICIES]
     if bad or not policies:
-        raise PlansimError(f"--remat {remat}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
+        raise PlansimError(f"--remat {shown(remat)}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
     if jobs < 1:
         raise PlansimError(f"--jobs {jobs}: at least 1")
     searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
@@ -311,7 +315,7 @@ def compare(
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
     from plansim.comparison import compare as run_compare
     from plansim.comparison_output import comparison_summary, print_comparison, write_comparison
-    from plansim.errors import PlansimError
+    from plansim.errors import PlansimError, shown
 
     counts: list[int] = []
     for item in (scaling or "").split(","):
@@ -319,7 +323,7 @@ def compare(
             try:
                 counts.append(int(item))
             except ValueError:
-                raise PlansimError(f"--scaling {scaling}: expected GPU counts such as 256,512,1024") from None
+                raise PlansimError(f"--scaling {shown(scaling)}: expected GPU counts such as 256,512,1024") from None
     total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts))
     result = _with_steps(
         "simulating",
@@ -558,7 +562,7 @@ def remat(
     fmt: Annotated[RematFormat, typer.Option("--format", "-f", help="output format")] = RematFormat.text,
 ) -> None:
     """Which activations to keep and which to recompute within --budget: the Checkmate MILP against the baselines."""
-    from plansim.errors import PlansimError
+    from plansim.errors import PlansimError, quoted
     from plansim.milp import SOLVERS
     from plansim.remat.api import parse_bytes, plan_remat, remat_graph
 
@@ -568,7 +572,7 @@ def remat(
     if (model is None) == (graph is None):
         raise PlansimError("give --model (a model's transformer blocks) or --graph (a graph file), one of them")
     if solver not in SOLVERS:
-        raise PlansimError(f"--solver {solver!r}: choose one of {', '.join(SOLVERS)}")
+        raise PlansimError(f"--solver {quoted(solver)}: choose one of {', '.join(SOLVERS)}")
     if not time_limit > 0:
         raise PlansimError(f"--time-limit {time_limit}: must be > 0 seconds")
     if gap is not None and not 0 <= gap < 1:
@@ -747,8 +751,9 @@ def _short(name: str, width: int = 48) -> str:
 
 
 def _pairs(values: list[str] | None, option: str, form: str, example: str) -> dict[str, float]:
-    """Parse repeated ``KEY=NUMBER`` options; a malformed one is a clear error naming the option."""
-    from plansim.errors import PlansimError
+    """Parse repeated ``KEY=NUMBER`` options; a malformed one, or a key given twice, is a clear error naming the
+    option."""
+    from plansim.errors import PlansimError, quoted, shown
 
     out: dict[str, float] = {}
     for value in values or ():
@@ -756,18 +761,21 @@ def _pairs(values: list[str] | None, option: str, form: str, example: str) -> di
         try:
             if not sep or not key:
                 raise ValueError
-            out[key] = float(number)
+            factor = float(number)
             if option == "--straggler":
-                int(key)
+                key = str(int(key))
         except ValueError:
-            raise PlansimError(f"{option} {value!r}: expected {form}, e.g. {option} {example}") from None
+            raise PlansimError(f"{option} {quoted(value)}: expected {form}, e.g. {option} {example}") from None
+        if key in out:
+            raise PlansimError(f"{option} {shown(key)} is given twice: give each {form.split('=')[0]} once")
+        out[key] = factor
     return out
 
 
 def main() -> None:
     """Entry point of the ``plansim`` script."""
     try:
-        app()
+        app(prog_name="plansim")
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         sys.exit(130)
 

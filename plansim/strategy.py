@@ -17,10 +17,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
-from plansim.yamlfile import parse_yaml, read_mapping, validated
+from plansim.yamlfile import is_file, parse_yaml, read_mapping, validated
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
@@ -35,7 +35,7 @@ def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object]
 
     def check(value: object) -> object:
         if value not in registry:
-            raise ValueError(f"{field}={value!r} is unknown: choose one of {', '.join(registry)}")
+            raise ValueError(f"{field}={quoted(value)} is unknown: choose one of {', '.join(registry)}")
         return value
 
     return check
@@ -100,7 +100,7 @@ class Strategy(BaseModel):
             try:
                 return tuple(int(part) for part in value.split("/"))
             except ValueError:
-                raise ValueError(f"'{value}': write blocks per stage as 5/7/7/5") from None
+                raise ValueError(f"'{shown(value)}': write blocks per stage as 5/7/7/5") from None
         return value
 
     @field_validator("remat_budget", mode="before")
@@ -161,7 +161,14 @@ class Strategy(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
-        """A strategy from inline ``key=value,...`` text, a YAML path, or the name of a file in ``strategies/``."""
+        """A strategy from inline ``key=value,...`` text, a YAML path, or the name of a file in ``strategies/``.
+
+        Raises
+        ------
+        PlansimError
+            One line: empty text (saying what to write), a key given twice, an item that is not ``key=value``, or
+            the strategy's first few bad fields.
+        """
         text = text.strip()
         if "=" in text:
             return _validate(_parse_inline(text), "strategy")
@@ -193,10 +200,20 @@ def _parse_inline(text: str) -> dict[str, Any]:
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise PlansimError(f"strategy: '{item}' is not key=value: write e.g. dp=8,tp=2,pp=1")
-        fields[key.strip()] = parse_yaml(value.strip(), "strategy")
+        key = key.strip()
+        if not sep or not key:
+            raise PlansimError(f"strategy: '{shown(item.strip())}' is not key=value: write e.g. dp=8,tp=2,pp=1")
+        if key in fields:
+            raise PlansimError(f"strategy: '{shown(key)}' is given twice: keep one {shown(key)}=... (e.g. dp=8,tp=2)")
+        fields[key] = parse_yaml(value.strip(), f"strategy: {shown(key)}")
     return fields
+
+
+def _what_to_write(shown_names: int = 4) -> str:
+    """The fix for a strategy that is missing or not found: the inline form and a few shipped names."""
+    names = list_strategies()
+    listed = ", ".join(names[:shown_names]) + (", ..." if len(names) > shown_names else "")
+    return f"give key=value pairs such as dp=8,tp=2,pp=1 or a shipped strategy name ({listed})"
 
 
 def _validate(fields: object, source: str) -> Strategy:
@@ -212,13 +229,15 @@ def list_strategies() -> list[str]:
 
 def load_strategy(name_or_path: str | Path) -> Strategy:
     """Load a strategy from a YAML path or from ``strategies/<name>.yaml``."""
+    if not str(name_or_path).strip():
+        raise PlansimError(f"strategy: empty: {_what_to_write()}")
     path = Path(name_or_path)
-    if not path.is_file():
+    if not is_file(path):
         shipped = data_dir("strategies") / f"{name_or_path}.yaml"
-        if not shipped.is_file():
-            known = ", ".join(list_strategies())
+        if not is_file(shipped):
             raise PlansimError(
-                f"strategy: '{name_or_path}' is neither a file, key=value text nor a shipped strategy ({known})"
+                f"strategy: '{shown(str(name_or_path))}' is not a file, key=value text or a shipped strategy: "
+                f"{_what_to_write()}"
             )
         path = shipped
-    return _validate(read_mapping(path, "strategy"), str(path))
+    return _validate(read_mapping(path, "strategy"), shown_path(path))

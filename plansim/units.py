@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from plansim.errors import quoted
+
 __all__ = ["DTYPE_BYTES", "GB", "GiB", "dtype_bytes", "parse_bytes"]
 
 GB = 1e9
@@ -40,5 +42,7 @@ def parse_bytes(value: str | float) -> float:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _BYTE_UNITS:
-        raise ValueError(f"{value!r} is not a size: write a number of bytes or one with a unit such as 20GB or 16GiB")
+        raise ValueError(
+            f"{quoted(value)} is not a size: write a number of bytes or one with a unit such as 20GB or 16GiB"
+        )
     return float(match.group(1)) * _BYTE_UNITS[unit]

@@ -280,7 +280,7 @@ def test_bad_files_are_one_line_errors(tmp_path: Path) -> None:
     broken, listed = tmp_path / "broken.json", tmp_path / "list.json"
     broken.write_text('{"model_type": "gpt2",\n "n_layer": }')
     listed.write_text("[1, 2]")
-    one_line_error(lambda: from_hf_config(broken), "broken.json", "not valid JSON at line 2")
+    one_line_error(lambda: from_hf_config(broken), "broken.json", "malformed JSON at line 2")
     one_line_error(lambda: from_hf_config(listed), "list.json", "JSON object")
     one_line_error(lambda: from_hf_config(tmp_path / "none.json"), "none.json", "not found")
     one_line_error(lambda: from_hf_config(tmp_path), "holds no config.json")

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from plansim.data import data_dir
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
-from plansim.yamlfile import looks_like_path, read_mapping, validated
+from plansim.yamlfile import is_file, looks_like_path, read_mapping, validated
 
 __all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node", "resize"]
 
@@ -35,13 +35,14 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
     """Map a case-insensitive profile name, or a path to a YAML file, to the file."""
     if isinstance(name, Path) or looks_like_path(name):
         path = Path(name)
-        if not path.is_file():
-            raise PlansimError(f"{what} file '{path}' not found: check the path")
+        if not is_file(path):
+            raise PlansimError(f"{what} file '{shown_path(path)}' not found: check the path")
         return path
     path = _profiles(kind) / f"{name.lower()}.yaml"
-    if not path.is_file():
+    if not is_file(path):
         raise PlansimError(
-            f"unknown {what} '{name}': known {what}s are {', '.join(_known(kind))} (or pass a path to a YAML file)"
+            f"unknown {what} '{shown(name)}': known {what}s are {', '.join(_known(kind))} "
+            "(or pass a path to a YAML file)"
         )
     return path
 
@@ -53,7 +54,7 @@ def _validated(path: Path, model: type[_Model]) -> _Model:
 @lru_cache(maxsize=256)
 def _validated_cached(path: Path, mtime_ns: int, model: type[_Model]) -> _Model:
     """Parse and validate once per file version; the models are frozen, so sharing them is safe."""
-    return validated(model, read_mapping(path, "hardware profile"), str(path))
+    return validated(model, read_mapping(path, "hardware profile"), shown_path(path))
 
 
 def load_gpu(name: str | Path) -> GPUSpec:
@@ -90,10 +91,11 @@ def _gpu_of(node: NodeSpec, node_path: Path) -> GPUSpec:
     """The node's GPU: ``gpus/<stem>.yaml`` beside the node file's folder first, then the built-in profiles."""
     stem = node.gpu.lower()
     for folder in (node_path.resolve().parent.parent / "gpus", _profiles("gpus")):
-        if (folder / f"{stem}.yaml").is_file():
+        if is_file(folder / f"{stem}.yaml"):
             return load_gpu(folder / f"{stem}.yaml")
     raise PlansimError(
-        f"{node_path}: field 'gpu': unknown GPU '{node.gpu}': use one of {', '.join(_known('gpus'))} "
+        f"{shown_path(node_path)}: field 'gpu': unknown GPU '{shown(node.gpu)}': "
+        f"use one of {', '.join(_known('gpus'))} "
         f"or add gpus/{stem}.yaml"
     )
 
@@ -140,7 +142,7 @@ def _check_gpus(node: NodeSpec, gpus: int | None) -> int:
     if gpus is None:
         return per_node
     if isinstance(gpus, bool) or not isinstance(gpus, int):
-        raise PlansimError(f"gpus must be a whole number, got {gpus!r}")
+        raise PlansimError(f"gpus must be a whole number, got {quoted(gpus)}")
     if gpus <= 0:
         raise PlansimError(f"gpus must be positive, got {gpus}: ask for at least 1 GPU")
     if gpus > per_node and gpus % per_node:

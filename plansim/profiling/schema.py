@@ -13,6 +13,7 @@ from typing import Final, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from plansim.errors import shown_path
 from plansim.yamlfile import read_mapping, validated
 
 __all__ = ["FORMAT", "OPS", "Environment", "KernelPoint", "KernelProfile", "load_kernel_profile"]
@@ -95,4 +96,4 @@ def load_kernel_profile(path: str | Path) -> KernelProfile:
             if isinstance(point, dict):  # the achieved rates are derived, not input
                 point.pop("tflops_per_s", None)
                 point.pop("gb_per_s", None)
-    return validated(KernelProfile, data, str(path))
+    return validated(KernelProfile, data, shown_path(Path(path)))

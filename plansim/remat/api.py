@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import networkx as nx
 
 from plansim import units
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.remat.baselines import BASELINES, run_baseline, tightest_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
@@ -68,7 +68,7 @@ def parse_bytes(text: str | float, option: str = "size") -> float:
     except ValueError as err:
         raise PlansimError(f"{option} {err}") from None
     if not math.isfinite(value) or value < 0:
-        raise PlansimError(f"{option} {text!r}: a size must be a finite number of bytes >= 0")
+        raise PlansimError(f"{option} {quoted(text)}: a size must be a finite number of bytes >= 0")
     return value
 
 
@@ -109,7 +109,9 @@ def remat_graph(
     from plansim.yamlfile import validated
 
     if granularity not in GRANULARITIES:
-        raise PlansimError(f"granularity {granularity!r} (--granularity): choose one of {', '.join(GRANULARITIES)}")
+        raise PlansimError(
+            f"granularity {quoted(granularity)} (--granularity): choose one of {', '.join(GRANULARITIES)}"
+        )
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if stage_layers is None:
         stage_layers = min(spec.layers, DEFAULT_STAGE_LAYERS[granularity])
@@ -159,6 +161,8 @@ def remat_graph(
 
 
 _NODE_KEYS = {"id", "cost", "memory", "backward", "layer", "selective"}
+#: Largest graph file read: 16 MiB of JSON (some 100,000 nodes); a YAML graph file has the data files' 1 MiB.
+MAX_GRAPH_JSON_BYTES = 16 << 20
 
 
 def load_graph_file(path: str | Path) -> RematGraph:
@@ -172,23 +176,14 @@ def load_graph_file(path: str | Path) -> RematGraph:
     ``selective`` are optional (``RematNode``). ``links`` is accepted for ``edges`` (networkx's
     ``node_link_data``). Every problem is a ``PlansimError`` naming the file and the field.
     """
-    path = Path(path)
-    src = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlansimError(f"graph file '{src}' not found: check the path (--graph)") from None
-    except OSError as err:
-        raise PlansimError(f"graph file '{src}' cannot be read: {err.strerror}") from None
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise PlansimError(f"{src}: malformed JSON at line {err.lineno}: {err.msg}: fix the syntax") from None
-    else:
-        from plansim.yamlfile import parse_yaml
+    from plansim.yamlfile import parse_json, parse_yaml, read_text
 
-        data = parse_yaml(text, src)
+    path = Path(path)
+    src = shown_path(path)
+    if path.suffix.lower() == ".json":
+        data = parse_json(read_text(path, "graph", "check the path (--graph)", limit=MAX_GRAPH_JSON_BYTES), src)
+    else:
+        data = parse_yaml(read_text(path, "graph", "check the path (--graph)"), src)
     if not isinstance(data, dict):
         raise PlansimError(f"{src}: expected a mapping with 'nodes' and 'edges' at the top level")
     nodes = data.get("nodes")
@@ -203,17 +198,19 @@ def load_graph_file(path: str | Path) -> RematGraph:
         where = f"{src}: field 'nodes[{k}]"
         if not isinstance(node, dict):
             raise PlansimError(f"{where}': expected a mapping with id, cost and memory")
-        unknown = sorted(set(node) - _NODE_KEYS)
+        unknown = sorted(set(node) - _NODE_KEYS, key=str)
         if unknown:
-            raise PlansimError(f"{where}.{unknown[0]}': unknown key (known: {', '.join(sorted(_NODE_KEYS))})")
+            raise PlansimError(
+                f"{where}.{shown(str(unknown[0]))}': unknown key (known: {', '.join(sorted(_NODE_KEYS))})"
+            )
         for key in ("id", "cost", "memory"):
             if key not in node:
                 raise PlansimError(f"{where}.{key}': required key is missing (add it)")
         nid = node["id"]
         if not isinstance(nid, str | int) or isinstance(nid, bool):
-            raise PlansimError(f"{where}.id': expected a string or an integer, got {nid!r:.40}")
+            raise PlansimError(f"{where}.id': expected a string or an integer, got {quoted(nid)}")
         if nid in dag:
-            raise PlansimError(f"{where}.id': duplicate id {nid!r}")
+            raise PlansimError(f"{where}.id': duplicate id {quoted(nid)}")
         attrs = {
             "cost": _number(node["cost"], f"{where}.cost'"),
             "memory": parse_bytes(node["memory"], f"{where}.memory'")
@@ -223,11 +220,11 @@ def load_graph_file(path: str | Path) -> RematGraph:
         for key in ("backward", "selective"):
             if key in node:
                 if not isinstance(node[key], bool):
-                    raise PlansimError(f"{where}.{key}': expected true or false, got {node[key]!r:.40}")
+                    raise PlansimError(f"{where}.{key}': expected true or false, got {quoted(node[key])}")
                 attrs[key] = node[key]
         if "layer" in node:
             if not isinstance(node["layer"], int) or isinstance(node["layer"], bool) or node["layer"] < 0:
-                raise PlansimError(f"{where}.layer': expected an integer >= 0, got {node['layer']!r:.40}")
+                raise PlansimError(f"{where}.layer': expected an integer >= 0, got {quoted(node['layer'])}")
             attrs["layer"] = node["layer"]
         dag.add_node(nid, **attrs)
     for k, edge in enumerate(edges):
@@ -236,14 +233,16 @@ def load_graph_file(path: str | Path) -> RematGraph:
             raise PlansimError(f"{where}': expected a mapping with source and target")
         for key in ("source", "target"):
             if edge[key] not in dag:
-                raise PlansimError(f"{where}.{key}': no node has id {edge[key]!r}")
+                raise PlansimError(f"{where}.{key}': no node has id {quoted(edge[key])}")
         if edge["source"] == edge["target"]:
-            raise PlansimError(f"{where}': a node cannot depend on itself ({edge['source']!r})")
+            raise PlansimError(f"{where}': a node cannot depend on itself ({quoted(edge['source'])})")
         dag.add_edge(edge["source"], edge["target"])
     if not nx.is_directed_acyclic_graph(dag):
         loop = nx.find_cycle(dag)
         cycle = " -> ".join(str(u) for u in [*(u for u, _ in loop), loop[0][0]])
-        raise PlansimError(f"{src}: field '{edge_key}': the graph has a cycle ({cycle}): a remat graph is a DAG")
+        raise PlansimError(
+            f"{src}: field '{edge_key}': the graph has a cycle ({shown(cycle, 160)}): a remat graph is a DAG"
+        )
     try:
         graph = RematGraph.from_networkx(dag, name=path.stem)
     except PlansimError as err:
@@ -253,7 +252,7 @@ def load_graph_file(path: str | Path) -> RematGraph:
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise PlansimError(f"{where}: expected a finite number >= 0, got {value!r:.40}")
+        raise PlansimError(f"{where}: expected a finite number >= 0, got {quoted(value)}")
     return float(value)
 
 

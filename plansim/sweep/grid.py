@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, field_validator
 
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.hardware import Cluster, load_hardware
 from plansim.workload import ModelSpec, load_model
 from plansim.yamlfile import read_mapping, validated
@@ -107,13 +107,13 @@ def _check_values(label: str, values: Sequence[Any], example: str, numeric: bool
         raise PlansimError(f"{label}: give at least one value, e.g. {example}")
     for v in values:
         if numeric and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise PlansimError(f"{label} {v!r}: expected positive whole numbers, e.g. {example}")
+            raise PlansimError(f"{label} {quoted(v)}: expected positive whole numbers, e.g. {example}")
         if not numeric and (not isinstance(v, str) or not v.strip()):
-            raise PlansimError(f"{label} {v!r}: expected names or YAML paths, e.g. {example}")
+            raise PlansimError(f"{label} {quoted(v)}: expected names or YAML paths, e.g. {example}")
     seen = set()
     for v in values:
         if v in seen:
-            raise PlansimError(f"{label}: {v} is listed twice: list each value once")
+            raise PlansimError(f"{label}: {shown(v)} is listed twice: list each value once")
         seen.add(v)
 
 
@@ -157,7 +157,7 @@ def _numbers(option: str, text: str) -> list[int]:
         return [int(p) for p in parts]
     except ValueError:
         raise PlansimError(
-            f"{option} {text}: expected positive whole numbers, e.g. {option} {_EXAMPLES[option]}"
+            f"{option} {shown(text)}: expected positive whole numbers, e.g. {option} {_EXAMPLES[option]}"
         ) from None
 
 
@@ -209,7 +209,9 @@ class GridFile(BaseModel):
 def load_grid(path: str | Path) -> SweepGrid:
     """The grid of a YAML file (keys of ``GridFile``); a bad file or field is one line naming both."""
     source = Path(path)
-    data = validated(GridFile, read_mapping(source, "sweep grid", "give the path of a YAML grid file"), str(source))
+    data = validated(
+        GridFile, read_mapping(source, "sweep grid", "give the path of a YAML grid file"), shown_path(source)
+    )
     values: tuple[list[Any], ...] = (data.model, data.hardware, data.gpus, data.global_batch)
     for key, option, listed in zip(_KEYS, _OPTIONS, values, strict=True):
         example = "[" + _EXAMPLES[option].replace(",", ", ") + "]"

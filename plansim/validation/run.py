@@ -191,24 +191,25 @@ def compare_saved(
 ) -> tuple[pd.DataFrame, Any, list[Any]]:
     """Predict the measurements in ``folder`` (``measured.csv`` and ``environment.json``, as ``validate`` wrote them)
     and write the report there: the frame, the summary and the files written."""
-    import json
     from pathlib import Path
 
+    from plansim.errors import shown, shown_path
     from plansim.hardware import load_hardware
     from plansim.validation.compare import summarize
     from plansim.validation.report import write_report
+    from plansim.yamlfile import read_json_object
 
     folder = Path(folder)
     try:
         measured = pd.read_csv(folder / "measured.csv")
-        context = json.loads((folder / "environment.json").read_text())
     except (OSError, ValueError) as err:
         raise PlansimError(
-            f"{folder}: no readable measured.csv and environment.json ({err}): run validate first"
+            f"{shown_path(folder)}: no readable measured.csv ({shown(str(err), 80)}): run validate first"
         ) from None
+    context = read_json_object(folder / "environment.json", "environment", "run validate first")
     node = hardware or context.get("hardware")
-    if not node:
-        raise PlansimError(f"{folder}/environment.json names no hardware: pass --hardware NODE")
+    if not node or not isinstance(node, str):
+        raise PlansimError(f"{shown_path(folder / 'environment.json')} names no hardware: pass --hardware NODE")
     context["hardware"] = node
     frame = repredict(measured, load_hardware(node, gpus=1), engine=engine)
     summary = summarize(frame)

@@ -31,7 +31,6 @@ Qwen2.5-7B); Llama's optional ``attention_bias`` / ``mlp_bias``; GPT-NeoX's para
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +38,9 @@ from typing import Any
 
 import yaml
 
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown, shown_path
 from plansim.workload.spec import ModelSpec
-from plansim.yamlfile import validated
+from plansim.yamlfile import is_dir, is_file, read_json_object, validated
 
 __all__ = ["FAMILIES", "HFFamily", "from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
 
@@ -108,30 +107,13 @@ def read_hf_config(source: str | Path) -> dict[str, Any]:
     Raises
     ------
     PlansimError
-        One line: a missing file or directory without a config, an unreadable file, malformed JSON (with line and
-        column) or a top level that is not an object.
+        One line: a missing file or directory without a config, an unreadable, oversized or non-UTF-8 file,
+        malformed JSON (with line and column), nesting or duplicate keys beyond ``plansim.yamlfile``'s limits, or a
+        top level that is not an object.
     """
-    path = _config_path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlansimError(
-            f"config file '{path}' not found: check the path (a Hugging Face config.json, or a directory holding one)"
-        ) from None
-    except UnicodeDecodeError:
-        raise PlansimError(f"{path}: not UTF-8 text: give a Hugging Face config.json") from None
-    except OSError as err:
-        raise PlansimError(f"config file '{path}' cannot be read: {err.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise PlansimError(
-            f"{path}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}): give a Hugging Face "
-            "config.json"
-        ) from None
-    if not isinstance(data, dict):
-        raise PlansimError(f"{path}: expected a JSON object of config keys at the top level, got {type(data).__name__}")
-    return data
+    return read_json_object(
+        _config_path(source), "config", "check the path (a Hugging Face config.json, or a directory holding one)"
+    )
 
 
 def from_hf_config(
@@ -175,7 +157,7 @@ def from_hf_config(
     if isinstance(source, Mapping):
         config, where = dict(source), _MAPPING
     else:
-        config, where = read_hf_config(source), str(_config_path(source))
+        config, where = read_hf_config(source), shown_path(_config_path(source))
     model_type, family = _family(config, where)
     values = {
         key: _integer(config, hf_key, where, model_type, optional=_optional(family, key, seq_len))
@@ -259,9 +241,11 @@ def model_yaml(spec: ModelSpec, source: str, notes: Sequence[str] = ()) -> str:
 
 def _config_path(source: str | Path) -> Path:
     path = Path(source)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise PlansimError(f"'{path}' holds no config.json: give the config file itself or the model's directory")
+    if is_dir(path):
+        if not is_file(path / "config.json"):
+            raise PlansimError(
+                f"'{shown_path(path)}' holds no config.json: give the config file itself or the model's directory"
+            )
         return path / "config.json"
     return path
 
@@ -274,7 +258,8 @@ def _family(config: Mapping[str, Any], where: str) -> tuple[str, HFFamily]:
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     if family is None:
         raise PlansimError(
-            f"{where}: model_type {model_type!r} is not supported: plansim reads {supported} (or write a model YAML)"
+            f"{where}: model_type '{shown(model_type)}' is not supported: plansim reads {supported} "
+            "(or write a model YAML)"
         )
     return model_type, family
 
@@ -292,7 +277,7 @@ def _integer(config: Mapping[str, Any], key: str, where: str, model_type: str, *
             return None
         raise PlansimError(f"{where}: {model_type} config lacks '{key}' ({_meaning(model_type, key)}): add it")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlansimError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+        raise PlansimError(f"{where}: '{key}' must be a positive integer, got {shown(value)}")
     return value
 
 
@@ -307,7 +292,7 @@ def _seq_len(seq_len: int | None, context: int | None, family: HFFamily, where: 
         assert context is not None  # required when seq_len is not given
         return context
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise PlansimError(f"seq_len={seq_len!r} must be a positive integer")
+        raise PlansimError(f"seq_len={shown(seq_len)} must be a positive integer")
     if family.learned_positions and context is not None and seq_len > context:
         raise PlansimError(
             f"seq_len={seq_len} exceeds the {context} learned positions of {where}: use at most {context}"
@@ -331,7 +316,7 @@ def _tied(config: Mapping[str, Any], family: HFFamily, where: str) -> bool:
     if tied is None:
         return family.tied
     if not isinstance(tied, bool):
-        raise PlansimError(f"{where}: 'tie_word_embeddings' must be true or false, got {tied!r}")
+        raise PlansimError(f"{where}: 'tie_word_embeddings' must be true or false, got {shown(tied)}")
     return tied
 
 

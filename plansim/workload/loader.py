@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown, shown_path
 from plansim.workload.spec import FAMILY_ORDER, ModelSpec
-from plansim.yamlfile import looks_like_path, read_mapping, validated
+from plansim.yamlfile import is_dir, looks_like_path, read_mapping, validated
 
 if TYPE_CHECKING:
     from plansim.workload.torch_trace import TracedModel
@@ -31,13 +31,13 @@ def _preset_paths() -> dict[str, Path]:
 
 def _load_file(path: Path) -> ModelSpec:
     data = read_mapping(path, "model", hint="check the path or use a preset name")
-    return validated(ModelSpec, data, str(path))
+    return validated(ModelSpec, data, shown_path(path))
 
 
 def _is_hf_config(name_or_path: str | Path) -> bool:
     """Whether ``name_or_path`` means a Hugging Face config: a ``.json`` file, or a directory (holding one)."""
     path = Path(name_or_path)
-    return path.suffix.lower() == ".json" or path.is_dir()
+    return path.suffix.lower() == ".json" or is_dir(path)
 
 
 @overload
@@ -109,8 +109,8 @@ def load_model(
         return trace_module(name_or_path, inputs, name=name, loss=loss, blocks=blocks)
     if inputs is not None or name is not None or loss is not None or blocks is not None:
         raise PlansimError(
-            f"inputs, name, loss, blocks: only a torch.nn.Module is traced, '{name_or_path}' is a model name or path: "
-            "leave them out"
+            f"inputs, name, loss, blocks: only a torch.nn.Module is traced, '{shown(name_or_path)}' is a model name "
+            "or path: leave them out"
         )
     if isinstance(name_or_path, Path) or looks_like_path(name_or_path) or name_or_path.lower().endswith(".json"):
         if _is_hf_config(name_or_path):
@@ -123,8 +123,8 @@ def load_model(
     if path is None:
         known = ", ".join(sorted(presets))
         raise PlansimError(
-            f"unknown model '{name_or_path}': known models are {known} (or give a model YAML file or a Hugging Face "
-            "config.json)"
+            f"unknown model '{shown(name_or_path)}': known models are {known} (or give a model YAML file or a "
+            "Hugging Face config.json)"
         )
     return _load_file(path)
 
