@@ -499,20 +499,18 @@ def write_tradeoff(
     title: str | None = None,
 ) -> list[Path]:
     """Write ``tradeoff.csv``, ``tradeoff.png``, ``tradeoff.svg`` (the curve of ``results``) and ``schedule.json``
-    (``schedule``'s ops) under ``out_dir`` (created); return the paths."""
+    (``schedule``'s ops) under ``out_dir`` (created), all or none (``plansim.outputs.staged_folder``); return the
+    paths."""
+    from plansim.outputs import staged_folder
     from plansim.report.remat_chart import tradeoff_chart
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out_dir) as stage:
+        out = stage.path
         frame = tradeoff_frame(results, graph)
         csv_path = out / "tradeoff.csv"
         frame.to_csv(csv_path, index=False)
         charts = tradeoff_chart(frame, out / "tradeoff.svg", title or graph.name, budget_bytes=budget_bytes)
         sched_path = out / "schedule.json"
         sched_path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
-    except OSError as err:
-        raise PlansimError(
-            f"--out {out_dir}: cannot write there ({err.strerror}): choose a writable directory"
-        ) from None
-    return [csv_path, *charts, sched_path]
+        files = stage.final([csv_path, *charts, sched_path])
+    return files
