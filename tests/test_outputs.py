@@ -184,6 +184,32 @@ def test_out_in_a_read_only_folder_is_one_line(tmp_path: Path, monkeypatch) -> N
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# --format json while the MILP runs: only JSON on stdout
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def json_stdout(*args: str) -> dict:
+    p = subprocess.run([*CLI, *args, "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)  # fails on a solver banner before the JSON
+
+
+def test_remat_json_is_only_json_while_highs_solves() -> None:
+    data = json_stdout(*COMMANDS["remat"][:-2], "--budget", "0.33GB", "--time-limit", "20")
+    milp = data["milp"]
+    assert milp["solver"] == "highs" and milp["variables"] > 0 and milp["status"] == "optimal"
+
+
+def test_plan_json_is_only_json_while_highs_solves() -> None:
+    # one GPU, micro-batch 64: activations overflow the A100, so remat=milp is solved for the finalists
+    data = json_stdout(
+        "plan", "--model", "gpt3-125m", "--gpus", "1", "--global-batch", "64", "--micro-batch", "64",
+        "--remat", "full,milp", "--no-des", "--top", "3",
+    )  # fmt: skip
+    assert any("remat=milp" in f["strategy"] for f in data["finalists"]), [f["strategy"] for f in data["finalists"]]
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # interrupting plan --out at any moment
 # --------------------------------------------------------------------------------------------------------------------
 
