@@ -585,7 +585,7 @@ def remat(
         granularity=granularity,
     )
     plan = plan_remat(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
-    summary = plan.summary()
+    summary = plan.summary(timings=fmt is RematFormat.text)  # JSON: the same input, the same bytes
     if out is not None:
         summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
     if fmt is RematFormat.json:

@@ -210,6 +210,76 @@ def test_plan_json_is_only_json_while_highs_solves() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# the same input, the same bytes
+# --------------------------------------------------------------------------------------------------------------------
+
+STRATEGIES = ["-s", "dp=8,micro_batch=1,global_batch=16", "-s", "dp=4,tp=2,micro_batch=1,global_batch=16"]
+SIMULATE = [
+    "simulate",
+    "--model",
+    "gpt3-125m",
+    "--hardware",
+    "dgx-a100",
+    "-s",
+    "dp=4,tp=2,micro_batch=1,global_batch=16",
+]
+RUNS = {
+    # name: (argv with {out} for the folder or file, whether --out is a folder)
+    "plan": ["plan", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16", "--remat", "none,full",
+             "--top", "2", "--out", "{out}", "--format", "json"],
+    "compare": ["compare", "--model", "gpt3-125m", *STRATEGIES, "--out", "{out}", "--format", "json"],
+    "simulate-analytic": [*SIMULATE, "--format", "json"],
+    "simulate-des": [*SIMULATE, "--engine", "des", "--trace", "{out}/trace.json", "--format", "json"],
+    "remat": [*COMMANDS["remat"][:-2], "--budget", "0.33GB", "--time-limit", "20", "--out", "{out}",
+              "--format", "json"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[Path, bytes]]]:
+    """Each command of RUNS run twice in fresh processes (all at once), each into its own folder: per command, the
+    two (folder, stdout) pairs."""
+    root = tmp_path_factory.mktemp("twice")
+    procs = {}
+    for name, argv in RUNS.items():
+        for k in (1, 2):
+            out = root / f"{name}-{k}"
+            out.mkdir()
+            args = [a.replace("{out}", str(out)) for a in argv]
+            procs[name, k] = (out, subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    done: dict[str, list[tuple[Path, bytes]]] = {}
+    for (name, _), (out, p) in procs.items():
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, (name, stderr.decode()[-2000:])
+        done.setdefault(name, []).append((out, stdout))
+    return done
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_same_input_gives_byte_identical_files(name: str, twice) -> None:
+    (first, out1), (second, out2) = twice[name]
+    files = sorted(p.name for p in first.iterdir())
+    assert files == sorted(p.name for p in second.iterdir())
+    if name != "simulate-analytic":
+        assert files, "the command wrote nothing"
+    for f in files:
+        assert (first / f).read_bytes() == (second / f).read_bytes(), f"{name}: {f} differs between two runs"
+    # stdout too, once the folder's own name (listed under "files") is set aside
+    assert out1.replace(str(first).encode(), b"OUT") == out2.replace(str(second).encode(), b"OUT")
+    json.loads(out1)
+
+
+def test_timings_stay_on_the_python_objects() -> None:
+    import plansim
+    from plansim.planner import Constraints, plan
+
+    r = plansim.simulate("gpt3-125m", "dgx-a100", "dp=2,micro_batch=1,global_batch=4", engine="des")
+    assert r.timings["wall_s"] > 0 and "wall_s" not in r.engine_stats and "timings" not in r.to_dict()
+    p = plan("gpt3-125m", "dgx-a100", gpus=2, global_batch=4, des=False, constraints=Constraints(remat=("none",)))
+    assert set(p.outcome.phase_s) >= {"enumerate", "analytic"}
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # interrupting plan --out at any moment
 # --------------------------------------------------------------------------------------------------------------------
 

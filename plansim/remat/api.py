@@ -300,11 +300,13 @@ class RematPlan:
         """The MILP, then the baselines."""
         return [self.milp, *self.baselines.values()]
 
-    def summary(self, limit: int = 10) -> dict[str, Any]:
+    def summary(self, limit: int = 10, *, timings: bool = False) -> dict[str, Any]:
         """A JSON-ready account: the graph, the budget, the MILP (solver figures and the first ``limit`` recomputed
-        ops) and each baseline (fits, peak, overhead). Infinities (no schedule) are None."""
+        ops) and each baseline (fits, peak, overhead). Infinities (no schedule) are None. With ``timings``, also the
+        seconds each method took (``solve_time_s``; the MILP's ``build_time_s``): they differ run to run, so they
+        are left out by default and the same input gives the same JSON."""
         total = self.graph.total_cost
-        milp = _result_dict(self.milp, total)
+        milp = _result_dict(self.milp, total, timings)
         rep = self.milp.solver
         if rep is not None:
             milp.update(
@@ -318,9 +320,9 @@ class RematPlan:
                 time_limit_s=rep.time_limit_s,
                 variables=rep.variables,
                 constraints=rep.constraints,
-                solve_time_s=rep.solve_time_s,
-                build_time_s=rep.build_time_s,
             )
+            if timings:
+                milp.update(solve_time_s=rep.solve_time_s, build_time_s=rep.build_time_s)
         ops = recomputed_ops(self.graph, self.milp)
         milp["recomputed_distinct_nodes"] = len({op["index"] for op in ops}) if self.milp.schedule else None
         milp["recomputed_ops"] = ops[:limit]
@@ -342,13 +344,13 @@ class RematPlan:
                 "feasible": self.milp.feasible,
                 "smallest_baseline_peak": {"method": method, "peak_bytes": peak},
                 "milp": milp,
-                "baselines": {m: _result_dict(r, total) for m, r in self.baselines.items()},
+                "baselines": {m: _result_dict(r, total, timings) for m, r in self.baselines.items()},
             }
         )
 
 
-def _result_dict(r: RematResult, total: float) -> dict[str, Any]:
-    return {
+def _result_dict(r: RematResult, total: float, timings: bool) -> dict[str, Any]:
+    out = {
         "method": r.method,
         "fits": r.feasible,
         "peak_bytes": r.peak_bytes,
@@ -356,9 +358,11 @@ def _result_dict(r: RematResult, total: float) -> dict[str, Any]:
         "recompute_s": r.recompute_cost,
         "overhead": _overhead(r.recompute_cost, total),
         "recomputed_nodes": r.replay.recomputed_nodes if r.replay else None,
-        "solve_time_s": r.solve_time_s,
         "reason": r.reason,
     }
+    if timings:
+        out["solve_time_s"] = r.solve_time_s
+    return out
 
 
 def _overhead(recompute: float, total: float) -> float:
