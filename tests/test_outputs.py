@@ -214,17 +214,10 @@ def test_plan_json_is_only_json_while_highs_solves() -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 STRATEGIES = ["-s", "dp=8,micro_batch=1,global_batch=16", "-s", "dp=4,tp=2,micro_batch=1,global_batch=16"]
-SIMULATE = [
-    "simulate",
-    "--model",
-    "gpt3-125m",
-    "--hardware",
-    "dgx-a100",
-    "-s",
-    "dp=4,tp=2,micro_batch=1,global_batch=16",
-]
+SIMULATE = ["simulate", "--model", "gpt3-125m", "--hardware", "dgx-a100",
+            "-s", "dp=4,tp=2,micro_batch=1,global_batch=16"]  # fmt: skip
 RUNS = {
-    # name: (argv with {out} for the folder or file, whether --out is a folder)
+    # name: argv, {out} standing for the run's own folder
     "plan": ["plan", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16", "--remat", "none,full",
              "--top", "2", "--out", "{out}", "--format", "json"],
     "compare": ["compare", "--model", "gpt3-125m", *STRATEGIES, "--out", "{out}", "--format", "json"],
@@ -362,8 +355,9 @@ def test_interrupting_plan_out_leaves_no_partial_file(tmp_path: Path) -> None:
         r["p"].wait(timeout=max(1.0, deadline - time.monotonic()))
         out, label = r["out"], (signal.Signals(r["sig"]).name, r["when"], r["prefilled"])
         stderr = r["p"].stderr.read().decode()
-        if "seen" in r:  # interrupted while writing: a quiet exit
-            assert r["p"].returncode in (0, 1, 130, 143) and "Traceback" not in stderr, (label, stderr[-2000:])
+        if "seen" in r:  # interrupted while writing (or, at the latest moments, once done): a quiet exit
+            quiet = "Traceback" not in stderr or stderr.rstrip().endswith("KeyboardInterrupt")  # at interpreter exit
+            assert r["p"].returncode in (0, 1, 130, 143, -2, -15) and quiet, (label, stderr[-2000:])
         if not out.exists():
             assert not r["prefilled"], label
             continue
