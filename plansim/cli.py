@@ -205,10 +205,12 @@ def plan(
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
     from plansim.errors import PlansimError, shown
+    from plansim.outputs import check_output_folder
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
 
+    check_output_folder(out)  # before the search, not after it
     policies = tuple(p.strip() for p in remat.split(",") if p.strip())
     bad = [p for p in policies if p not in REMAT_POLICIES]
     if bad or not policies:
@@ -316,7 +318,9 @@ def compare(
     from plansim.comparison import compare as run_compare
     from plansim.comparison_output import comparison_summary, print_comparison, write_comparison
     from plansim.errors import PlansimError, shown
+    from plansim.outputs import check_output_folder
 
+    check_output_folder(out)  # before the runs, not after them
     counts: list[int] = []
     for item in (scaling or "").split(","):
         if item.strip():
@@ -366,10 +370,12 @@ def sweep(
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
 ) -> None:
     """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
+    from plansim.outputs import check_output_folder
     from plansim.sweep import SweepSettings, grid_from_options
     from plansim.sweep import sweep as run_sweep
     from plansim.sweep.output import print_sweep, sweep_summary, write_sweep
 
+    check_output_folder(out)  # before the points run, not after them
     the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
     settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective)
     if scheduler is not None:  # Dask's own log lines would tear a live bar: plain lines instead
@@ -491,6 +497,7 @@ def profile(
     from pathlib import Path
 
     from plansim.errors import PlansimError
+    from plansim.outputs import atomic_write_text
     from plansim.workload import load_model
 
     _require_torch("plansim profile", "pip install 'plansim[profile]'")
@@ -513,7 +520,7 @@ def profile(
     path = Path(out or default_out(result))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(result.to_yaml())
+        atomic_write_text(path, result.to_yaml())
     except OSError as err:
         raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
     typer.echo(f"{len(result.points)} kernels timed on {result.environment.device_name}: wrote {path}")
@@ -564,9 +571,11 @@ def remat(
     """Which activations to keep and which to recompute within --budget: the Checkmate MILP against the baselines."""
     from plansim.errors import PlansimError, quoted
     from plansim.milp import SOLVERS
+    from plansim.outputs import check_output_folder
     from plansim.remat.api import parse_bytes, plan_remat, remat_graph
 
     budget_bytes = parse_bytes(budget, "--budget")
+    check_output_folder(out)  # before the solves, not after them
     if stage_layers is not None and graph is not None:
         raise PlansimError("--stage-layers and --graph: give one (--graph schedules the file's graph, not the model's)")
     if (model is None) == (graph is None):
@@ -587,7 +596,7 @@ def remat(
         granularity=granularity,
     )
     plan = plan_remat(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
-    summary = plan.summary()
+    summary = plan.summary(timings=fmt is RematFormat.text)  # JSON: the same input, the same bytes
     if out is not None:
         summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
     if fmt is RematFormat.json:
@@ -717,6 +726,7 @@ def import_model(
     from rich.table import Table
 
     from plansim.errors import PlansimError
+    from plansim.outputs import atomic_write_text
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
     spec = from_hf_config(config, name=name, seq_len=seq_len)
@@ -736,7 +746,7 @@ def import_model(
         path = Path(out)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(model_yaml(spec, config, notes))
+            atomic_write_text(path, model_yaml(spec, config, notes))
         except OSError as err:
             raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
         console.print(f"wrote {path}: plansim simulate --model {path} ...")

@@ -96,7 +96,9 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
 
 
 def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``; returns their paths."""
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    an interrupted or failed run leaves the previous files); returns their paths."""
+    from plansim.outputs import staged_folder
     from plansim.report.compare_charts import (
         communication_chart,
         memory_chart,
@@ -105,24 +107,25 @@ def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
         timeline_chart,
     )
 
-    directory = Path(out)
-    directory.mkdir(parents=True, exist_ok=True)
-    frame = c.frame()
-    written = [directory / "results.csv", directory / "results.json"]
-    frame.to_csv(written[0], index=False)
-    written[1].write_text(json.dumps(comparison_summary(c), indent=2))
-    title = c.model
-    written += time_chart(frame, directory / "time_breakdown.svg", title)
-    written += memory_chart(frame, directory / "memory.svg", title)
-    written += communication_chart(frame, directory / "communication.svg", title)
-    timelines = [(r.label, r.result.timeline) for r in c.runs if r.result.timeline is not None]
-    if timelines:
-        written += timeline_chart(timelines, directory / "timeline.svg", title)
-    if c.scaling:
-        scaling = c.scaling_frame()
-        scaling.to_csv(directory / "scaling.csv", index=False)
-        written.append(directory / "scaling.csv")
-        if scaling["tokens_per_s"].notna().any():
-            batch = "global batch held" if c.scaling_batch == "fixed" else "micro-batches per replica held"
-            written += scaling_chart(scaling, directory / "scaling.svg", f"{title}, {batch}")
-    return written
+    with staged_folder(out) as stage:
+        directory = stage.path
+        frame = c.frame()
+        written = [directory / "results.csv", directory / "results.json"]
+        frame.to_csv(written[0], index=False)
+        written[1].write_text(json.dumps(comparison_summary(c), indent=2), encoding="utf-8")
+        title = c.model
+        written += time_chart(frame, directory / "time_breakdown.svg", title)
+        written += memory_chart(frame, directory / "memory.svg", title)
+        written += communication_chart(frame, directory / "communication.svg", title)
+        timelines = [(r.label, r.result.timeline) for r in c.runs if r.result.timeline is not None]
+        if timelines:
+            written += timeline_chart(timelines, directory / "timeline.svg", title)
+        if c.scaling:
+            scaling = c.scaling_frame()
+            scaling.to_csv(directory / "scaling.csv", index=False)
+            written.append(directory / "scaling.csv")
+            if scaling["tokens_per_s"].notna().any():
+                batch = "global batch held" if c.scaling_batch == "fixed" else "micro-batches per replica held"
+                written += scaling_chart(scaling, directory / "scaling.svg", f"{title}, {batch}")
+        files = stage.final(written)
+    return files

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import pulp
 
 from plansim.errors import PlansimError
+from plansim.outputs import c_stdout_silenced
 
 __all__ = ["SOLVERS", "SolveOutcome", "add_variable", "make_solver", "run_solver"]
 
@@ -106,7 +107,9 @@ def run_solver(
     start: dict[str, float] | None = None,
     relax: bool = False,
 ) -> SolveOutcome:
-    """Solve ``prob`` and report what is proven: a time-out with a solution is ``feasible``, not ``optimal``.
+    """Solve ``prob`` and report what is proven: a time-out with a solution is ``feasible``, not ``optimal``. The
+    solver prints nothing (``msg`` off; its banner, written by C code on file descriptor 1, silenced), so
+    ``--format json`` stays JSON.
     ``bound`` and ``gap`` assume a minimization (the remat MILP's sense). ``relax`` solves the LP relaxation
     instead: its optimum is then the bound (a lower bound on the MILP's).
 
@@ -123,7 +126,8 @@ def run_solver(
         solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start, mip=not relax
     )
     began = time.perf_counter()
-    outcome = prob.solve(backend)
+    with c_stdout_silenced():  # HiGHS prints a banner on fd 1 when its first model is made, output_flag or not
+        outcome = prob.solve(backend)
     elapsed = time.perf_counter() - began
     code = int(getattr(outcome, "status", outcome))
     sol = getattr(prob, "sol_status", None)

@@ -49,10 +49,14 @@ class Result:
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.timeline.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)
+    #: How long the engine ran, in seconds (the discrete-event engine: ``wall_s``). Not part of the JSON output, so
+    #: that the same input gives the same bytes; for benchmarks and Python users.
+    timings: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The output contract of ``plansim simulate --format json`` (see DESIGN.md), plus extra fields."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name != "timeline"}
+        """The output contract of ``plansim simulate --format json`` (see DESIGN.md), plus extra fields; nothing
+        that varies from run to run (``timeline`` and ``timings`` stay on the object)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_IN_OUTPUT}
 
     def to_row(self) -> dict[str, Any]:
         """A flat dict (nested breakdowns as ``time_breakdown_s.compute`` ...) for one pandas DataFrame row."""
@@ -63,6 +67,9 @@ class Result:
             elif not isinstance(value, list):
                 row[key] = value
         return row
+
+
+_NOT_IN_OUTPUT = frozenset({"timeline", "timings"})
 
 
 def _plain(value: Any) -> Any:

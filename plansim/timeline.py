@@ -186,11 +186,14 @@ def write_chrome_trace(
     *,
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write :func:`chrome_trace` as JSON to ``path`` (parents created); returns the path."""
+    """Write :func:`chrome_trace` as JSON to ``path`` (parents created), whole (``plansim.outputs.atomic_path``);
+    returns the path."""
+    from plansim.outputs import atomic_path
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     trace = chrome_trace(spans, memory, metadata=metadata)
-    with path.open("w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         json.dump(trace, f, default=_json_default, separators=(",", ":"))
     return path
 

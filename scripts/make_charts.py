@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -231,6 +230,8 @@ CHARTS: tuple[Chart, ...] = tuple(chart for _, _, charts in JOBS for chart in ch
 def make_charts(out: str | Path, *, small: bool = False, progress: Callable[[str], None] | None = None) -> list[Path]:
     """Run every job into a scratch folder and copy its gallery PNGs into ``out`` (created); returns the paths
     written, in :data:`CHARTS` order. ``progress(label)`` is called as the work goes on."""
+    from plansim.outputs import atomic_write_bytes
+
     directory = Path(out)
     directory.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda label: None)
@@ -242,7 +243,7 @@ def make_charts(out: str | Path, *, small: bool = False, progress: Callable[[str
                 source = folder / chart.source
                 if not source.is_file():
                     raise RuntimeError(f"{name}: the run wrote no {chart.source} (for {chart.name})")
-                written.append(Path(shutil.copyfile(source, directory / chart.name)))
+                written.append(atomic_write_bytes(directory / chart.name, source.read_bytes()))  # whole or old
     return written
 
 

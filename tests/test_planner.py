@@ -134,7 +134,7 @@ def test_jobs_give_the_same_outcome() -> None:
     assert one.rejected == two.rejected
     assert [f.priced.strategy for f in one.finalists] == [f.priced.strategy for f in two.finalists]
 
-    def figures(out):  # type: ignore[no-untyped-def]  # the DES's own wall time (engine_stats) differs run to run
+    def figures(out):  # type: ignore[no-untyped-def]  # figures only (run times are in timings)
         return [(f.des.step_time_s, f.des.peak_memory_bytes, f.des.comm_bytes_per_gpu) for f in out.finalists if f.des]
 
     assert figures(one) == figures(two) and len(figures(one)) == 3

@@ -19,7 +19,8 @@ __all__ = ["plan_summary", "winner_yaml", "write_plan"]
 
 
 def plan_summary(r: PlanResult) -> dict[str, Any]:
-    """The plan as plain data (``--format json`` and results.json)."""
+    """The plan as plain data (``--format json`` and results.json). No timings (``r.outcome.phase_s`` keeps the
+    seconds of each phase), so the same input gives the same bytes."""
     winner = r.winner_result
     out: dict[str, Any] = {
         "model": r.model,
@@ -34,7 +35,6 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
         "explanation": r.explanation,
         "suggestion": r.suggestion,
         "rejected": dict(r.rejected_summary()),
-        "phase_s": r.outcome.phase_s,
         "finalists": [
             {
                 "rank": k,
@@ -72,27 +72,30 @@ def winner_yaml(r: PlanResult) -> str:
 
 
 def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``; returns their paths."""
-    from plansim.report.plan_charts import memory_chart, time_chart
-
-    directory = Path(out)
-    directory.mkdir(parents=True, exist_ok=True)
-    written = []
-    frame = r.frame()
-    frame.to_csv(directory / "results.csv", index=False)
-    written.append(directory / "results.csv")
-    rows = [{"strategy": describe(p.strategy), **p.result.to_row()} for p in r.outcome.fitting]
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    an interrupted or failed run leaves the previous files); returns their paths."""
     import pandas as pd
 
-    pd.DataFrame(rows).to_csv(directory / "candidates.csv", index=False)
-    written.append(directory / "candidates.csv")
-    (directory / "results.json").write_text(json.dumps(plan_summary(r), indent=2))
-    written.append(directory / "results.json")
-    if r.winner is not None:
-        (directory / "winner.yaml").write_text(winner_yaml(r))
-        written.append(directory / "winner.yaml")
-    if len(frame):
-        title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
-        written += time_chart(frame, directory / "time_breakdown.svg", title)
-        written += memory_chart(frame, directory / "memory.svg", title)
-    return written
+    from plansim.outputs import staged_folder
+    from plansim.report.plan_charts import memory_chart, time_chart
+
+    with staged_folder(out) as stage:
+        directory = stage.path
+        written = []
+        frame = r.frame()
+        frame.to_csv(directory / "results.csv", index=False)
+        written.append(directory / "results.csv")
+        rows = [{"strategy": describe(p.strategy), **p.result.to_row()} for p in r.outcome.fitting]
+        pd.DataFrame(rows).to_csv(directory / "candidates.csv", index=False)
+        written.append(directory / "candidates.csv")
+        (directory / "results.json").write_text(json.dumps(plan_summary(r), indent=2), encoding="utf-8")
+        written.append(directory / "results.json")
+        if r.winner is not None:
+            (directory / "winner.yaml").write_text(winner_yaml(r), encoding="utf-8")
+            written.append(directory / "winner.yaml")
+        if len(frame):
+            title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
+            written += time_chart(frame, directory / "time_breakdown.svg", title)
+            written += memory_chart(frame, directory / "memory.svg", title)
+        files = stage.final(written)
+    return files

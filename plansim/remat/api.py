@@ -299,11 +299,13 @@ class RematPlan:
         """The MILP, then the baselines."""
         return [self.milp, *self.baselines.values()]
 
-    def summary(self, limit: int = 10) -> dict[str, Any]:
+    def summary(self, limit: int = 10, *, timings: bool = False) -> dict[str, Any]:
         """A JSON-ready account: the graph, the budget, the MILP (solver figures and the first ``limit`` recomputed
-        ops) and each baseline (fits, peak, overhead). Infinities (no schedule) are None."""
+        ops) and each baseline (fits, peak, overhead). Infinities (no schedule) are None. With ``timings``, also the
+        seconds each method took (``solve_time_s``; the MILP's ``build_time_s``): they differ run to run, so they
+        are left out by default and the same input gives the same JSON."""
         total = self.graph.total_cost
-        milp = _result_dict(self.milp, total)
+        milp = _result_dict(self.milp, total, timings)
         rep = self.milp.solver
         if rep is not None:
             milp.update(
@@ -317,10 +319,10 @@ class RematPlan:
                 time_limit_s=rep.time_limit_s,
                 variables=rep.variables,
                 constraints=rep.constraints,
-                solve_time_s=rep.solve_time_s,
-                build_time_s=rep.build_time_s,
                 start=rep.start,
             )
+            if timings:
+                milp.update(solve_time_s=rep.solve_time_s, build_time_s=rep.build_time_s)
         ops = recomputed_ops(self.graph, self.milp)
         milp["recomputed_distinct_nodes"] = len({op["index"] for op in ops}) if self.milp.schedule else None
         milp["recomputed_ops"] = ops[:limit]
@@ -342,13 +344,13 @@ class RematPlan:
                 "feasible": self.milp.feasible,
                 "smallest_baseline_peak": {"method": method, "peak_bytes": peak},
                 "milp": milp,
-                "baselines": {m: _result_dict(r, total) for m, r in self.baselines.items()},
+                "baselines": {m: _result_dict(r, total, timings) for m, r in self.baselines.items()},
             }
         )
 
 
-def _result_dict(r: RematResult, total: float) -> dict[str, Any]:
-    return {
+def _result_dict(r: RematResult, total: float, timings: bool) -> dict[str, Any]:
+    out = {
         "method": r.method,
         "fits": r.feasible,
         "peak_bytes": r.peak_bytes,
@@ -356,9 +358,11 @@ def _result_dict(r: RematResult, total: float) -> dict[str, Any]:
         "recompute_s": r.recompute_cost,
         "overhead": _overhead(r.recompute_cost, total),
         "recomputed_nodes": r.replay.recomputed_nodes if r.replay else None,
-        "solve_time_s": r.solve_time_s,
         "reason": r.reason,
     }
+    if timings:
+        out["solve_time_s"] = r.solve_time_s
+    return out
 
 
 def _overhead(recompute: float, total: float) -> float:
@@ -502,20 +506,18 @@ def write_tradeoff(
     title: str | None = None,
 ) -> list[Path]:
     """Write ``tradeoff.csv``, ``tradeoff.png``, ``tradeoff.svg`` (the curve of ``results``) and ``schedule.json``
-    (``schedule``'s ops) under ``out_dir`` (created); return the paths."""
+    (``schedule``'s ops) under ``out_dir`` (created), all or none (``plansim.outputs.staged_folder``); return the
+    paths."""
+    from plansim.outputs import staged_folder
     from plansim.report.remat_chart import tradeoff_chart
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out_dir) as stage:
+        out = stage.path
         frame = tradeoff_frame(results, graph)
         csv_path = out / "tradeoff.csv"
         frame.to_csv(csv_path, index=False)
         charts = tradeoff_chart(frame, out / "tradeoff.svg", title or graph.name, budget_bytes=budget_bytes)
         sched_path = out / "schedule.json"
         sched_path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
-    except OSError as err:
-        raise PlansimError(
-            f"--out {out_dir}: cannot write there ({err.strerror}): choose a writable directory"
-        ) from None
-    return [csv_path, *charts, sched_path]
+        files = stage.final([csv_path, *charts, sched_path])
+    return files

@@ -73,7 +73,8 @@ class RematResult:
         return self.replay.peak_with(self.in_flight) if self.replay else float("inf")
 
     def to_row(self) -> dict[str, Any]:
-        """One flat row for a DataFrame."""
+        """One flat row for a DataFrame; no timings (``solve_time_s`` and the solver's times stay on the objects), so
+        the same input gives the same rows."""
         row: dict[str, Any] = {
             "method": self.method,
             "graph": self.graph,
@@ -84,7 +85,6 @@ class RematResult:
             "peak_bytes": self.peak_bytes,
             "held_bytes": self.replay.held_bytes if self.replay else None,
             "recomputed_nodes": self.replay.recomputed_nodes if self.replay else None,
-            "solve_time_s": self.solve_time_s,
             "reason": self.reason,
         }
         if self.solver:

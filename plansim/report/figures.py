@@ -1,12 +1,16 @@
-"""Writing a matplotlib figure the way every plansim chart is written: an SVG (no timestamp, so it is reproducible)
-with a PNG beside it, or a PNG alone."""
+"""Writing a matplotlib figure the way every plansim chart is written: an SVG with a PNG beside it, or a PNG alone;
+each file whole (``plansim.outputs.atomic_path``) and the same bytes for the same figure (no date in the metadata, a
+fixed ``svg.hashsalt`` for the SVG's clip-path and glyph ids, which are otherwise random)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bar_figure", "save_figure", "stacked_barh"]
+__all__ = ["SVG_HASH_SALT", "bar_figure", "save_figure", "stacked_barh", "write_figure"]
+
+#: matplotlib's ``svg.hashsalt``: ids in an SVG derive from it and the content, so equal figures give equal bytes.
+SVG_HASH_SALT = "plansim"
 
 
 def save_figure(fig: Any, path: str | Path, *, top: float = 1.0) -> list[Path]:
@@ -16,12 +20,25 @@ def save_figure(fig: Any, path: str | Path, *, top: float = 1.0) -> list[Path]:
     fig.tight_layout(rect=(0, 0, 1, top))
     written = []
     if path.suffix.lower() == ".svg":
-        fig.savefig(path, format="svg", metadata={"Date": None})
-        written.append(path)
+        written.append(write_figure(fig, path))
         path = path.with_suffix(".png")
-    fig.savefig(path, format="png")
-    written.append(path)
+    written.append(write_figure(fig, path, fmt="png"))
     return written
+
+
+def write_figure(fig: Any, path: str | Path, *, fmt: str | None = None, **savefig: Any) -> Path:
+    """``fig.savefig`` to ``path`` (format from ``fmt`` or the suffix), whole and reproducible: written under a
+    temporary name and renamed, no date in the metadata, SVG ids from a fixed salt. Returns the path."""
+    from matplotlib import rc_context
+
+    from plansim.outputs import atomic_path
+
+    path = Path(path)
+    fmt = fmt or path.suffix.lstrip(".").lower() or "png"
+    metadata = {"Date": None} if fmt in ("svg", "pdf") else {"Software": None} if fmt == "png" else None
+    with rc_context({"svg.hashsalt": SVG_HASH_SALT}), atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, metadata=metadata, **savefig)
+    return path
 
 
 def bar_figure(rows: int, *, columns: int = 1, width: float = 10.0) -> tuple[Any, list[Any]]:

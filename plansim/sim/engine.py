@@ -519,10 +519,10 @@ def _result(
             "tasks": sum(len(d.program.tasks) for d in devices),
             "transfers": engine.net.transfers_started,
             "events": int(next(events)) if events is not None else -1,
-            "wall_s": wall_s,
             "rerouted_pairs": len(engine.fabric.detours),
         },
         timeline=timeline,
+        timings={"wall_s": wall_s},
     )
 
 

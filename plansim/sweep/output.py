@@ -30,19 +30,22 @@ def has_parquet() -> bool:
 
 
 def write_sweep(s: Sweep, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``; returns their paths."""
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    an interrupted or failed run leaves the previous files); returns their paths."""
+    from plansim.outputs import staged_folder
     from plansim.report.sweep_charts import sweep_charts
 
-    directory = Path(out)
-    directory.mkdir(parents=True, exist_ok=True)
-    frame = s.frame()
-    written = [directory / "sweep.csv"]
-    frame.to_csv(written[0], index=False)
-    if has_parquet():
-        frame.to_parquet(directory / "sweep.parquet", index=False)
-        written.append(directory / "sweep.parquet")
-    written += sweep_charts(frame, directory, "plansim sweep")
-    return written
+    with staged_folder(out) as stage:
+        directory = stage.path
+        frame = s.frame()
+        written = [directory / "sweep.csv"]
+        frame.to_csv(written[0], index=False)
+        if has_parquet():
+            frame.to_parquet(directory / "sweep.parquet", index=False)
+            written.append(directory / "sweep.parquet")
+        written += sweep_charts(frame, directory, "plansim sweep")
+        files = stage.final(written)
+    return files
 
 
 def sweep_summary(s: Sweep) -> dict[str, Any]:

@@ -54,10 +54,14 @@ def write_chart(frame: pd.DataFrame, out: Path, title: str) -> list[Path]:
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
+    from plansim.report.figures import write_figure
+
     paths = [out / "predicted_vs_measured.png", out / "predicted_vs_measured.svg"]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        for path in paths:
+            write_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
     return paths
 
 
@@ -97,11 +101,16 @@ def summary_text(frame: pd.DataFrame, summary: Summary, context: dict[str, Any])
 
 
 def write_report(frame: pd.DataFrame, summary: Summary, out: Path, context: dict[str, Any]) -> list[Path]:
-    """validation.csv, the chart, summary.json and summary.md in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "validation.csv"]
-    frame.to_csv(written[0], index=False)
-    written += write_chart(frame, out, f"plansim against real steps on {context.get('device_name', '?')}")
-    (out / "summary.json").write_text(json.dumps({**summary.to_dict(), **context}, indent=2) + "\n")
-    (out / "summary.md").write_text(summary_text(frame, summary, context))
-    return [*written, out / "summary.json", out / "summary.md"]
+    """validation.csv, the chart, summary.json and summary.md in ``out``, all or none
+    (``plansim.outputs.staged_folder``)."""
+    from plansim.outputs import staged_folder
+
+    with staged_folder(out) as stage:
+        d = stage.path
+        written = [d / "validation.csv"]
+        frame.to_csv(written[0], index=False)
+        written += write_chart(frame, d, f"plansim against real steps on {context.get('device_name', '?')}")
+        (d / "summary.json").write_text(json.dumps({**summary.to_dict(), **context}, indent=2) + "\n", encoding="utf-8")
+        (d / "summary.md").write_text(summary_text(frame, summary, context), encoding="utf-8")
+        files = stage.final([*written, d / "summary.json", d / "summary.md"])
+    return files

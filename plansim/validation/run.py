@@ -169,20 +169,20 @@ def validate(
     """Measure ``points`` on ``device``, write ``measured.csv`` and ``environment.json`` into ``out``, then compare
     (``compare_saved``). ``hardware`` (a node type) defaults to the one holding the device's GPU."""
     import json
-    from pathlib import Path
 
     import torch
 
+    from plansim.outputs import output_folder, staged_folder
     from plansim.profiling.profiler import environment
 
-    folder = Path(out)
+    folder = output_folder(out)
     env = environment(torch.device(device), command).model_dump(mode="json")
     node = resolve_hardware(device, hardware)
     measured = measure(points, device=device, dtype=dtype, warmup=warmup, repeats=repeats, progress=progress)
-    folder.mkdir(parents=True, exist_ok=True)
-    measured.to_csv(folder / "measured.csv", index=False)
     context = {"device_name": env["device_name"], "command": command, "environment": env, "hardware": node}
-    (folder / "environment.json").write_text(json.dumps(context, indent=2) + "\n")
+    with staged_folder(folder) as stage:
+        measured.to_csv(stage.path / "measured.csv", index=False)
+        (stage.path / "environment.json").write_text(json.dumps(context, indent=2) + "\n", encoding="utf-8")
     return compare_saved(folder, engine=engine)
 
 
