@@ -4,8 +4,11 @@ Each notebook runs top to bottom in a fresh ``python3`` kernel (nbclient, the ex
 ``notebooks/``, with matplotlib's inline backend, and is written back with its outputs. What would change from run
 to run is left out, so that running the script twice on the same code gives byte-identical files: no execution
 timestamps (``record_timing`` off), the notebook's metadata reduced to its fixed kernel, the random ids that
-pandas' ``Styler`` puts in its HTML replaced by ids numbered per cell, and object addresses cut from default
-reprs. A notebook that fails stops the script (exit 1) and is left as it was.
+pandas' ``Styler`` puts in its HTML replaced by ids numbered per cell, object addresses cut from default reprs,
+and libraries' timestamped diagnostics and banners (torch's profiler, HiGHS) cut from the streams. A notebook
+that fails stops the script (exit 1) and is left as it was. One notebook cannot repeat itself exactly:
+06_validation times real training steps on this machine's CPU, so its measured figures and chart change with
+every run.
 
 Usage::
 
@@ -41,6 +44,9 @@ KERNEL = {
 CELL_TIMEOUT_S = 3600
 #: pandas' Styler ids: ``T_`` and a random hex uuid (five characters by default), as in ``id="T_1a2b3_row0_col1"``.
 _STYLER_ID = re.compile(r"T_([0-9a-f]{5})(?=[_\"\s#.{])")
+#: Lines that libraries write around a cell's own output, with timestamps or in some runs only: torch's profiler
+#: (kineto) on stderr, ``USDT:<date> <time> ... profiler_start``, and the HiGHS solver's banner.
+_NOISE = re.compile(r"^(USDT:\d{4}-\d\d-\d\d .*|Running HiGHS .*|Includes third-party software components.*)\n?$")
 #: An object's default repr, ``<pandas.io.formats.style.Styler at 0x7f3a2c1d0e50>``: its address changes each run.
 _ADDRESS = re.compile(r"(<[\w.]+) at 0x[0-9a-f]+>")
 
@@ -66,6 +72,8 @@ def normalise(nb: Any) -> Any:
     nb.metadata = {key: dict(value) for key, value in KERNEL.items()}
     for k, cell in enumerate(nb.cells):
         cell.metadata.pop("execution", None)
+        if "outputs" in cell:
+            cell.outputs = [output for output in cell.outputs if _without_noise(output)]
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if "text/html" in data:
@@ -83,6 +91,16 @@ def _stable_styler_ids(html: str | list[str], cell: int) -> str | list[str]:
         ids.setdefault(match.group(1), f"c{cell:02d}s{len(ids) + 1}")
     text = _STYLER_ID.sub(lambda m: f"T_{ids[m.group(1)]}", text)
     return text.splitlines(keepends=True) if isinstance(html, list) else text
+
+
+def _without_noise(output: Any) -> bool:
+    """Drop the ``_NOISE`` lines from a stream output; False when nothing else is left in it."""
+    if output.get("output_type") != "stream":
+        return True
+    text = "".join(output["text"]) if isinstance(output["text"], list) else output["text"]
+    kept = [line for line in text.splitlines(keepends=True) if not _NOISE.match(line)]
+    output["text"] = "".join(kept)
+    return bool(kept)
 
 
 def _without_addresses(text: str | list[str]) -> str | list[str]:
