@@ -64,6 +64,27 @@ class Run:
             out[tier] = max(out.get(tier, 0.0), n_bytes)
         return out
 
+    def port_bytes(self) -> dict[str, float]:
+        """Bytes per step through the busiest port of each tier: ``tier_bytes`` with a link between switches (the
+        topology's trunk of ports, ``hardware.topology``: its bandwidth is the tier's port bandwidth times its
+        ports) divided by its ports, its traffic taken as spread evenly over them, as the engine's single trunk link
+        models it; a GPU's NVLink or PCIe connection, a NIC's and a NIC's leaf port count as one port. Empty for
+        the analytic engine."""
+        timeline = self.result.timeline
+        if timeline is None:
+            return {}
+        graph = self.cluster.topology
+        port_Bps = {t.name: t.bandwidth_Bps for t in self.cluster.node.fabric}
+        out: dict[str, float] = {}
+        for link, n_bytes in timeline.link_bytes.items():
+            tier = link_tier(self.cluster.node, link)
+            ports = 1
+            if tier in port_Bps:
+                u, v = link.split("->")
+                ports = max(1, round(graph.edges[u, v]["bandwidth_Bps"] / port_Bps[tier]))
+            out[tier] = max(out.get(tier, 0.0), n_bytes / ports)
+        return out
+
 
 @dataclass(frozen=True)
 class ScalingPoint:
@@ -88,8 +109,8 @@ class Comparison:
     def frame(self) -> Any:
         """One pandas row per run: label, hardware, GPUs, engine, step time, tokens/s, MFU, fit, peak memory and
         capacity, memory by category (``mem_*_bytes``), comm per GPU by kind (``comm_*_bytes``), the time
-        breakdown (``time_*_s``), bytes on the busiest link of each tier (``tier_*_bytes``, DES only) and the
-        strategy's fields (``strategy.*``)."""
+        breakdown (``time_*_s``), bytes on the busiest link of each tier (``tier_*_bytes``, DES only) and through
+        its busiest port (``port_*_bytes``, ``Run.port_bytes``) and the strategy's fields (``strategy.*``)."""
         import pandas as pd
 
         rows = []
@@ -112,20 +133,24 @@ class Comparison:
                     **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
                     **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
                     **{f"tier_{k}_bytes": v for k, v in run.tier_bytes().items()},
+                    **{f"port_{k}_bytes": v for k, v in run.port_bytes().items()},
                     **{f"strategy.{k}": v for k, v in run.strategy.model_dump().items()},
                 }
             )
         return pd.DataFrame(rows)
 
     def scaling_rows(self) -> list[dict[str, Any]]:
-        """One dict per scaling point: label, GPUs, global batch, micro-batches per replica, engine, step time,
-        tokens/s, MFU, fit (None where the point did not run), and the reason a point was not simulated."""
+        """One dict per scaling point: label, curve (``curve_names``), GPUs, global batch, micro-batches per
+        replica, engine, step time, tokens/s, MFU, fit (None where the point did not run), and the reason a point
+        was not simulated."""
         rows = []
+        curves = self.curve_names()
         for p in self.scaling:
             r = p.result
             rows.append(
                 {
                     "label": p.label,
+                    "curve": curves.get(p.label, p.label),
                     "gpus": p.gpus,
                     "global_batch": None if r is None else r.strategy["global_batch"],
                     "microbatches": None if r is None else r.num_microbatches,
@@ -144,6 +169,35 @@ class Comparison:
         import pandas as pd
 
         return pd.DataFrame(self.scaling_rows())
+
+    def curve_names(self) -> dict[str, str]:
+        """Run label -> the name of its scaling curve, by what stays fixed along it: the strategy without dp (which
+        follows the GPU count), then the global batch (``scaling_batch="fixed"``) or the micro-batches per replica,
+        the hardware when several are compared, and a strategy file's name first.
+
+        >>> c = compare("gpt3-125m", ["dp=2,micro_batch=2,global_batch=16"], engine="analytic")
+        >>> c.curve_names()
+        {'dp2 tp1 pp1 mb2 zero0 remat=none ring': 'tp1 pp1 mb2 zero0 remat=none ring, global batch 16'}
+        """
+        names: dict[str, str] = {}
+        several = len({r.hardware for r in self.runs}) > 1
+        for run in self.runs:
+            s = run.strategy
+            text = describe(s)
+            held = describe(s.model_copy(update={"dp": max(2, s.dp or 1)})).split(" ", 1)[1]  # dp > 1: algorithm shown
+            held += f", global batch {s.batch}" if self.scaling_batch == "fixed" else (
+                f", {s.num_microbatches} micro-batches per replica"
+            )  # fmt: skip
+            name = run.label.split(" @ ")[0].split(" #")[0]
+            if name != text:  # a strategy file's or shipped strategy's name
+                held = f"{name}: {held}"
+            if several:
+                held += f" @ {run.hardware}"
+            k, unique = 2, held
+            while unique in names.values():
+                unique, k = f"{held} #{k}", k + 1
+            names[run.label] = unique
+        return names
 
     def fastest(self) -> Run | None:
         """The fastest run that fits (None if none does)."""

@@ -182,7 +182,7 @@ JOBS: tuple[tuple[str, Job, tuple[Chart, ...]], ...] = (
             Chart(
                 "compare_communication_gpt3-175b.png",
                 "communication.png",
-                "`plansim compare`: bytes each GPU sends by kind; bytes on the busiest link of each tier",
+                "`plansim compare`: bytes each GPU sends by kind; bytes through the busiest port of each link tier",
             ),
             Chart(
                 "compare_scaling_gpt3-175b.png",
@@ -205,7 +205,7 @@ JOBS: tuple[tuple[str, Job, tuple[Chart, ...]], ...] = (
                 "allreduce_traffic_gpt3-1.3b_a100.png",
                 "communication.png",
                 "ring, hierarchical, butterfly and tree all-reduce at dp=64 (eight DGX A100 nodes): bytes per GPU "
-                "and on the busiest NVLink, NIC, leaf and spine link (DES)",
+                "and through the busiest NVLink, NIC, leaf and spine port (DES)",
             ),
         ),
     ),

@@ -1,7 +1,8 @@
 """The comparison charts of ``plansim compare``, made from ``Comparison.frame()`` / ``scaling_frame()`` (and, for
 the timeline, the discrete-event engine's spans): step time by part, memory by category against each device's
 capacity, communication by kind and by link tier, the pipeline timeline (Gantt), and throughput against GPU count.
-Matplotlib (Agg, no pyplot state) is imported only here and in ``figures``."""
+Each ``*_figure`` function returns the matplotlib Figure (Agg, no pyplot state: ``report.figures``), each
+``*_chart`` function writes it. Series that are zero in every run are left out of the bars and the legends."""
 
 from __future__ import annotations
 
@@ -10,10 +11,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from plansim.report.figures import bar_figure, save_figure, stacked_barh
+from plansim.report.figures import (
+    bar_figure,
+    fitted_legend,
+    legend_right,
+    new_figure,
+    nonzero_series,
+    save_figure,
+    stacked_barh,
+)
 from plansim.units import GB
 
-__all__ = ["communication_chart", "memory_chart", "scaling_chart", "time_chart", "timeline_chart"]
+__all__ = [
+    "communication_chart",
+    "communication_figure",
+    "memory_chart",
+    "memory_figure",
+    "scaling_chart",
+    "scaling_figure",
+    "time_chart",
+    "time_figure",
+    "timeline_chart",
+    "timeline_figure",
+]
 
 _PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
 _MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
@@ -35,49 +55,64 @@ _CATEGORY_COLOURS = {
 MAX_TIMELINE_STAGES = 16
 
 
-def _legend(ax: Any, columns: int) -> None:
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
+def _colours(names: tuple[str, ...]) -> dict[str, str]:
+    """One colour per possible series (C0, C1, ...), kept when some are left out."""
+    return {name.replace("_", " "): f"C{k}" for k, name in enumerate(names)}
 
 
-def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+def time_figure(frame: Any, title: str) -> Any:
     """Stacked horizontal bars: each run's step time by part (ms)."""
     fig, (ax,) = bar_figure(len(frame))
     series = {p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS}
-    stacked_barh(ax, list(frame["label"]), series)
+    stacked_barh(ax, list(frame["label"]), nonzero_series(series), _colours(_PARTS))
     ax.set_xlabel("step time (ms)")
     ax.set_title(f"{title}: step time by part", fontsize=10)
-    _legend(ax, len(_PARTS))
+    legend_right(ax)
     ax.tick_params(axis="y", labelsize=7)
-    return save_figure(fig, path)
+    return fig
 
 
-def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+def time_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Write ``time_figure`` to ``path`` (``figures.save_figure``)."""
+    return save_figure(time_figure(frame, title), path)
+
+
+def memory_figure(frame: Any, title: str) -> Any:
     """Stacked horizontal bars: each run's worst-GPU memory by category (GB), with its device's capacity marked."""
     fig, (ax,) = bar_figure(len(frame))
     labels = list(frame["label"])
     series = {k: [float(v) / GB for v in frame[f"mem_{k}_bytes"]] for k in _MEMORY}
-    stacked_barh(ax, labels, series)
+    totals = stacked_barh(ax, labels, nonzero_series(series), _colours(_MEMORY))
     capacity = [float(v) / GB for v in frame["memory_capacity_bytes"]][::-1]
-    ax.scatter(capacity, labels[::-1], marker="|", s=600, color="black", zorder=3, label="device capacity")
-    ax.set_xlim(0, max(capacity) * 1.05)
+    ax.scatter(capacity, range(len(labels)), marker="|", s=600, color="black", zorder=3, label="device capacity")
+    ax.set_xlim(0, max(*capacity, *totals) * 1.05)
     ax.set_xlabel("memory on the worst GPU (GB)")
     ax.set_title(f"{title}: memory against capacity", fontsize=10)
-    _legend(ax, len(_MEMORY) + 1)
+    legend_right(ax)
     ax.tick_params(axis="y", labelsize=7)
-    return save_figure(fig, path)
+    return fig
 
 
-def communication_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
-    """Left: bytes one GPU sends per step, by kind (GB, stacked). Right (discrete-event runs): bytes per step on
-    the busiest link of each tier (GB, one bar per tier)."""
-    tiers = [c for c in frame.columns if c.startswith("tier_") and c.endswith("_bytes")]
-    fig, axes = bar_figure(len(frame), columns=2 if tiers else 1, width=14 if tiers else 10)
+def memory_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Write ``memory_figure`` to ``path``."""
+    return save_figure(memory_figure(frame, title), path)
+
+
+def communication_figure(frame: Any, title: str) -> Any:
+    """Left: bytes one GPU sends per step, by kind (GB, stacked). Right (discrete-event runs): bytes per step
+    through the busiest port of each link tier (GB, one bar per tier; ``Run.port_bytes``: a trunk between switches
+    counts per port, so that every tier's bar is one physical port's traffic and reads against the others)."""
+    tiers = [c for c in frame.columns if c.startswith("port_") and c.endswith("_bytes")]
+    tiers = [c for c in tiers if any(v == v and v > 0 for v in frame[c])]  # a tier no run uses is left out
+    fig, axes = bar_figure(len(frame), columns=2 if tiers else 1, width=14 if tiers else 10, sharey=True)
     labels = list(frame["label"])
     ax = axes[0]
-    stacked_barh(ax, labels, {k: [float(v) / GB for v in frame[f"comm_{k}_bytes"]] for k in _KINDS})
+    series = {k: [float(v) / GB for v in frame[f"comm_{k}_bytes"]] for k in _KINDS}
+    stacked_barh(ax, labels, nonzero_series(series), _colours(_KINDS))
     ax.set_xlabel("sent per GPU per step (GB)")
     ax.set_title(f"{title}: communication by kind", fontsize=10)
-    _legend(ax, len(_KINDS))
+    if ax.get_legend_handles_labels()[0]:
+        legend_right(ax)
     ax.tick_params(axis="y", labelsize=7)
     if tiers:
         ax = axes[1]
@@ -85,31 +120,34 @@ def communication_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
         height = 0.8 / n
         for k, col in enumerate(tiers):
             values = [0.0 if v != v else float(v) / GB for v in frame[col]][::-1]  # NaN: no such tier in that run
-            ys = [i - 0.4 + height * (k + 0.5) for i in range(len(labels))]
-            ax.barh(ys, values, height=height, color=f"C{k}", label=col[len("tier_") : -len("_bytes")])
-        ax.set_yticks(range(len(labels)), labels[::-1])
-        ax.set_xlabel("on the busiest link of the tier, per step (GB)")
-        ax.set_title("by link tier (discrete-event engine)", fontsize=10)
-        _legend(ax, n)
-        ax.tick_params(axis="y", labelsize=7)
-    return save_figure(fig, path)
+            ys = [i + 0.4 - height * (k + 0.5) for i in range(len(labels))]  # the first tier on top in each group
+            ax.barh(ys, values, height=height, color=f"C{k}", label=col[len("port_") : -len("_bytes")])
+        ax.set_xlabel("through the busiest port of the tier, per step (GB)")
+        ax.set_title("by link tier (discrete-event engine; switch trunks per port)", fontsize=10)
+        legend_right(ax)
+    return fig
 
 
-def timeline_chart(runs: Sequence[tuple[str, Any]], path: str | Path, title: str) -> list[Path]:
+def communication_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Write ``communication_figure`` to ``path``."""
+    return save_figure(communication_figure(frame, title), path)
+
+
+def timeline_figure(runs: Sequence[tuple[str, Any]], title: str) -> Any:
     """A Gantt chart per run (``(label, timeline)``; the discrete-event engine's): one row per pipeline stage for
-    its compute stream and one for its communication streams, bars coloured by the kind of work."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    its compute stream and one for its communication streams, bars coloured by the kind of work. Every panel has
+    the same time axis (the longest step's), so runs compare by eye."""
     from matplotlib.patches import Patch
 
     panels = [(label, _stage_rows(timeline)) for label, timeline in runs]
     heights = [max(2.0, 0.35 * len(rows) + 1.0) for _, rows in panels]
-    fig = Figure(figsize=(14, sum(heights) + 0.8), dpi=120)
-    FigureCanvasAgg(fig)
+    fig = new_figure(14, sum(heights) + 1.0)
     grid = fig.add_gridspec(len(panels), 1, height_ratios=heights)
     seen: set[str] = set()
+    first = None
     for k, (label, rows) in enumerate(panels):
-        ax = fig.add_subplot(grid[k])
+        ax = fig.add_subplot(grid[k], sharex=first)
+        first = first or ax
         names = list(rows)
         for y, name in enumerate(names):
             for category, bars in rows[name].items():
@@ -122,15 +160,21 @@ def timeline_chart(runs: Sequence[tuple[str, Any]], path: str | Path, title: str
         ax.invert_yaxis()
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
+        ax.tick_params(axis="x", labelbottom=True)
         ax.set_xlabel("time in the step (s)", fontsize=8)
+    if first is not None:
+        first.set_xlim(left=0)
     handles = [Patch(color=c, label=k.replace("_", " ")) for k, c in _CATEGORY_COLOURS.items() if k in seen]
-    inches = sum(heights) + 0.8
-    fig.suptitle(f"{title}: timeline", fontsize=10, y=1 - 0.05 / inches, va="top")
-    fig.legend(
-        handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.3 / inches), ncol=len(handles), fontsize=8,
-        frameon=False,
-    )  # fmt: skip
-    return save_figure(fig, path, top=1 - 0.65 / inches)
+    fig.suptitle(f"{title}: timeline (one time axis for every run)", fontsize=10)
+    if handles:
+        labels = [str(h.get_label()) for h in handles]
+        fitted_legend(fig, handles, labels, columns=1, loc="outside right upper", fontsize=8, frameon=False)
+    return fig
+
+
+def timeline_chart(runs: Sequence[tuple[str, Any]], path: str | Path, title: str) -> list[Path]:
+    """Write ``timeline_figure`` to ``path``."""
+    return save_figure(timeline_figure(runs, title), path)
 
 
 def _stage_rows(timeline: Any) -> dict[str, dict[str, list[tuple[float, float]]]]:
@@ -160,38 +204,64 @@ def _stage_of(device: str) -> int:
     return int(device.rsplit("stage ", 1)[1].rstrip(")"))
 
 
-def scaling_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
-    """Throughput (tokens/s) against GPU count per run, with linear scaling from each run's smallest count dashed;
-    points that do not fit are crosses, counts that could not run are left out."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def scaling_figure(frame: Any, title: str) -> Any:
+    """Throughput (tokens/s) against GPU count, one line per curve (``Comparison.curve_names``: named by what stays
+    fixed along it, since dp follows the GPU count), with linear scaling from each curve's first point dashed;
+    points that do not fit in memory are crosses, and GPU counts where the strategy cannot run at all (tp x pp or
+    the batch does not divide: ``scaling.csv`` says why) are triangles on the bottom edge."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import NullLocator, ScalarFormatter
 
-    fig = Figure(figsize=(10, 6), dpi=120)
-    FigureCanvasAgg(fig)
+    fig = new_figure(10, 6.5)
     ax = fig.add_subplot()
-    for k, (label, points) in enumerate(frame[frame["tokens_per_s"].notna()].groupby("label", sort=False)):
+    key = "curve" if "curve" in frame.columns else "label"
+    edge = ax.get_xaxis_transform()  # x in data, y in axes fractions
+    unrunnable = False
+    for k, (label, points) in enumerate(frame.groupby(key, sort=False)):
+        colour = f"C{k % 10}"
         points = points.sort_values("gpus")
-        gpus, rate = list(points["gpus"]), [float(v) for v in points["tokens_per_s"]]
-        fits = [bool(v) for v in points["fits"]]
-        colour = f"C{k}"
-        ax.plot(gpus, rate, "-", color=colour, label=label)
-        ax.plot([g for g, f in zip(gpus, fits, strict=True) if f], [r for r, f in zip(rate, fits, strict=True) if f],
-                "o", color=colour)  # fmt: skip
-        ax.plot(
-            [g for g, f in zip(gpus, fits, strict=True) if not f],
-            [r for r, f in zip(rate, fits, strict=True) if not f],
-            "x", color=colour, markersize=9,
-        )  # fmt: skip
-        ax.plot(gpus, [rate[0] * g / gpus[0] for g in gpus], "--", color=colour, alpha=0.4, lw=1)
-    from matplotlib.ticker import ScalarFormatter
-
+        ran = points[points["tokens_per_s"].notna()]
+        gpus, rate = list(ran["gpus"]), [float(v) for v in ran["tokens_per_s"]]
+        fits = [bool(v) for v in ran["fits"]]
+        if gpus:
+            ax.plot(gpus, rate, "-", color=colour, label=label)
+            ax.plot([g for g, f in zip(gpus, fits, strict=True) if f],
+                    [r for r, f in zip(rate, fits, strict=True) if f], "o", color=colour)  # fmt: skip
+            ax.plot(
+                [g for g, f in zip(gpus, fits, strict=True) if not f],
+                [r for r, f in zip(rate, fits, strict=True) if not f],
+                "x", color=colour, markersize=9,
+            )  # fmt: skip
+            ax.plot(gpus, [rate[0] * g / gpus[0] for g in gpus], "--", color=colour, alpha=0.4, lw=1)
+        missing = [int(g) for g in points[points["tokens_per_s"].isna()]["gpus"]]
+        if missing:
+            unrunnable = True
+            bottom = 0.025 + 0.03 * (k % 4)  # curves' marks a little apart where several cannot run
+            ax.plot(missing, [bottom] * len(missing), "v", color=colour, ms=8, transform=edge, clip_on=False,
+                    label=None if gpus else label)  # fmt: skip
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({int(g) for g in frame["gpus"]}), minor=False)  # every count asked for, marked or not
     ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_yscale("log")
     ax.set_xlabel("GPUs")
     ax.set_ylabel("tokens/s")
     engines = ", ".join(sorted({str(e) for e in frame["engine"].dropna()}))
-    ax.set_title(f"{title}: throughput against GPU count ({engines}; dashed: linear; x: does not fit)", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title(f"{title}: throughput against GPU count ({engines})", fontsize=10)
+    keys = [
+        Line2D([], [], color="grey", marker="o", label="fits"),
+        Line2D([], [], color="grey", marker="x", ls="none", ms=9, label="does not fit in memory"),
+        Line2D([], [], color="grey", ls="--", alpha=0.6, label="linear from the first point"),
+    ]
+    if unrunnable:
+        keys.append(Line2D([], [], color="grey", marker="v", ls="none", ms=8, label="cannot run at that count"))
+    handles, names = ax.get_legend_handles_labels()
+    labels = [*names, *(str(h.get_label()) for h in keys)]
+    fitted_legend(fig, [*handles, *keys], labels, columns=2, loc="outside lower center", fontsize=7, frameon=False)
     ax.grid(True, which="both", alpha=0.3)
-    return save_figure(fig, path)
+    return fig
+
+
+def scaling_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
+    """Write ``scaling_figure`` to ``path``."""
+    return save_figure(scaling_figure(frame, title), path)

@@ -1,5 +1,6 @@
 """The rematerialization trade-off chart: peak memory against recompute overhead, the MILP's curve over budgets and
-each baseline's point. Matplotlib (Agg, no pyplot state) is imported here only."""
+each baseline's point. ``tradeoff_figure`` returns the matplotlib Figure (``report.figures``: Agg, no pyplot
+state), ``tradeoff_chart`` writes it."""
 
 from __future__ import annotations
 
@@ -7,30 +8,30 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plansim.report.figures import save_figure
+from plansim.report.figures import new_figure, save_figure
 from plansim.units import GB
 
-__all__ = ["tradeoff_chart"]
+__all__ = ["tradeoff_chart", "tradeoff_figure"]
 
 _MARKERS = {"none": "s", "full": "^", "selective": "D", "sqrt": "v", "greedy": "P"}
 
 
 def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: float | None = None) -> list[Path]:
+    """Write ``tradeoff_figure`` to ``path``: a PNG, or with a ``.svg`` path an SVG plus a PNG beside it. Returns
+    the paths written."""
+    return save_figure(tradeoff_figure(frame, title, budget_bytes=budget_bytes), path)
+
+
+def tradeoff_figure(frame: Any, title: str, *, budget_bytes: float | None = None) -> Any:
     """Draw ``frame`` (``plansim.remat.api.tradeoff_frame``: columns method, budget_bytes, feasible, peak_bytes,
-    overhead and, for MILP rows, status) and write it to ``path``: a PNG, or with a ``.svg`` path an SVG plus a
-    PNG beside it. Returns the paths written.
+    overhead and, for MILP rows, status) as a matplotlib Figure.
 
     x is the peak memory (GB), y the recompute overhead (% of the step's compute). The MILP is a line over its
     feasible budgets, proven-optimal points filled, time-limited ones hollow; a budget where it has no schedule is
     an x on the x axis (proven infeasible, or none found before the time limit); each baseline is one labeled point
     per distinct schedule (greedy may have several, one per budget); ``budget_bytes`` is a dashed vertical line.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    fig = Figure(figsize=(8, 5), dpi=120)
-    FigureCanvasAgg(fig)
+    fig = new_figure(8, 5)
     ax = fig.add_subplot()
     rows = frame[frame["peak_bytes"].map(_finite) & frame["overhead"].map(_finite)]
 
@@ -91,7 +92,7 @@ def tradeoff_chart(frame: Any, path: str | Path, title: str, *, budget_bytes: fl
     ax.set_ylim(bottom, cap * 1.04 if cap is not None else None)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper right")
-    return save_figure(fig, path)
+    return fig
 
 
 def _unscheduled(ax: Any, frame: Any) -> None:

@@ -1,7 +1,7 @@
 """The scaling charts of ``plansim sweep``, made from ``Sweep.frame()``: tokens/s and MFU of each point's winner
 against the GPU count, one line per model x hardware, one panel per global batch (strong scaling: the batch is
-held along a line). Points where nothing fits are left out of the lines. Matplotlib (Agg, no pyplot state) is
-imported only here and in ``figures``."""
+held along a line). Points where nothing fits are left out of the lines. ``scaling_figure`` returns the matplotlib
+Figure (``report.figures``: Agg, no pyplot state), ``scaling_chart`` writes it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plansim.report.figures import save_figure
+from plansim.report.figures import fitted_legend, new_figure, save_figure
 
-__all__ = ["METRICS", "scaling_chart", "sweep_charts"]
+__all__ = ["METRICS", "scaling_chart", "scaling_figure", "sweep_charts"]
 
 #: Column -> (axis label, log scale, how a value is shown on the axis) of each chart.
 METRICS: dict[str, tuple[str, bool, float]] = {
@@ -33,11 +33,9 @@ def sweep_charts(frame: Any, directory: str | Path, title: str) -> list[Path]:
     return written
 
 
-def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list[Path]:
+def scaling_figure(frame: Any, metric: str, title: str) -> Any:
     """``metric`` of each fitting point against its GPU count: a panel per global batch, a line (same colour in
-    every panel) per model x hardware, log2 GPU axis."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    every panel) per model x hardware, log2 GPU axis; one legend below the panels, as many columns as fit."""
     from matplotlib.ticker import EngFormatter, ScalarFormatter
 
     label, log, scale = METRICS[metric]
@@ -47,8 +45,7 @@ def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list
     colours = {line: f"C{k % 10}" for k, line in enumerate(lines)}
     columns = min(MAX_COLUMNS, len(batches))
     rows = math.ceil(len(batches) / columns)
-    fig = Figure(figsize=(4.2 * columns + 1.0, 3.4 * rows + 1.0), dpi=120)
-    FigureCanvasAgg(fig)
+    fig = new_figure(4.2 * columns + 1.0, 3.4 * rows + 1.4)
     axes = [fig.add_subplot(rows, columns, k + 1) for k in range(len(batches))]
     for ax, batch in zip(axes, batches, strict=True):
         panel = fitting[fitting["global_batch"] == batch]
@@ -73,14 +70,14 @@ def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list
     for ax in axes:
         for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(name, handle)
-    height = 3.4 * rows + 1.0
-    legend_rows = math.ceil(len(handles) / 4)
-    top = 1 - (0.1 + 0.2 * legend_rows) / height
     engines = ", ".join(sorted({str(e) for e in fitting["engine"]}))
-    fig.suptitle(f"{title}: {label} of the best plan against GPU count ({engines})", fontsize=10,
-                 y=1 - 0.05 / height, va="top")  # fmt: skip
-    fig.legend(
-        handles=list(handles.values()), labels=list(handles), loc="upper center",
-        bbox_to_anchor=(0.5, 1 - 0.3 / height), ncol=min(4, len(handles)), fontsize=8, frameon=False,
-    )  # fmt: skip
-    return save_figure(fig, path, top=top)
+    fig.suptitle(f"{title}: {label} of the best plan against GPU count ({engines})", fontsize=10)
+    fitted_legend(
+        fig, list(handles.values()), list(handles), columns=4, loc="outside lower center", fontsize=8, frameon=False
+    )
+    return fig
+
+
+def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list[Path]:
+    """Write ``scaling_figure`` to ``path`` (``figures.save_figure``)."""
+    return save_figure(scaling_figure(frame, metric, title), path)

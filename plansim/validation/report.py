@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +19,43 @@ import pandas as pd
 
 from plansim.validation.compare import TARGETS, Summary
 
-__all__ = ["summary_text", "write_chart", "write_report"]
+__all__ = ["chart_figure", "summary_text", "write_chart", "write_report"]
 
 
-def write_chart(frame: pd.DataFrame, out: Path, title: str) -> list[Path]:
-    """Predicted against measured step time and peak memory, log-log, with y = x and the target bands."""
-    import matplotlib
+#: Units for an axis, largest first: (name, size in the column's unit). Bytes in binary units, seconds in SI.
+_BYTE_UNITS = (("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
+def _unit(values: pd.Series, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
+    """The largest unit in which the values' middle (the geometric mean of the smallest and the largest) is at
+    least 1, so that the numbers on the axis read plainly (the smallest unit when none is)."""
+    positive = values[values > 0]
+    middle = math.sqrt(float(positive.min()) * float(positive.max())) if len(positive) else 1.0
+    return next(((name, size) for name, size in units if middle >= size), units[-1])
+
+
+def _plain(value: float, _position: int) -> str:
+    """A tick label without exponents: 0.5, 3, 20, 1500."""
+    return f"{value:,.6g}"
+
+
+def chart_figure(frame: pd.DataFrame, title: str) -> Any:
+    """Predicted against measured step time and peak memory, log-log, with y = x and the target bands; each axis in
+    the unit that keeps its numbers plain (GiB, MiB or KiB; s, ms or us)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from plansim.report.figures import new_figure
+
+    fig = new_figure(11, 4.8)
+    axes = [fig.add_subplot(1, 2, k + 1) for k in range(2)]
     panels = (
-        ("step time (s)", "measured_step_time_s", "predicted_step_time_s", TARGETS["step_time_mape"], 1.0),
-        ("peak memory (GB)", "measured_peak_memory_bytes", "predicted_peak_memory_bytes",
-         TARGETS["peak_memory_max_abs_error"], 1e9),
+        ("step time", "measured_step_time_s", "predicted_step_time_s", TARGETS["step_time_mape"], _TIME_UNITS),
+        ("peak memory", "measured_peak_memory_bytes", "predicted_peak_memory_bytes",
+         TARGETS["peak_memory_max_abs_error"], _BYTE_UNITS),
     )  # fmt: skip
-    for ax, (what, measured, predicted, band, scale) in zip(axes, panels, strict=True):
+    for ax, (what, measured, predicted, band, units) in zip(axes, panels, strict=True):
+        unit, scale = _unit(pd.concat([frame[measured], frame[predicted]]), units)
         x, y = frame[measured] / scale, frame[predicted] / scale
         low, high = min(x.min(), y.min()) / 1.3, max(x.max(), y.max()) * 1.3
         line = pd.Series([low, high])
@@ -43,26 +64,33 @@ def write_chart(frame: pd.DataFrame, out: Path, title: str) -> list[Path]:
                         label=f"within {band:.0%}")  # fmt: skip
         for remat, marker in (("none", "o"), ("selective", "s"), ("full", "^")):
             chosen = frame["remat"] == remat
-            ax.scatter(x[chosen], y[chosen], marker=marker, s=36, label=f"remat {remat}", zorder=3)
+            if chosen.any():
+                ax.scatter(x[chosen], y[chosen], marker=marker, s=36, label=f"remat {remat}", zorder=3)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
-        ax.set_xlabel(f"measured {what}")
-        ax.set_ylabel(f"predicted {what}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(FuncFormatter(_plain))
+            if high / low < 30:  # under a decade and a half, label 2x and 5x too; else only the powers of ten
+                axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+                axis.set_minor_formatter(FuncFormatter(_plain))
+            else:
+                axis.set_minor_formatter(NullFormatter())
+        ax.tick_params(which="both", labelsize=8)
+        ax.set_xlabel(f"measured {what} ({unit})")
+        ax.set_ylabel(f"predicted {what} ({unit})")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    from plansim.report.figures import write_figure
+    return fig
 
-    paths = [out / "predicted_vs_measured.png", out / "predicted_vs_measured.svg"]
-    try:
-        for path in paths:
-            write_figure(fig, path, dpi=120)
-    finally:
-        plt.close(fig)
-    return paths
+
+def write_chart(frame: pd.DataFrame, out: Path, title: str) -> list[Path]:
+    """``chart_figure`` as predicted_vs_measured.svg and .png in ``out`` (``report.figures.save_figure``)."""
+    from plansim.report.figures import save_figure
+
+    return save_figure(chart_figure(frame, title), out / "predicted_vs_measured.svg")
 
 
 def summary_text(frame: pd.DataFrame, summary: Summary, context: dict[str, Any]) -> str:
