@@ -69,7 +69,8 @@ def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if fig.get_layout_engine() is None:  # what save_figure does to a figure without a layout engine
             fig.tight_layout(rect=(0, 0, 1, top))
         path = Path(path)
-        captured[f"{path.parent.name}/{path.stem}"] = fig
+        folder = path.parent.parent if path.parent.name.startswith(".plansim-tmp-") else path.parent  # a staging one
+        captured[f"{folder.name}/{path.stem}"] = fig
         return [path]
 
     patch = pytest.MonkeyPatch()
