@@ -303,6 +303,10 @@ def compare(
         str,
         typer.Option("--scaling-batch", help="fixed (keep the global batch, default) or per-replica (grow it with dp)"),
     ] = "fixed",
+    objective: Annotated[
+        str,
+        typer.Option("--objective", help="rank by tokens_per_s (default), step_time or cost (GPU-hours per token)"),
+    ] = "tokens_per_s",
     out: Annotated[
         str | None, typer.Option("--out", "-o", help="write results.csv/.json, scaling.csv and the charts here")
     ] = None,
@@ -326,7 +330,7 @@ def compare(
         total,
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
-            scaling_engine=scaling_engine, scaling_batch=scaling_batch, progress=step,
+            scaling_engine=scaling_engine, scaling_batch=scaling_batch, objective=objective, progress=step,
         ),
     )  # fmt: skip
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)

@@ -1,4 +1,5 @@
-"""What ``plansim compare`` prints and writes: a rich table of the runs with a sentence on the fastest, and with
+"""What ``plansim compare`` prints and writes: a rich table of the runs ranked by the objective (tokens/s unless
+``--objective`` says otherwise) with a sentence on the best, and with
 ``--out DIR`` results.csv (one row per run), results.json (every run's full result), scaling.csv and the charts of
 ``report.compare_charts`` (time_breakdown, memory, communication, timeline for discrete-event runs, scaling)."""
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from plansim.describe import compare_sentence
+from plansim.describe import objective_sentence
 from plansim.report.text import results_table
 
 if TYPE_CHECKING:
@@ -22,12 +23,15 @@ __all__ = ["comparison_summary", "print_comparison", "write_comparison"]
 
 
 def comparison_summary(c: Comparison) -> dict[str, Any]:
-    """The comparison as plain data (``--format json`` and results.json)."""
-    fastest = c.fastest()
+    """The comparison as plain data (``--format json`` and results.json): ``best`` by ``objective``, and ``fastest``
+    (the shortest step, whatever its batch)."""
+    fastest, best = c.fastest(), c.best()
     return {
         "model": c.model,
         "engine": c.engine,
+        "objective": c.objective,
         "runs": [_run_summary(r) for r in c.runs],
+        "best": None if best is None else best.label,
         "fastest": None if fastest is None else fastest.label,
         "summary": summary_sentence(c),
         "scaling_batch": c.scaling_batch,
@@ -45,30 +49,51 @@ def _run_summary(r: Any) -> dict[str, Any]:
     }
 
 
+#: How the summary names each objective (``comparison.COMPARE_OBJECTIVES``).
+_OBJECTIVE_WORDS = {"tokens_per_s": "tokens/s", "step_time": "step time", "cost": "GPU-hours per token"}
+
+
 def summary_sentence(c: Comparison) -> str:
-    """Which run is fastest among those that fit, and against the next one why; which do not fit."""
-    fastest = c.fastest()
+    """Which run is best by the objective among those that fit, and against the next one why; which do not fit;
+    where step times are ranked across different global batches, that they hold different work."""
+    ranked = c.ranked()
     out = []
-    if fastest is None:
+    if not ranked:
         out.append("No run fits in memory.")
     else:
-        w = fastest.result
-        out.append(f"Fastest: {fastest.label}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s.")
-        others = sorted((r for r in c.runs if r.result.fits and r is not fastest), key=lambda r: r.result.step_time_s)
-        if others:
-            out.append(compare_sentence(w, others[0].result, others[0].label))
+        best = ranked[0]
+        w = best.result
+        out.append(
+            f"Best by {_OBJECTIVE_WORDS[c.objective]}: {best.label}, {w.tokens_per_s:,.0f} tokens/s, "
+            f"{w.step_time_s:.3f} s per step at global batch {best.strategy.batch:,}, MFU {w.mfu:.1%}."
+        )
+        if len(ranked) > 1:
+            other = ranked[1]
+            pair = (best.strategy.batch, other.strategy.batch)
+            out.append(objective_sentence(w, other.result, other.label, c.objective, pair))
     for r in c.runs:
         if not r.result.fits:
             out.append(f"{r.label} does not fit: {r.result.reason}.")
+    batches = sorted({r.strategy.batch for r in c.runs})
+    if c.objective == "step_time" and len(batches) > 1:
+        out.append(
+            f"The global batches differ ({', '.join(f'{b:,}' for b in batches)}): a step holds different work in "
+            f"each run; --objective tokens_per_s ranks by throughput."
+        )
     return " ".join(out)
 
 
 def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     """Print ``c`` for a terminal."""
     console = Console(width=max(200, Console().width))
-    rows = (([row["label"], f"{row['gpus']:,}"], row, "") for row in c.frame().to_dict("records"))
-    title = f"plansim compare: {c.model} ({c.engine} engine)"
-    console.print(results_table(title, [("run", "left"), ("GPUs", "right")], rows))
+    rank = {r.label: k for k, r in enumerate(c.ranked(), start=1)}
+    rows = (
+        ([str(rank.get(row["label"], "-")), row["label"], f"{row['gpus']:,}", f"{row['global_batch']:,}"], row, "")
+        for row in c.frame().to_dict("records")
+    )
+    title = f"plansim compare: {c.model} ({c.engine} engine), # by {_OBJECTIVE_WORDS[c.objective]}"
+    keys = [("#", "right"), ("run", "left"), ("GPUs", "right"), ("global batch", "right")]
+    console.print(results_table(title, keys, rows))
     console.print(summary_sentence(c))
     if c.scaling:
         how = (
