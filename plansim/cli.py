@@ -59,15 +59,17 @@ def _print_rows(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> No
         writer.writerows(rows)
         typer.echo(buf.getvalue(), nl=False)
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from plansim.report.fit import print_fitted, terminal_console
 
         table = Table(title=title)
         for key in rows[0]:
             table.add_column(key)
         for row in rows:
             table.add_row(*(str(v) for v in row.values()))
-        Console(width=200).print(table)
+        keys = list(rows[0])  # a narrow terminal leaves out the last columns first, never the first two
+        print_fitted(terminal_console(), table, elastic=keys[0], optional=keys[:1:-1], more="--format json or csv")
 
 
 @app.command()
@@ -608,10 +610,11 @@ def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solv
 
 def _print_remat(s: dict[str, Any]) -> None:
     """The MILP's schedule at the budget and every baseline, as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(100, Console().width))
+    from plansim.report.fit import terminal_console
+
+    console = terminal_console()
     m, graph, budget = s["milp"], s["graph"], s["budget_bytes"]
     total = graph["compute_s"]
     peaks = [r["peak_bytes"] or 0.0 for r in (m, *s["baselines"].values())]
@@ -705,10 +708,10 @@ def import_model(
     """Read a Hugging Face config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2) as a plansim model."""
     from pathlib import Path
 
-    from rich.console import Console
     from rich.table import Table
 
     from plansim.errors import PlansimError
+    from plansim.report.fit import terminal_console
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
     spec = from_hf_config(config, name=name, seq_len=seq_len)
@@ -719,7 +722,7 @@ def import_model(
     for key, value in spec.file_fields().items():
         table.add_row(key, f"{value:,}" if type(value) is int else str(value))
     table.add_row("parameters", f"{spec.num_parameters():,}")
-    console = Console(width=max(100, Console().width))
+    console = terminal_console()
     console.print(f"{spec.name}, from {config}")
     console.print(table)
     for note in notes:

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
 from plansim.describe import objective_sentence
-from plansim.report.text import results_table
+from plansim.report.fit import print_fitted, terminal_console
+from plansim.report.text import OPTIONAL_COLUMNS, results_table
 
 if TYPE_CHECKING:
     from plansim.comparison import Comparison
@@ -85,7 +85,7 @@ def summary_sentence(c: Comparison) -> str:
 
 def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     """Print ``c`` for a terminal."""
-    console = Console(width=max(200, Console().width))
+    console = terminal_console()
     rank = {r.label: k for k, r in enumerate(c.ranked(), start=1)}
     rows = (
         ([str(rank.get(row["label"], "-")), row["label"], f"{row['gpus']:,}", f"{row['global_batch']:,}"], row, "")
@@ -93,7 +93,7 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     )
     title = f"plansim compare: {c.model} ({c.engine} engine), # by {_OBJECTIVE_WORDS[c.objective]}"
     keys = [("#", "right"), ("run", "left"), ("GPUs", "right"), ("global batch", "right")]
-    console.print(results_table(title, keys, rows))
+    print_fitted(console, results_table(title, keys, rows), elastic="run", optional=OPTIONAL_COLUMNS)
     console.print(summary_sentence(c))
     if c.scaling:
         how = (
@@ -104,8 +104,10 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
         s = Table(title=f"scaling: tp, pp and micro-batch held, dp grows; {how}")
         for name in ("run", "GPUs", "global batch", "step", "tokens/s", "MFU", "note"):
             s.add_column(name, justify="left" if name in ("run", "note") else "right")
+        notes: dict[str, int] = {}  # a point's reason -> its number, printed under the table
         for row in c.scaling_frame().to_dict("records"):
             ran = row["tokens_per_s"] == row["tokens_per_s"] and row["tokens_per_s"] is not None  # not NaN/None
+            note = f"[{notes.setdefault(row['reason'], len(notes) + 1)}]" if row["reason"] else ""
             s.add_row(
                 row["label"],
                 f"{row['gpus']:,}",
@@ -113,9 +115,11 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
                 f"{row['step_time_s'] * 1e3:,.1f} ms" if ran else "-",
                 f"{row['tokens_per_s']:,.0f}" if ran else "-",
                 f"{row['mfu']:.1%}" if ran else "-",
-                row["reason"] or "",
+                note,
             )
-        console.print(s)
+        print_fitted(console, s, elastic="run")
+        for reason, k in notes.items():
+            console.print(f"[{k}] {reason}", markup=False)
     for path in files:
         console.print(f"wrote {path}")
 
