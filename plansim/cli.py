@@ -130,7 +130,7 @@ def simulate(
 
     if trace and engine != "des":
         raise PlansimError("--trace needs the discrete-event engine: add --engine des")
-    result = run(
+    result = _timed(f"simulate: {engine} engine", run)(
         model,
         hardware,
         strategy,
@@ -218,13 +218,13 @@ def plan(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp,
     )  # fmt: skip
-    result = _with_progress(
-        lambda progress: run_plan(
+    with _progress("plan") as bar:
+        bar.update(label="pricing candidates")
+        result = run_plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
             top_k=top, des=not no_des, milp="milp" in policies or policies == ("none", "selective", "full"),
-            jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=progress,
-        )
-    )  # fmt: skip
+            jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
+        )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
     from plansim.planner.text import print_plan
@@ -232,32 +232,23 @@ def plan(
     _report(result, out, fmt, write_plan, plan_summary, print_plan)
 
 
-def _with_progress(run: Callable[[Callable[[int, int], None]], Any]) -> Any:
-    """Run ``run(progress)`` under a progress bar that ``progress(done, total)`` moves."""
-    with _progress_bar("pricing candidates") as bar:
-        task = bar.add_task("", total=None)
+def _timed(what: str, func: F) -> F:
+    """``func`` run under progress that shows ``what`` and the time going by (for one long call)."""
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _progress(what):
+            return func(*args, **kwargs)
 
-        return run(progress)
+    return wrapper  # type: ignore[return-value]
 
 
-def _progress_bar(what: str) -> Any:
-    """A rich progress bar on stderr, gone when done (silent where stderr is not a terminal): ``what``, the bar,
-    done/total, the task's description and the time elapsed."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(what: str, total: int | None = None, live: bool | None = None) -> Any:
+    """Progress on stderr (``report.progress.Progress``): a bar on a terminal, plain lines after a few seconds
+    elsewhere; never on stdout."""
+    from plansim.report.progress import Progress
 
-    return Progress(
-        TextColumn(what),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+    return Progress(what, total, live=live)
 
 
 def _report(
@@ -328,7 +319,7 @@ def compare(
                 raise PlansimError(f"--scaling {scaling}: expected GPU counts such as 256,512,1024") from None
     total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts))
     result = _with_steps(
-        "simulating",
+        "compare",
         total,
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
@@ -374,28 +365,10 @@ def sweep(
 
     the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
     settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective)
-    if scheduler is not None:  # Dask's own log lines would tear a live bar: plain lines instead
-        result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=_plain_progress("planned"))
-    else:
-        with _progress_bar("planning") as bar:
-            task = bar.add_task("", total=len(the_grid))
-            result = run_sweep(
-                the_grid, settings, jobs=jobs, progress=lambda done, total: bar.update(task, completed=done)
-            )
+    # Dask's own log lines would tear a live bar: plain lines with a scheduler
+    with _progress("sweep: points planned", len(the_grid), live=False if scheduler is not None else None) as bar:
+        result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=bar.counter())
     _report(result, out, fmt, write_sweep, sweep_summary, print_sweep)
-
-
-def _plain_progress(what: str) -> Callable[[int, int], None]:
-    """A progress callback that writes ``what done/total points`` to stderr at every tenth of the work."""
-    shown = [-1]
-
-    def progress(done: int, total: int) -> None:
-        tenth = done * 10 // max(total, 1)
-        if tenth > shown[0]:
-            shown[0] = tenth
-            typer.echo(f"{what} {done:,}/{total:,} points", err=True)
-
-    return progress
 
 
 @app.command()
@@ -437,7 +410,7 @@ def validate(
         points = default_points(device, quick=quick)
         command = "plansim validate " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim validate"
         *_, written = _with_steps(
-            "training steps",
+            "validate: points",
             len(points),
             lambda step: run_validation(
                 points, out or default_folder(device), device=device, hardware=hardware, dtype=dtype,
@@ -459,13 +432,12 @@ def _require_torch(command: str, fix: str) -> None:
 
 
 def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
-    """Run ``run(step)`` under a progress bar that advances at each ``step(label)`` after the first."""
-    with _progress_bar(what) as bar:
-        task = bar.add_task("", total=total)
+    """Run ``run(step)`` under progress that advances at each ``step(label)`` after the first."""
+    with _progress(what, total) as bar:
         started = [False]
 
         def step(label: str) -> None:
-            bar.update(task, advance=1 if started[0] else 0, description=label)
+            bar.advance(label, by=1 if started[0] else 0)
             started[0] = True
 
         return run(step)
@@ -499,18 +471,13 @@ def profile(
     from plansim.profiling.profiler import check_timing, default_out, pick_device, profile_kernels, sweep_sizes
 
     check_timing(warmup, repeats)
-    sizes = sweep_sizes(load_model(model), quick=quick)
     device = pick_device(device)
+    sizes = sweep_sizes(load_model(model), quick=quick, device=device)
     command = "plansim profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim profile"
-    with _progress_bar("timing kernels") as bar:
-        task = bar.add_task("", total=None)
-
-        def step(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with _progress("profile: kernel groups timed") as bar:
         result = profile_kernels(
             sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats, quick=quick,
-            command=command, progress=step,
+            command=command, progress=bar.counter(), group=lambda label: bar.update(label=label),
         )  # fmt: skip
     path = Path(out or default_out(result))
     try:
@@ -572,7 +539,7 @@ def remat(
         raise PlansimError(f"--time-limit {time_limit}: must be > 0 seconds")
     if gap is not None and not 0 <= gap < 1:
         raise PlansimError(f"--gap {gap}: must be in [0, 1), e.g. 0.01 for 1%")
-    g = remat_graph(
+    g = _timed("remat: building the graph", remat_graph)(
         model,
         hardware,
         stage_layers=stage_layers,
@@ -581,7 +548,8 @@ def remat(
         tp=tp,
         granularity=granularity,
     )
-    plan = plan_remat(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
+    solving = f"remat: the MILP and the baselines at {budget} ({len(g):,} nodes, time limit {time_limit:g} s)"
+    plan = _timed(solving, plan_remat)(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
     summary = plan.summary()
     if out is not None:
         summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
@@ -597,13 +565,16 @@ def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solv
 
     g = plan.graph
     budgets = [b for b in default_budgets(g) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
-    with _progress_bar("trade-off curve") as progress:
-        task = progress.add_task("", total=len(budgets))
 
-        def step(budget: float) -> None:
-            progress.update(task, advance=1, description=f"budget {budget / 1e9:.3g} GB")
+    def at(k: int) -> str:
+        return f"at {budgets[k] / 1e9:.3g} GB (time limit {time_limit:g} s)" if k < len(budgets) else ""
 
-        results = tradeoff_curve(g, budgets, progress=step, solver=solver, time_limit_s=time_limit, gap=gap)
+    with _progress("remat: trade-off curve, budgets solved", len(budgets)) as bar:
+        bar.update(label=at(0))
+        results = tradeoff_curve(
+            g, budgets, solver=solver, time_limit_s=time_limit, gap=gap,
+            progress=lambda budget: bar.advance(at(bar.done + 1)),
+        )  # fmt: skip
     title = f"{g.name}: recompute overhead vs peak memory"
     return write_tradeoff(out, g, [*results, *plan.results], plan.milp, budget_bytes=plan.budget_bytes, title=title)
 

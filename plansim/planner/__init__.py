@@ -118,8 +118,11 @@ def plan(
     tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
+    ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
+    each later phase begins (``plansim plan`` shows both on stderr).
 
     Examples
     --------
@@ -137,7 +140,7 @@ def plan(
     c = constraints or Constraints()
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
-        progress=progress,
+        progress=progress, phase=phase,
     )  # fmt: skip
     if not outcome.candidates:
         raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
@@ -146,6 +149,8 @@ def plan(
     mega = None
     if mega_priced is not None:
         same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
+        if des and not same and phase:
+            phase("the Megatron-style reference with the DES")
         reference = des_figures(spec, cluster, mega_priced.strategy) if des and not same else None
         mega = same[0] if same else Finalist(mega_priced, reference)
     result = PlanResult(
@@ -154,6 +159,8 @@ def plan(
     )  # fmt: skip
     winner = result.winner_result
     if winner is None:
+        if phase:
+            phase("nothing fits: looking for the smallest change that does")
         result.suggestion = _smallest_change(spec, cluster, global_batch, c)
         result.explanation = f"No strategy fits {spec.name} on {cluster.num_gpus} x {cluster.gpu.name}. " + (
             result.suggestion
