@@ -83,10 +83,23 @@ def models(fmt: Annotated[OutputFormat, typer.Option("--format", help="output fo
 
 @app.command()
 @_clear_errors
-def hardware(fmt: Annotated[OutputFormat, typer.Option("--format", help="output format")] = OutputFormat.table) -> None:
-    """List the built-in hardware profiles (node types)."""
-    from plansim.hardware import list_hardware
+def hardware(
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="output format")] = OutputFormat.table,
+    links: Annotated[
+        bool, typer.Option("--links", help="list the link names of -H on -g GPUs (for --degrade-link, --fail-link)")
+    ] = False,
+    node: Annotated[str, typer.Option("--hardware", "-H", help="with --links: node type or YAML path")] = "dgx-a100",
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="with --links: GPUs (default one node)")] = None,
+) -> None:
+    """List the built-in hardware profiles (node types), or with --links the link names of a cluster."""
+    from plansim.hardware import list_hardware, load_hardware
 
+    if links:
+        from plansim.sim.routing import Fabric
+
+        cluster = load_hardware(node, gpus=gpus)
+        typer.echo(f"{cluster.name}, {cluster.num_gpus:,} GPUs\n{Fabric(cluster).describe_links()}")
+        return
     _print_rows(list_hardware(), fmt, "hardware profiles")
 
 
@@ -94,10 +107,12 @@ def hardware(fmt: Annotated[OutputFormat, typer.Option("--format", help="output 
 @_clear_errors
 def simulate(
     model: Annotated[str, typer.Option("--model", "-m", help="preset name (plansim models) or model YAML path")],
-    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")],
     strategy: Annotated[
         str, typer.Option("--strategy", "-s", help="'dp=8,tp=2,pp=1,...', a strategy YAML path or a shipped name")
     ],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")] = (
+        "dgx-a100"
+    ),
     gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default dp*tp*pp)")] = None,
     engine: Annotated[
         str, typer.Option("--engine", "-e", help="analytic (closed form) or des (discrete-event simulation)")
@@ -114,10 +129,17 @@ def simulate(
     ] = None,
     degrade_link: Annotated[
         list[str] | None,
-        typer.Option("--degrade-link", help="des: LINK=FACTOR bandwidth factor (LINK: node0/nic0, leaf0, u--v)"),
+        typer.Option(
+            "--degrade-link",
+            help="des: LINK=FACTOR bandwidth factor; LINK a vertex (node0/nic0, leaf0/rail0, spine0) or an edge "
+            "u--v (plansim hardware --links -H NODE -g N lists them)",
+        ),
     ] = None,
     fail_link: Annotated[
-        list[str] | None, typer.Option("--fail-link", help="des: LINK removed; traffic is rerouted around it")
+        list[str] | None,
+        typer.Option(
+            "--fail-link", help="des: LINK removed, traffic rerouted around it (plansim hardware --links lists them)"
+        ),
     ] = None,
     jitter: Annotated[
         float | None, typer.Option("--jitter", help="des: log-normal noise on kernel times (sigma, e.g. 0.05)")
@@ -187,7 +209,9 @@ def plan(
     allow_cross_node_tp: Annotated[
         bool, typer.Option("--allow-cross-node-tp", help="let tensor parallelism span nodes")
     ] = False,
-    objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
+    objective: Annotated[
+        str, typer.Option("--objective", help="step_time, tokens_per_s or cost (with --price-per-gpu-hour)")
+    ] = "step_time",
     top: Annotated[int, typer.Option("--top", help="finalists re-simulated with the discrete-event engine")] = 10,
     no_des: Annotated[bool, typer.Option("--no-des", help="rank by the analytic engine only")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="price candidates in N processes")] = 1,
@@ -381,7 +405,8 @@ def validate(
         None
     ),
     hardware: Annotated[
-        str | None, typer.Option("--hardware", "-H", help="node type to predict for (default: the device's GPU)")
+        str | None,
+        typer.Option("--hardware", "-H", help="node type to predict for (default: the device's GPU; a CPU: dgx-a100)"),
     ] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16 or fp32")] = "bf16",
     quick: Annotated[bool, typer.Option("--quick", help="4 configurations on a GPU, 3 on a CPU")] = False,

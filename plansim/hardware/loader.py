@@ -41,7 +41,8 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
     path = _profiles(kind) / f"{name.lower()}.yaml"
     if not path.is_file():
         raise PlansimError(
-            f"unknown {what} '{name}': known {what}s are {', '.join(_known(kind))} (or pass a path to a YAML file)"
+            f"unknown {what} '{name}': known {what} profiles are {', '.join(_known(kind))} (or pass a path to a YAML "
+            f"file)"
         )
     return path
 
