@@ -120,8 +120,10 @@ class Progress:
 
     def phase(self, label: str, total: int | None = None) -> None:
         """A new phase of the work: its label, and its own count from 0 (of ``total``; None: not counted)."""
-        self.total = total
-        self.update(0, total, label)
+        self.done, self.total, self.label = 0, total, label
+        if self._bar is not None:  # a bar's total cannot go back to None: a new task for the phase
+            self._bar.remove_task(self._task)
+            self._task = self._bar.add_task(label, total=total)
 
     # Plain lines.
 
