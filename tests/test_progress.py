@@ -36,7 +36,7 @@ def test_plain_lines_name_each_step_and_the_end(eager: None) -> None:
     with Progress("work", 3, stream=out, live=False) as p:
         for k, label in enumerate(("first", "second", "third"), start=1):
             p.update(label=label)
-            time.sleep(0.1)
+            time.sleep(0.25)
             p.update(k)
     lines = out.getvalue().splitlines()
     for k, label in enumerate(("first", "second", "third")):
@@ -81,8 +81,21 @@ def test_plan_progress_is_on_stderr_and_json_stays_json(eager: None) -> None:
     assert json.loads(res.stdout)["winner"] is not None
     lines = res.stderr.splitlines()
     assert any(line.startswith("plan") and "pricing candidates" in line for line in lines), lines
-    assert any("balancing the finalists' layer splits" in line or "remat=milp" in line for line in lines), lines
     assert lines[-1].startswith("plan: done in ")
+
+
+def test_plan_reports_each_phase_and_counts_the_des_finalists() -> None:
+    from plansim.planner import plan
+
+    labels: list[str] = []
+    counts: list[tuple[int, int]] = []
+    r = plan("gpt3-1.3b", "dgx-a100", gpus=16, global_batch=64, top_k=2, phase=labels.append,
+             progress=lambda done, total: counts.append((done, total)))  # fmt: skip
+    assert labels[:3] == [
+        "balancing the finalists' layer splits", "remat=milp for up to 3 finalists",
+        "re-simulating the 2 finalists with the DES",
+    ]  # fmt: skip
+    assert counts[-2:] == [(1, 2), (2, 2)] and counts[-3][0] == counts[-3][1] == r.outcome.candidates
 
 
 def test_compare_progress_names_each_run(eager: None) -> None:
