@@ -12,3 +12,7 @@ collect_ignore = [] if importlib.util.find_spec("torch") else _NEED_TORCH
 # environment. A notebook reads PLANSIM_SMALL to shorten its long sweeps; run by hand it shows the full sizes.
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("PLANSIM_SMALL", "1")
+
+# No progress lines on stderr (plansim.report.progress) in the tests: an error must stay one line on stderr however
+# long the command ran; tests/test_progress.py turns it back on.
+os.environ.setdefault("PLANSIM_PROGRESS", "off")

@@ -63,15 +63,17 @@ def _print_rows(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> No
         writer.writerows(rows)
         typer.echo(buf.getvalue(), nl=False)
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from plansim.report.fit import print_fitted, terminal_console
 
         table = Table(title=title)
         for key in rows[0]:
             table.add_column(key)
         for row in rows:
             table.add_row(*(str(v) for v in row.values()))
-        Console(width=200).print(table)
+        keys = list(rows[0])  # a narrow terminal leaves out the last columns first, never the first two
+        print_fitted(terminal_console(), table, elastic=keys[0], optional=keys[:1:-1], more="--format json or csv")
 
 
 @app.command()
@@ -85,10 +87,23 @@ def models(fmt: Annotated[OutputFormat, typer.Option("--format", help="output fo
 
 @app.command()
 @_clear_errors
-def hardware(fmt: Annotated[OutputFormat, typer.Option("--format", help="output format")] = OutputFormat.table) -> None:
-    """List the built-in hardware profiles (node types)."""
-    from plansim.hardware import list_hardware
+def hardware(
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="output format")] = OutputFormat.table,
+    links: Annotated[
+        bool, typer.Option("--links", help="list the link names of -H on -g GPUs (for --degrade-link, --fail-link)")
+    ] = False,
+    node: Annotated[str, typer.Option("--hardware", "-H", help="with --links: node type or YAML path")] = "dgx-a100",
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="with --links: GPUs (default one node)")] = None,
+) -> None:
+    """List the built-in hardware profiles (node types), or with --links the link names of a cluster."""
+    from plansim.hardware import list_hardware, load_hardware
 
+    if links:
+        from plansim.sim.routing import Fabric
+
+        cluster = load_hardware(node, gpus=gpus)
+        typer.echo(f"{cluster.name}, {cluster.num_gpus:,} GPUs\n{Fabric(cluster).describe_links()}")
+        return
     _print_rows(list_hardware(), fmt, "hardware profiles")
 
 
@@ -96,10 +111,12 @@ def hardware(fmt: Annotated[OutputFormat, typer.Option("--format", help="output 
 @_clear_errors
 def simulate(
     model: Annotated[str, typer.Option("--model", "-m", help="preset name (plansim models) or model YAML path")],
-    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")],
     strategy: Annotated[
         str, typer.Option("--strategy", "-s", help="'dp=8,tp=2,pp=1,...', a strategy YAML path or a shipped name")
     ],
+    hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")] = (
+        "dgx-a100"
+    ),
     gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default dp*tp*pp)")] = None,
     engine: Annotated[
         str, typer.Option("--engine", "-e", help="analytic (closed form) or des (discrete-event simulation)")
@@ -116,10 +133,17 @@ def simulate(
     ] = None,
     degrade_link: Annotated[
         list[str] | None,
-        typer.Option("--degrade-link", help="des: LINK=FACTOR bandwidth factor (LINK: node0/nic0, leaf0, u--v)"),
+        typer.Option(
+            "--degrade-link",
+            help="des: LINK=FACTOR bandwidth factor; LINK a vertex (node0/nic0, leaf0/rail0, spine0) or an edge "
+            "u--v (plansim hardware --links -H NODE -g N lists them)",
+        ),
     ] = None,
     fail_link: Annotated[
-        list[str] | None, typer.Option("--fail-link", help="des: LINK removed; traffic is rerouted around it")
+        list[str] | None,
+        typer.Option(
+            "--fail-link", help="des: LINK removed, traffic rerouted around it (plansim hardware --links lists them)"
+        ),
     ] = None,
     jitter: Annotated[
         float | None, typer.Option("--jitter", help="des: log-normal noise on kernel times (sigma, e.g. 0.05)")
@@ -132,7 +156,7 @@ def simulate(
 
     if trace and engine != "des":
         raise PlansimError("--trace needs the discrete-event engine: add --engine des")
-    result = run(
+    result = _timed(f"simulate: {engine} engine", run)(
         model,
         hardware,
         strategy,
@@ -189,7 +213,9 @@ def plan(
     allow_cross_node_tp: Annotated[
         bool, typer.Option("--allow-cross-node-tp", help="let tensor parallelism span nodes")
     ] = False,
-    objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
+    objective: Annotated[
+        str, typer.Option("--objective", help="step_time, tokens_per_s or cost (with --price-per-gpu-hour)")
+    ] = "step_time",
     top: Annotated[int, typer.Option("--top", help="finalists re-simulated with the discrete-event engine")] = 10,
     no_des: Annotated[bool, typer.Option("--no-des", help="rank by the analytic engine only")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="price candidates in N processes")] = 1,
@@ -222,13 +248,13 @@ def plan(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp,
     )  # fmt: skip
-    result = _with_progress(
-        lambda progress: run_plan(
+    with _progress("plan") as bar:
+        bar.update(label="pricing candidates")
+        result = run_plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
             top_k=top, des=not no_des, milp="milp" in policies or policies == ("none", "selective", "full"),
-            jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=progress,
-        )
-    )  # fmt: skip
+            jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
+        )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
     from plansim.planner.text import print_plan
@@ -236,32 +262,23 @@ def plan(
     _report(result, out, fmt, write_plan, plan_summary, print_plan)
 
 
-def _with_progress(run: Callable[[Callable[[int, int], None]], Any]) -> Any:
-    """Run ``run(progress)`` under a progress bar that ``progress(done, total)`` moves."""
-    with _progress_bar("pricing candidates") as bar:
-        task = bar.add_task("", total=None)
+def _timed(what: str, func: F) -> F:
+    """``func`` run under progress that shows ``what`` and the time going by (for one long call)."""
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _progress(what):
+            return func(*args, **kwargs)
 
-        return run(progress)
+    return wrapper  # type: ignore[return-value]
 
 
-def _progress_bar(what: str) -> Any:
-    """A rich progress bar on stderr, gone when done (silent where stderr is not a terminal): ``what``, the bar,
-    done/total, the task's description and the time elapsed."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _progress(what: str, total: int | None = None, live: bool | None = None) -> Any:
+    """Progress on stderr (``report.progress.Progress``): a bar on a terminal, plain lines after a few seconds
+    elsewhere; never on stdout."""
+    from plansim.report.progress import Progress
 
-    return Progress(
-        TextColumn(what),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
+    return Progress(what, total, live=live)
 
 
 def _report(
@@ -309,6 +326,10 @@ def compare(
         str,
         typer.Option("--scaling-batch", help="fixed (keep the global batch, default) or per-replica (grow it with dp)"),
     ] = "fixed",
+    objective: Annotated[
+        str,
+        typer.Option("--objective", help="rank by tokens_per_s (default), step_time or cost (GPU-hours per token)"),
+    ] = "tokens_per_s",
     out: Annotated[
         str | None, typer.Option("--out", "-o", help="write results.csv/.json, scaling.csv and the charts here")
     ] = None,
@@ -330,11 +351,11 @@ def compare(
                 raise PlansimError(f"--scaling {shown(scaling)}: expected GPU counts such as 256,512,1024") from None
     total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts))
     result = _with_steps(
-        "simulating",
+        "compare",
         total,
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
-            scaling_engine=scaling_engine, scaling_batch=scaling_batch, progress=step,
+            scaling_engine=scaling_engine, scaling_batch=scaling_batch, objective=objective, progress=step,
         ),
     )  # fmt: skip
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)
@@ -378,28 +399,10 @@ def sweep(
     check_output_folder(out)  # before the points run, not after them
     the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
     settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective)
-    if scheduler is not None:  # Dask's own log lines would tear a live bar: plain lines instead
-        result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=_plain_progress("planned"))
-    else:
-        with _progress_bar("planning") as bar:
-            task = bar.add_task("", total=len(the_grid))
-            result = run_sweep(
-                the_grid, settings, jobs=jobs, progress=lambda done, total: bar.update(task, completed=done)
-            )
+    # Dask's own log lines would tear a live bar: plain lines with a scheduler
+    with _progress("sweep: points planned", len(the_grid), live=False if scheduler is not None else None) as bar:
+        result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=bar.counter())
     _report(result, out, fmt, write_sweep, sweep_summary, print_sweep)
-
-
-def _plain_progress(what: str) -> Callable[[int, int], None]:
-    """A progress callback that writes ``what done/total points`` to stderr at every tenth of the work."""
-    shown = [-1]
-
-    def progress(done: int, total: int) -> None:
-        tenth = done * 10 // max(total, 1)
-        if tenth > shown[0]:
-            shown[0] = tenth
-            typer.echo(f"{what} {done:,}/{total:,} points", err=True)
-
-    return progress
 
 
 @app.command()
@@ -412,7 +415,8 @@ def validate(
         None
     ),
     hardware: Annotated[
-        str | None, typer.Option("--hardware", "-H", help="node type to predict for (default: the device's GPU)")
+        str | None,
+        typer.Option("--hardware", "-H", help="node type to predict for (default: the device's GPU; a CPU: dgx-a100)"),
     ] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16 or fp32")] = "bf16",
     quick: Annotated[bool, typer.Option("--quick", help="4 configurations on a GPU, 3 on a CPU")] = False,
@@ -441,7 +445,7 @@ def validate(
         points = default_points(device, quick=quick)
         command = "plansim validate " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim validate"
         *_, written = _with_steps(
-            "training steps",
+            "validate: points",
             len(points),
             lambda step: run_validation(
                 points, out or default_folder(device), device=device, hardware=hardware, dtype=dtype,
@@ -463,13 +467,12 @@ def _require_torch(command: str, fix: str) -> None:
 
 
 def _with_steps(what: str, total: int, run: Callable[[Callable[[str], None]], Any]) -> Any:
-    """Run ``run(step)`` under a progress bar that advances at each ``step(label)`` after the first."""
-    with _progress_bar(what) as bar:
-        task = bar.add_task("", total=total)
+    """Run ``run(step)`` under progress that advances at each ``step(label)`` after the first."""
+    with _progress(what, total) as bar:
         started = [False]
 
         def step(label: str) -> None:
-            bar.update(task, advance=1 if started[0] else 0, description=label)
+            bar.advance(label, by=1 if started[0] else 0)
             started[0] = True
 
         return run(step)
@@ -504,18 +507,13 @@ def profile(
     from plansim.profiling.profiler import check_timing, default_out, pick_device, profile_kernels, sweep_sizes
 
     check_timing(warmup, repeats)
-    sizes = sweep_sizes(load_model(model), quick=quick)
     device = pick_device(device)
+    sizes = sweep_sizes(load_model(model), quick=quick, device=device)
     command = "plansim profile " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "plansim profile"
-    with _progress_bar("timing kernels") as bar:
-        task = bar.add_task("", total=None)
-
-        def step(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with _progress("profile: kernel groups timed") as bar:
         result = profile_kernels(
             sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats, quick=quick,
-            command=command, progress=step,
+            command=command, progress=bar.counter(), group=lambda label: bar.update(label=label),
         )  # fmt: skip
     path = Path(out or default_out(result))
     try:
@@ -586,7 +584,7 @@ def remat(
         raise PlansimError(f"--time-limit {time_limit}: must be > 0 seconds")
     if gap is not None and not 0 <= gap < 1:
         raise PlansimError(f"--gap {gap}: must be in [0, 1), e.g. 0.01 for 1%")
-    g = remat_graph(
+    g = _timed("remat: building the graph", remat_graph)(
         model,
         hardware,
         stage_layers=stage_layers,
@@ -595,7 +593,8 @@ def remat(
         tp=tp,
         granularity=granularity,
     )
-    plan = plan_remat(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
+    solving = f"remat: the MILP and the baselines at {budget} ({len(g):,} nodes, time limit {time_limit:g} s)"
+    plan = _timed(solving, plan_remat)(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
     summary = plan.summary(timings=fmt is RematFormat.text)  # JSON: the same input, the same bytes
     if out is not None:
         summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
@@ -611,23 +610,27 @@ def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solv
 
     g = plan.graph
     budgets = [b for b in default_budgets(g) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
-    with _progress_bar("trade-off curve") as progress:
-        task = progress.add_task("", total=len(budgets))
 
-        def step(budget: float) -> None:
-            progress.update(task, advance=1, description=f"budget {budget / 1e9:.3g} GB")
+    def at(k: int) -> str:
+        return f"at {budgets[k] / 1e9:.3g} GB (time limit {time_limit:g} s)" if k < len(budgets) else ""
 
-        results = tradeoff_curve(g, budgets, progress=step, solver=solver, time_limit_s=time_limit, gap=gap)
+    with _progress("remat: trade-off curve, budgets solved", len(budgets)) as bar:
+        bar.update(label=at(0))
+        results = tradeoff_curve(
+            g, budgets, solver=solver, time_limit_s=time_limit, gap=gap,
+            progress=lambda budget: bar.advance(at(bar.done + 1)),
+        )  # fmt: skip
     title = f"{g.name}: recompute overhead vs peak memory"
     return write_tradeoff(out, g, [*results, *plan.results], plan.milp, budget_bytes=plan.budget_bytes, title=title)
 
 
 def _print_remat(s: dict[str, Any]) -> None:
     """The MILP's schedule at the budget and every baseline, as rich tables."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(100, Console().width))
+    from plansim.report.fit import terminal_console
+
+    console = terminal_console()
     m, graph, budget = s["milp"], s["graph"], s["budget_bytes"]
     total = graph["compute_s"]
     peaks = [r["peak_bytes"] or 0.0 for r in (m, *s["baselines"].values())]
@@ -722,11 +725,11 @@ def import_model(
     """Read a Hugging Face config.json (GPT-2, GPT-NeoX, Llama, Mistral, Qwen2) as a plansim model."""
     from pathlib import Path
 
-    from rich.console import Console
     from rich.table import Table
 
     from plansim.errors import PlansimError
     from plansim.outputs import atomic_write_text
+    from plansim.report.fit import terminal_console
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
     spec = from_hf_config(config, name=name, seq_len=seq_len)
@@ -737,7 +740,7 @@ def import_model(
     for key, value in spec.file_fields().items():
         table.add_row(key, f"{value:,}" if type(value) is int else str(value))
     table.add_row("parameters", f"{spec.num_parameters():,}")
-    console = Console(width=max(100, Console().width))
+    console = terminal_console()
     console.print(f"{spec.name}, from {config}")
     console.print(table)
     for note in notes:

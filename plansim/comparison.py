@@ -22,15 +22,20 @@ from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
+from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, load_model
 
-__all__ = ["SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
+__all__ = ["COMPARE_OBJECTIVES", "SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
 
 _MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
 #: How the global batch follows the GPU count in scaling curves (see the module docstring).
 SCALING_BATCH = ("fixed", "per-replica")
+#: What ``compare`` ranks runs by: the planner's objective names (``planner.search.OBJECTIVES``). Runs may differ in
+#: global batch and GPU count, so these do not agree as they do in a plan: tokens/s (the default) is the training
+#: throughput, ``step_time`` the time of one step whatever it holds, ``cost`` the GPU-seconds per token.
+COMPARE_OBJECTIVES = ("tokens_per_s", "step_time", "cost")
 
 
 @dataclass(frozen=True)
@@ -105,10 +110,11 @@ class Comparison:
     runs: list[Run]
     scaling: list[ScalingPoint] = field(default_factory=list)
     scaling_batch: str = "fixed"
+    objective: str = "tokens_per_s"
 
     def frame(self) -> Any:
-        """One pandas row per run: label, hardware, GPUs, engine, step time, tokens/s, MFU, fit, peak memory and
-        capacity, memory by category (``mem_*_bytes``), comm per GPU by kind (``comm_*_bytes``), the time
+        """One pandas row per run: label, hardware, GPUs, global batch, engine, step time, tokens/s, MFU, fit, peak
+        memory and capacity, memory by category (``mem_*_bytes``), comm per GPU by kind (``comm_*_bytes``), the time
         breakdown (``time_*_s``), bytes on the busiest link of each tier (``tier_*_bytes``, DES only) and through
         its busiest port (``port_*_bytes``, ``Run.port_bytes``) and the strategy's fields (``strategy.*``)."""
         import pandas as pd
@@ -121,6 +127,7 @@ class Comparison:
                     "label": run.label,
                     "hardware": run.hardware,
                     "gpus": r.gpus,
+                    "global_batch": run.strategy.batch,
                     "engine": r.engine,
                     "step_time_s": r.step_time_s,
                     "tokens_per_s": r.tokens_per_s,
@@ -200,9 +207,20 @@ class Comparison:
         return names
 
     def fastest(self) -> Run | None:
-        """The fastest run that fits (None if none does)."""
+        """The run that fits with the shortest step (None if none does), whatever its batch: ``best`` ranks."""
         fitting = [r for r in self.runs if r.result.fits]
         return min(fitting, key=lambda r: r.result.step_time_s) if fitting else None
+
+    def ranked(self) -> list[Run]:
+        """The runs that fit, best first by ``objective`` (ties in the order given)."""
+        key = OBJECTIVES[self.objective]
+        fitting = [(key(r.result), k, r) for k, r in enumerate(self.runs) if r.result.fits]
+        return [r for *_, r in sorted(fitting, key=lambda t: t[:2])]
+
+    def best(self) -> Run | None:
+        """The best run that fits by ``objective`` (None if none does)."""
+        ranked = self.ranked()
+        return ranked[0] if ranked else None
 
 
 def compare(
@@ -215,6 +233,7 @@ def compare(
     scaling_gpus: Sequence[int] = (),
     scaling_engine: str = "analytic",
     scaling_batch: str = "fixed",
+    objective: str = "tokens_per_s",
     progress: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
@@ -240,6 +259,8 @@ def compare(
         raise PlansimError("--hardware: give at least one hardware profile")
     if gpus is not None and gpus < 1:
         raise PlansimError(f"--gpus {gpus}: at least one GPU")
+    if objective not in COMPARE_OBJECTIVES:
+        raise PlansimError(f"--objective {objective}: choose one of {', '.join(COMPARE_OBJECTIVES)}")
     if scaling_batch not in SCALING_BATCH:
         raise PlansimError(f"--scaling-batch {scaling_batch}: choose one of {', '.join(SCALING_BATCH)}")
     bad = [g for g in scaling_gpus if g < 1]
@@ -257,7 +278,7 @@ def compare(
             result = ENGINES[engine](spec, cluster, strategy)
             run = Run(label, cluster, strategy.resolve(cluster), result)
             runs.append(run)
-    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch)
+    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch, objective=objective)
     for run in runs:
         for g in scaling_gpus:
             if progress:

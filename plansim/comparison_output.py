@@ -1,4 +1,5 @@
-"""What ``plansim compare`` prints and writes: a rich table of the runs with a sentence on the fastest, and with
+"""What ``plansim compare`` prints and writes: a rich table of the runs ranked by the objective (tokens/s unless
+``--objective`` says otherwise) with a sentence on the best, and with
 ``--out DIR`` results.csv (one row per run), results.json (every run's full result), scaling.csv and the charts of
 ``report.compare_charts`` (time_breakdown, memory, communication, timeline for discrete-event runs, scaling)."""
 
@@ -9,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
 from rich.table import Table
 
-from plansim.describe import compare_sentence
-from plansim.report.text import results_table
+from plansim.describe import objective_sentence
+from plansim.report.fit import print_fitted, terminal_console
+from plansim.report.text import OPTIONAL_COLUMNS, results_table
 
 if TYPE_CHECKING:
     from plansim.comparison import Comparison
@@ -22,12 +23,15 @@ __all__ = ["comparison_summary", "print_comparison", "write_comparison"]
 
 
 def comparison_summary(c: Comparison) -> dict[str, Any]:
-    """The comparison as plain data (``--format json`` and results.json)."""
-    fastest = c.fastest()
+    """The comparison as plain data (``--format json`` and results.json): ``best`` by ``objective``, and ``fastest``
+    (the shortest step, whatever its batch)."""
+    fastest, best = c.fastest(), c.best()
     return {
         "model": c.model,
         "engine": c.engine,
+        "objective": c.objective,
         "runs": [_run_summary(r) for r in c.runs],
+        "best": None if best is None else best.label,
         "fastest": None if fastest is None else fastest.label,
         "summary": summary_sentence(c),
         "scaling_batch": c.scaling_batch,
@@ -45,30 +49,51 @@ def _run_summary(r: Any) -> dict[str, Any]:
     }
 
 
+#: How the summary names each objective (``comparison.COMPARE_OBJECTIVES``).
+_OBJECTIVE_WORDS = {"tokens_per_s": "tokens/s", "step_time": "step time", "cost": "GPU-hours per token"}
+
+
 def summary_sentence(c: Comparison) -> str:
-    """Which run is fastest among those that fit, and against the next one why; which do not fit."""
-    fastest = c.fastest()
+    """Which run is best by the objective among those that fit, and against the next one why; which do not fit;
+    where step times are ranked across different global batches, that they hold different work."""
+    ranked = c.ranked()
     out = []
-    if fastest is None:
+    if not ranked:
         out.append("No run fits in memory.")
     else:
-        w = fastest.result
-        out.append(f"Fastest: {fastest.label}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s.")
-        others = sorted((r for r in c.runs if r.result.fits and r is not fastest), key=lambda r: r.result.step_time_s)
-        if others:
-            out.append(compare_sentence(w, others[0].result, others[0].label))
+        best = ranked[0]
+        w = best.result
+        out.append(
+            f"Best by {_OBJECTIVE_WORDS[c.objective]}: {best.label}, {w.tokens_per_s:,.0f} tokens/s, "
+            f"{w.step_time_s:.3f} s per step at global batch {best.strategy.batch:,}, MFU {w.mfu:.1%}."
+        )
+        if len(ranked) > 1:
+            other = ranked[1]
+            pair = (best.strategy.batch, other.strategy.batch)
+            out.append(objective_sentence(w, other.result, other.label, c.objective, pair))
     for r in c.runs:
         if not r.result.fits:
             out.append(f"{r.label} does not fit: {r.result.reason}.")
+    batches = sorted({r.strategy.batch for r in c.runs})
+    if c.objective == "step_time" and len(batches) > 1:
+        out.append(
+            f"The global batches differ ({', '.join(f'{b:,}' for b in batches)}): a step holds different work in "
+            f"each run; --objective tokens_per_s ranks by throughput."
+        )
     return " ".join(out)
 
 
 def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     """Print ``c`` for a terminal."""
-    console = Console(width=max(200, Console().width))
-    rows = (([row["label"], f"{row['gpus']:,}"], row, "") for row in c.frame().to_dict("records"))
-    title = f"plansim compare: {c.model} ({c.engine} engine)"
-    console.print(results_table(title, [("run", "left"), ("GPUs", "right")], rows))
+    console = terminal_console()
+    rank = {r.label: k for k, r in enumerate(c.ranked(), start=1)}
+    rows = (
+        ([str(rank.get(row["label"], "-")), row["label"], f"{row['gpus']:,}", f"{row['global_batch']:,}"], row, "")
+        for row in c.frame().to_dict("records")
+    )
+    title = f"plansim compare: {c.model} ({c.engine} engine), # by {_OBJECTIVE_WORDS[c.objective]}"
+    keys = [("#", "right"), ("run", "left"), ("GPUs", "right"), ("global batch", "right")]
+    print_fitted(console, results_table(title, keys, rows), elastic="run", optional=OPTIONAL_COLUMNS)
     console.print(summary_sentence(c))
     if c.scaling:
         how = (
@@ -79,8 +104,10 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
         s = Table(title=f"scaling: tp, pp and micro-batch held, dp grows; {how}")
         for name in ("run", "GPUs", "global batch", "step", "tokens/s", "MFU", "note"):
             s.add_column(name, justify="left" if name in ("run", "note") else "right")
+        notes: dict[str, int] = {}  # a point's reason -> its number, printed under the table
         for row in c.scaling_frame().to_dict("records"):
             ran = row["tokens_per_s"] == row["tokens_per_s"] and row["tokens_per_s"] is not None  # not NaN/None
+            note = f"[{notes.setdefault(row['reason'], len(notes) + 1)}]" if row["reason"] else ""
             s.add_row(
                 row["label"],
                 f"{row['gpus']:,}",
@@ -88,9 +115,11 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
                 f"{row['step_time_s'] * 1e3:,.1f} ms" if ran else "-",
                 f"{row['tokens_per_s']:,.0f}" if ran else "-",
                 f"{row['mfu']:.1%}" if ran else "-",
-                row["reason"] or "",
+                note,
             )
-        console.print(s)
+        print_fitted(console, s, elastic="run")
+        for reason, k in notes.items():
+            console.print(f"[{k}] {reason}", markup=False)
     for path in files:
         console.print(f"wrote {path}")
 

@@ -12,7 +12,7 @@ from plansim.units import GB
 if TYPE_CHECKING:
     from plansim.result import Result
 
-__all__ = ["compare_sentence", "describe"]
+__all__ = ["compare_sentence", "describe", "objective_sentence"]
 
 _PARTS = {
     "compute": "compute",
@@ -57,13 +57,85 @@ def compare_sentence(winner: Result, other: Result, name: str) -> str:
     if other.step_time_s <= 0:
         return ""
     gain = other.step_time_s / winner.step_time_s - 1
-    diffs = [(other.time_breakdown_s[k] - winner.time_breakdown_s[k], k) for k in _PARTS]
-    less = sorted((d for d in diffs if d[0] > 1e-6), key=lambda d: -d[0])[:2]
-    more = sorted((d for d in diffs if d[0] < -1e-6), key=lambda d: d[0])[:1]
     pace = f"{gain:.1%} faster than" if gain > 5e-4 else "as fast as" if gain > -5e-4 else f"{-gain:.1%} slower than"
-    memory = f"; peak memory {winner.peak_memory_bytes / GB:.1f} vs {other.peak_memory_bytes / GB:.1f} GB"
-    because = ""
-    if less and gain > 5e-4:
-        because = ": " + " and ".join(f"less {_PARTS[k]} ({d * 1e3:,.1f} ms)" for d, k in less)
-        because += "".join(f", despite more {_PARTS[k]} ({-d * 1e3:,.1f} ms)" for d, k in more)
-    return f"It is {pace} {name}{because}{memory}."
+    return f"It is {pace} {name}{_because(winner, other, gain, 1.0)}{_memory(winner, other)}."
+
+
+def objective_sentence(
+    winner: Result, other: Result, name: str, objective: str, batches: tuple[int, int] | None = None
+) -> str:
+    """``compare_sentence`` on an objective of ``planner.search.OBJECTIVES``: how much more tokens/s
+    (``tokens_per_s``), the fewer GPU-seconds per token (``cost``) or how much faster a step (``step_time``) the winner
+    gives than ``other``. Where the two steps hold different batches (or, for ``cost``, run on different GPU counts),
+    the parts of the step are compared for the same tokens (and GPUs): ``other``'s scaled to the winner's.
+    ``batches``: the two global batches (default: the results' strategies').
+
+    >>> import textwrap
+    >>> from types import SimpleNamespace as R
+    >>> parts = lambda c, x, b: dict(compute=c, recompute=0.0, exposed_comm=x, bubble=b, optimizer=0.0)
+    >>> w = R(step_time_s=4.0, tokens_per_s=1000.0, gpus=8, time_breakdown_s=parts(3.0, 0.5, 0.5),
+    ...       peak_memory_bytes=60e9, strategy={"global_batch": 4})
+    >>> o = R(step_time_s=1.0, tokens_per_s=500.0, gpus=8, time_breakdown_s=parts(0.5, 0.5, 0.0),
+    ...       peak_memory_bytes=50e9, strategy={"global_batch": 1})
+    >>> print(textwrap.fill(objective_sentence(w, o, "B", "tokens_per_s"), 100))
+    It gives 100.0% more tokens/s than B (global batch 4 vs 1): for the same 4,000 tokens, less exposed
+    communication (3,500.0 ms) and less compute (1,000.0 ms), despite more pipeline bubble (500.0 ms);
+    peak memory 60.0 vs 50.0 GB.
+    >>> o = R(**{**vars(o), "gpus": 32})   # 4x the GPU-seconds per token of the above
+    >>> objective_sentence(w, o, "B", "cost").split(":")[0]
+    'It needs 87.5% fewer GPU-hours per token than B (8 vs 32 GPUs, global batch 4 vs 1)'
+    """
+    if objective == "step_time":
+        return compare_sentence(winner, other, name)
+    if other.tokens_per_s <= 0 or winner.tokens_per_s <= 0:
+        return ""
+    tokens = winner.tokens_per_s * winner.step_time_s
+    scale = tokens / (other.tokens_per_s * other.step_time_s)
+    mine, theirs = batches or (winner.strategy.get("global_batch"), other.strategy.get("global_batch"))
+    setting = f" (global batch {mine:,} vs {theirs:,})" if mine != theirs else ""
+    if objective == "cost":  # GPU-seconds per token
+        scale *= other.gpus / winner.gpus
+        own_cost = winner.step_time_s * winner.gpus / tokens
+        other_cost = other.step_time_s * other.gpus / (other.tokens_per_s * other.step_time_s)
+        gain = other_cost / own_cost - 1
+        if other.gpus != winner.gpus:
+            setting = f" ({winner.gpus:,} vs {other.gpus:,} GPUs" + (f", {setting[2:]}" if setting else ")")
+        pace = (
+            f"It needs {1 - own_cost / other_cost:.1%} fewer GPU-hours per token than"
+            if gain > 5e-4
+            else "It needs as many GPU-hours per token as"
+            if gain > -5e-4
+            else f"It needs {own_cost / other_cost - 1:.1%} more GPU-hours per token than"
+        )
+        same = f"for the same {tokens:,.0f} tokens on {winner.gpus:,} GPUs, "
+    else:
+        gain = winner.tokens_per_s / other.tokens_per_s - 1
+        pace = (
+            f"It gives {gain:.1%} more tokens/s than"
+            if gain > 5e-4
+            else "It gives as many tokens/s as"
+            if gain > -5e-4
+            else f"It gives {-gain:.1%} fewer tokens/s than"
+        )
+        same = f"for the same {tokens:,.0f} tokens, "
+    because = _because(winner, other, gain, scale, floor_s=5e-5)  # none that would print as 0.0 ms
+    if because and abs(scale - 1) > 1e-9:
+        because = ": " + same + because[2:]
+    return f"{pace} {name}{setting}{because}{_memory(winner, other)}."
+
+
+def _because(winner: Result, other: Result, gain: float, scale: float, floor_s: float = 1e-6) -> str:
+    """``: less X (ms) and less Y (ms), despite more Z (ms)``: the parts of the step (``other``'s times ``scale``)
+    the winner spends less on (at most two) and the one it spends most more on, each differing by more than
+    ``floor_s``; empty unless the winner gains."""
+    diffs = [(other.time_breakdown_s[k] * scale - winner.time_breakdown_s[k], k) for k in _PARTS]
+    less = sorted((d for d in diffs if d[0] > floor_s), key=lambda d: -d[0])[:2]
+    more = sorted((d for d in diffs if d[0] < -floor_s), key=lambda d: d[0])[:1]
+    if not less or gain <= 5e-4:
+        return ""
+    because = ": " + " and ".join(f"less {_PARTS[k]} ({d * 1e3:,.1f} ms)" for d, k in less)
+    return because + "".join(f", despite more {_PARTS[k]} ({-d * 1e3:,.1f} ms)" for d, k in more)
+
+
+def _memory(winner: Result, other: Result) -> str:
+    return f"; peak memory {winner.peak_memory_bytes / GB:.1f} vs {other.peak_memory_bytes / GB:.1f} GB"

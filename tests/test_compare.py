@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from plansim.analytic import simulate_analytic
-from plansim.api import load_hardware, load_model
+from plansim.api import as_strategy, load_hardware, load_model
 from plansim.cli import app
 from plansim.comparison import compare, scaled_strategy
 from plansim.errors import PlansimError
@@ -160,7 +160,7 @@ def test_cli_compare_writes_tables_and_charts(tmp_path: Path) -> None:
          "--scaling", "16,32,64", "--out", str(out)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "Fastest:" in res.stdout and "scaling" in res.stdout
+    assert "Best by tokens/s:" in res.stdout and "scaling" in res.stdout
     for name in ("time_breakdown", "memory", "communication", "timeline", "scaling"):
         for ext in ("svg", "png"):
             assert (out / f"{name}.{ext}").stat().st_size > 1000, name
@@ -168,6 +168,7 @@ def test_cli_compare_writes_tables_and_charts(tmp_path: Path) -> None:
     assert len(rows) == 1 + 4
     summary = json.loads((out / "results.json").read_text())
     assert len(summary["runs"]) == 4 and summary["fastest"] in [r["label"] for r in summary["runs"]]
+    assert summary["objective"] == "tokens_per_s" and summary["best"] in [r["label"] for r in summary["runs"]]
     assert all(r["tier_bytes"]["nvlink"] > 0 for r in summary["runs"])
     scaling = (out / "scaling.csv").read_text().splitlines()
     assert len(scaling) == 1 + 12  # 4 runs x 3 counts; the fixed batch 32 at micro-batch 4 splits over dp <= 8 only:
@@ -236,3 +237,60 @@ def test_json_and_files_when_scaling_points_cannot_run(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert (out / "scaling.csv").is_file() and not (out / "scaling.svg").exists()
     _strict_json((out / "results.json").read_text())
+
+
+#: The issue's case: three runs on 64 H100s whose global batches differ (512, 8 and 128 sequences).
+BATCHES = ["dp=64,micro_batch=1,global_batch=512,zero=1,remat=selective", "tp-node-dp", "zero3"]
+ISSUE = ["compare", "--model", "gpt3-13b", "-H", "dgx-h100", "--gpus", "64", "-s", BATCHES[0], "-s", BATCHES[1],
+         "-s", BATCHES[2], "--engine", "analytic"]  # fmt: skip
+
+
+def _alone(strategy: str) -> tuple[float, float, float, int]:
+    """tokens/s, step time, GPU-seconds per token and the global batch of one run, simulated on its own."""
+    cluster = load_hardware("dgx-h100", gpus=64)
+    s = as_strategy(strategy)
+    r = simulate_analytic(load_model("gpt3-13b"), cluster, s)
+    tokens = r.tokens_per_s * r.step_time_s
+    return r.tokens_per_s, r.step_time_s, r.step_time_s * r.gpus / tokens, s.resolve(cluster).batch
+
+
+def test_compare_ranks_by_tokens_per_s_by_default() -> None:
+    """The best run is the one with the most tokens/s (not the shortest step), its margin is the ratio of the
+    runs' own tokens/s, and the table shows each run's global batch."""
+    alone = {s: _alone(s) for s in BATCHES}
+    res = runner.invoke(app, ISSUE, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    by_tokens = sorted(BATCHES, key=lambda s: -alone[s][0])
+    assert by_tokens[0] == BATCHES[0] and min(BATCHES, key=lambda s: alone[s][1]) == "tp-node-dp"  # the trap
+    summary = " ".join(res.stdout.split())
+    assert summary.count("Best by tokens/s: dp64 tp1 pp1 mb1 zero1 remat=selective ring,") == 1
+    gain = alone[by_tokens[0]][0] / alone[by_tokens[1]][0] - 1
+    assert f"It gives {gain:.1%} more tokens/s than {by_tokens[1]} (global batch 512 vs 128)" in summary
+    assert "faster" not in summary
+    header = next(line for line in res.stdout.splitlines() if "global batch" in line)
+    assert [c.strip() for c in header.split("┃")[1:5]] == ["#", "run", "GPUs", "global batch"]
+    labels = dict(zip(BATCHES, ["dp64 tp1 pp1 mb1 zero1 remat=selective ring", "tp-node-dp", "zero3"], strict=True))
+    for rank, strategy in enumerate(by_tokens, start=1):
+        row = next(line for line in res.stdout.splitlines() if f" {labels[strategy]} " in line)
+        cells = [c.strip() for c in row.split("│")]
+        assert cells[1:5] == [str(rank), labels[strategy], "64", f"{alone[strategy][3]:,}"]
+
+
+def test_compare_objective_option_takes_the_planners_names() -> None:
+    alone = {s: _alone(s) for s in BATCHES}
+    step = runner.invoke(app, [*ISSUE, "--objective", "step_time"])
+    assert step.exit_code == 0, step.output
+    text = " ".join(step.stdout.split())
+    assert "Best by step time: tp-node-dp," in text and "The global batches differ (8, 128, 512)" in text
+    cost = runner.invoke(app, [*ISSUE, "--objective", "cost", "--format", "json"])
+    assert cost.exit_code == 0, cost.output
+    data = json.loads(cost.stdout)
+    cheapest = min(BATCHES, key=lambda s: alone[s][2])
+    assert data["objective"] == "cost" and data["best"] == {
+        BATCHES[0]: "dp64 tp1 pp1 mb1 zero1 remat=selective ring"
+    }.get(cheapest, cheapest)
+    assert data["fastest"] == "tp-node-dp"
+    bad = runner.invoke(app, [*ISSUE, "--objective", "fastest"])
+    assert bad.exit_code == 2 and bad.stderr.strip() == (
+        "error: --objective fastest: choose one of tokens_per_s, step_time, cost"
+    )

@@ -248,7 +248,7 @@ def test_bad_selectors_and_factors_are_clear_errors() -> None:
         Fabric(cluster, link_factors={"gpu0--nvswitch": 0.5})
     with pytest.raises(PlansimError, match=r"no link gpu0--leaf0/rail0; gpu0 links to node0/nic0, node0/nvswitch"):
         Fabric(cluster, failed=["gpu0--leaf0/rail0"])
-    with pytest.raises(PlansimError, match="list them under failed instead"):
+    with pytest.raises(PlansimError, match="use --fail-link node0/nic0 instead"):
         Fabric(cluster, link_factors={"node0/nic0": 0})
     with pytest.raises(PlansimError, match="positive number"):
         Fabric(cluster, link_factors={"node0/nic0": float("nan")})

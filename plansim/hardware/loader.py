@@ -41,8 +41,8 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
     path = _profiles(kind) / f"{name.lower()}.yaml"
     if not is_file(path):
         raise PlansimError(
-            f"unknown {what} '{shown(name)}': known {what}s are {', '.join(_known(kind))} "
-            "(or pass a path to a YAML file)"
+            f"unknown {what} '{shown(name)}': known {what} profiles are {', '.join(_known(kind))} (or pass a path to "
+            "a YAML file)"
         )
     return path
 

@@ -76,7 +76,10 @@ class PlanResult:
         mega = self.megatron
         if mega is not None and all(f.priced.strategy != mega.priced.strategy for f in self.outcome.finalists):
             rows.append(self._row(None, "megatron-style", mega))
-        return pd.DataFrame(rows)
+        frame = pd.DataFrame(rows)
+        if len(frame):  # whole numbers with a gap (the reference has no rank), not floats: results.csv reads "1"
+            frame["rank"] = frame["rank"].astype("Int64")
+        return frame
 
     def _row(self, rank: int | None, role: str, f: Finalist) -> dict[str, Any]:
         r = f.result
@@ -118,8 +121,11 @@ def plan(
     tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
+    ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
+    each later phase begins (``plansim plan`` shows both on stderr).
 
     Examples
     --------
@@ -134,10 +140,15 @@ def plan(
     cluster = hardware if isinstance(hardware, Cluster) else load_hardware(str(hardware), gpus=gpus)
     if global_batch < 1:
         raise PlansimError(f"--global-batch {global_batch}: at least one sequence per step")
+    if objective == "cost" and price_per_gpu_hour is None:  # cost ranks as step time at a fixed GPU count and batch
+        raise PlansimError(
+            "--objective cost needs --price-per-gpu-hour PRICE (and --tokens for the run's cost); without a price it "
+            "ranks as --objective step_time"
+        )
     c = constraints or Constraints()
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
-        progress=progress,
+        progress=progress, phase=phase,
     )  # fmt: skip
     if not outcome.candidates:
         raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
@@ -146,6 +157,8 @@ def plan(
     mega = None
     if mega_priced is not None:
         same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
+        if des and not same and phase:
+            phase("the Megatron-style reference with the DES")
         reference = des_figures(spec, cluster, mega_priced.strategy) if des and not same else None
         mega = same[0] if same else Finalist(mega_priced, reference)
     result = PlanResult(
@@ -154,12 +167,17 @@ def plan(
     )  # fmt: skip
     winner = result.winner_result
     if winner is None:
+        if phase:
+            phase("nothing fits: looking for the smallest change that does")
         result.suggestion = _smallest_change(spec, cluster, global_batch, c)
         result.explanation = f"No strategy fits {spec.name} on {cluster.num_gpus} x {cluster.gpu.name}. " + (
             result.suggestion
         )
         return result
-    result.explanation = _explain(result)
+    excluded = (
+        None if mega is not None or not _set_constraints(c) else _megatron_excluded(spec, cluster, global_batch, c)
+    )
+    result.explanation = _explain(result, excluded)
     if tokens is not None:
         result.training = training_cost(winner, tokens, spec.seq_len, global_batch, price_per_gpu_hour)
     return result
@@ -199,7 +217,7 @@ def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
     return max(ok, default=1)
 
 
-def _explain(r: PlanResult) -> str:
+def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) -> str:
     finalists = [f for f in r.outcome.finalists if f.result.fits]
     best = finalists[0]
     w = best.result
@@ -222,9 +240,63 @@ def _explain(r: PlanResult) -> str:
                 "Megatron-style " + describe(r.megatron.priced.strategy) + ". "
                 + compare_sentence(w, r.megatron.result, "the Megatron-style configuration")
             )  # fmt: skip
+    elif excluded is not None:
+        mega_s, options = excluded
+        text.append(
+            "No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) within your constraints: "
+            f"the one that fits, {describe(mega_s)}, is excluded by {' and '.join(options)}."
+        )
     else:
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
     return " ".join(text)
+
+
+def _megatron_excluded(
+    model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints
+) -> tuple[Strategy, list[str]] | None:
+    """The Megatron-style configuration that fits once the user's constraints ``c`` are lifted (``megatron_style``
+    over the recipe's candidates, priced by the analytic engine), and the options of ``c`` that exclude it; None
+    when none fits even so, or when no option of ``c`` can be named."""
+    from plansim.analytic import AnalyticCache, simulate_analytic
+    from plansim.planner.explain import is_megatron_style
+    from plansim.planner.search import Priced
+
+    max_tp = _megatron_tp(model, cluster)
+    recipe = Constraints(
+        tp=max_tp, micro_batch=1, remat=("selective",), dp_algorithms=("ring",),
+        allow_cross_node_tp=c.allow_cross_node_tp, dtype=c.dtype,
+    )  # fmt: skip
+    cache = AnalyticCache(model, cluster)
+    fitting = []
+    for k, s in enumerate(candidates(model, cluster, global_batch, recipe)):
+        if not is_megatron_style(s, max_tp):
+            continue
+        try:
+            r = simulate_analytic(model, cluster, s, cache=cache)
+        except PlansimError:
+            continue
+        if r.fits:
+            fitting.append(Priced(k, s, r))
+    found = megatron_style(fitting, max_tp, OBJECTIVES["step_time"])
+    if found is None:
+        return None
+    s = found.strategy
+    options = [
+        f"--{name.replace('_', '-')} {getattr(c, name)}"
+        for name in ("tp", "pp", "dp", "zero", "micro_batch", "schedule")
+        if getattr(c, name) is not None and getattr(c, name) != getattr(s, name)
+    ]
+    if c.max_pp is not None and s.pp > c.max_pp:
+        options.append(f"--max-pp {c.max_pp}")
+    if c.max_micro_batch is not None and s.micro_batch > c.max_micro_batch:
+        options.append(f"--max-micro-batch {c.max_micro_batch}")
+    if "selective" not in c.remat:
+        options.append(f"--remat {','.join(c.remat)}")
+    if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
+        options.append(f"sequence_parallel={c.sequence_parallel}")
+    if "ring" not in c.dp_algorithms:
+        options.append(f"dp algorithms {','.join(c.dp_algorithms)}")
+    return (s, options) if options else None
 
 
 def _no_candidate_message(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:

@@ -104,9 +104,11 @@ def search(
     splits: bool = True,
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    phase: Callable[[str], None] | None = None,
 ) -> SearchOutcome:
     """Search the space (see the module docstring). ``splits`` tries the finalists' time-balanced layer splits,
-    ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing."""
+    ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing and while the DES runs the
+    finalists; ``phase(label)`` as each phase after the pricing begins."""
     if objective not in OBJECTIVES:
         raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     if top_k < 1:
@@ -126,13 +128,19 @@ def search(
             rejected[ACTIVATIONS_EXCEED] += 1
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = fitting[:top_k]
+    say = phase or (lambda label: None)
     if splits and chosen:
+        say("balancing the finalists' layer splits")
         chosen = _with_balanced_splits(model, cluster, chosen, key, top_k)
     split_done = time.perf_counter()
     if milp and chosen:
+        say(f"remat=milp for up to {MILP_FINALISTS} finalists")
         chosen = _with_milp(model, cluster, chosen, key, top_k)
     milp_done = time.perf_counter()
-    finalists = [Finalist(p, r) for p, r in zip(chosen, _des_all(model, cluster, chosen, des, jobs), strict=True)]
+    if des and chosen:
+        say(f"re-simulating the {len(chosen)} finalists with the DES")
+    des_results = _des_all(model, cluster, chosen, des, jobs, progress)
+    finalists = [Finalist(p, r) for p, r in zip(chosen, des_results, strict=True)]
     finalists.sort(key=lambda f: (not f.result.fits, key(f.result), f.priced.index))
     done = time.perf_counter()
     return SearchOutcome(
@@ -311,12 +319,29 @@ def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
     return des_figures(*job)
 
 
-def _des_all(model: ModelSpec, cluster: Cluster, chosen: Sequence[Priced], des: bool, jobs: int) -> list[Result | None]:
-    """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes."""
+def _des_all(
+    model: ModelSpec,
+    cluster: Cluster,
+    chosen: Sequence[Priced],
+    des: bool,
+    jobs: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Result | None]:
+    """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes;
+    ``progress(done, total)`` after each."""
     if not des:
         return [None] * len(chosen)
     work = [(model, cluster, p.strategy) for p in chosen]
+    out: list[Result | None] = []
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            return list(pool.map(_des, work))
-    return [_des(w) for w in work]
+            for r in pool.map(_des, work):
+                out.append(r)
+                if progress:
+                    progress(len(out), len(work))
+        return out
+    for w in work:
+        out.append(_des(w))
+        if progress:
+            progress(len(out), len(work))
+    return out

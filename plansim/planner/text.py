@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 
-from plansim.report.text import results_table
+from plansim.report.fit import print_fitted, terminal_console
+from plansim.report.text import OPTIONAL_COLUMNS, results_table
 
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
@@ -19,7 +19,7 @@ __all__ = ["print_plan"]
 
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     """Print ``r`` for a terminal."""
-    console = Console(width=max(200, Console().width))
+    console = terminal_console()
     frame = r.frame()
     rows = (
         (
@@ -30,7 +30,8 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
         for row in frame.to_dict("records")
     )
     title = f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
-    console.print(results_table(title, [("#", "right"), ("strategy", "left")], rows))
+    table = results_table(title, [("#", "right"), ("strategy", "left")], rows)
+    print_fitted(console, table, elastic="strategy", optional=OPTIONAL_COLUMNS)
     if len(frame) and (frame["engine"] != "des").any():
         console.print("* analytic engine (the discrete-event re-simulation was skipped)")
     if len(frame) and (frame["role"] != "finalist").any():

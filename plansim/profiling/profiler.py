@@ -13,8 +13,11 @@ counts T (micro-batch x sequence) and tensor-parallel shards t:
   (pinned memory; CUDA only).
 
 Timing: CUDA events on a GPU (``perf_counter`` after a synchronize elsewhere), ``warmup`` untimed runs, then the
-median of ``repeats`` timed ones. ``quick`` sweeps fewer sizes with fewer repeats; on a CPU the tests run it at tiny
-widths.
+median of ``repeats`` timed ones. ``quick`` sweeps fewer sizes with fewer repeats. A CPU sweeps the token counts and
+sequence lengths a CPU runs (up to 2,048 tokens; ``quick``: 128 and 512, in about a minute for GPT-3 1.3B's widths
+where the GPU's sizes took 15 minutes and 6 GB), and the tests run it at tiny widths. The kernels are timed one
+group at a time (a layer's GEMMs at one token count and shard, attention at one sequence length, ...), each group's
+tensors made when it starts and freed when it ends, so memory holds one group's tensors, not the whole sweep's.
 """
 
 from __future__ import annotations
@@ -63,11 +66,29 @@ class SweepSizes:
     adam_params: tuple[int, ...]
 
 
-def sweep_sizes(spec: ModelSpec, quick: bool = False) -> SweepSizes:
-    """The sizes swept for ``spec``: token counts from 512 to 16,384 (quick: 2,048 and 8,192), sequence lengths up
-    to the model's, tp 1-8 (quick: 1 and 8), AdamW over one layer's and 1/8 of a layer's parameters."""
+#: The longest sequence a CPU sweep times attention at (a CPU trains short sequences).
+CPU_MAX_SEQ = 1024
+
+
+def sweep_sizes(spec: ModelSpec, quick: bool = False, device: str = "cuda") -> SweepSizes:
+    """The sizes swept for ``spec``: on a GPU token counts from 512 to 16,384 (quick: 2,048 and 8,192), sequence
+    lengths up to the model's, tp 1-8 (quick: 1 and 8), AdamW over one layer's and 1/8 of a layer's parameters; on a
+    CPU (``device`` ``cpu``) token counts from 128 to 2,048 (quick: 128 and 512), sequences up to ``CPU_MAX_SEQ``
+    (quick: 512) and AdamW over 1/8 of a layer (quick) or also a whole one."""
     layer = spec.num_parameters() // max(1, spec.layers)
     seq = spec.seq_len
+    if device.startswith("cpu"):
+        longest = min(seq, 512 if quick else CPU_MAX_SEQ)
+        return SweepSizes(
+            hidden=spec.hidden,
+            ffn=spec.ffn_hidden,
+            vocab=spec.vocab,
+            heads=spec.heads,
+            tokens=(128, 512) if quick else (128, 256, 512, 1024, 2048),
+            seq_lens=(longest,) if quick else tuple(sorted({max(64, longest // 4), max(64, longest // 2), longest})),
+            tp=(1, 8) if quick else (1, 2, 4, 8),
+            adam_params=(max(1, layer // 8),) if quick else (max(1, layer // 8), layer),
+        )
     return SweepSizes(
         hidden=spec.hidden,
         ffn=spec.ffn_hidden,
@@ -161,9 +182,11 @@ def profile_kernels(
     quick: bool = False,
     command: str = "",
     progress: Callable[[int, int], None] | None = None,
+    group: Callable[[str], None] | None = None,
 ) -> KernelProfile:
     """Time every kernel of the sweep (see the module docstring) and return the profile; ``quick`` keeps at most
-    5 timed repeats."""
+    5 timed repeats. ``group(label)`` is called as each group of kernels starts, ``progress(done, total)`` as each
+    ends."""
     if dtype not in _DTYPES:
         raise PlansimError(f"--dtype {dtype}: choose one of {', '.join(_DTYPES)}")
     dev = torch.device(device)
@@ -171,34 +194,65 @@ def profile_kernels(
         raise PlansimError("--device cuda: torch sees no CUDA device here: use --device cpu")
     repeats = min(repeats, 5) if quick else repeats
     measure = _timer(dev, warmup, repeats)
-    jobs = list(_jobs(sizes, dev, _DTYPES[dtype], dtype))
+    groups = _groups(sizes, dev, _DTYPES[dtype], dtype)
     points = []
-    for k, (fn, point) in enumerate(jobs):
-        points.append(KernelPoint(**point, time_s=measure(fn), repeats=repeats))
+    if progress:
+        progress(0, len(groups))
+    for k, (label, jobs) in enumerate(groups):
+        if group:
+            group(label)
+        for fn, point in jobs():  # the group's tensors live while its kernels are timed
+            points.append(KernelPoint(**point, time_s=measure(fn), repeats=repeats))
         if progress:
-            progress(k + 1, len(jobs))
+            progress(k + 1, len(groups))
     return KernelProfile(environment=environment(dev, command), points=points)
 
 
-def _jobs(s: SweepSizes, dev: torch.device, dt_: torch.dtype, dtype: str) -> Iterator[tuple[Callable[[], Any], dict]]:
-    """(callable, point fields without time) for every kernel of the sweep."""
+_Jobs = Callable[[], Iterator[tuple[Callable[[], Any], dict]]]
+
+
+def _groups(s: SweepSizes, dev: torch.device, dt_: torch.dtype, dtype: str) -> list[tuple[str, _Jobs]]:
+    """The sweep's kernels by group: (label, a function giving (callable, point fields without time) for each kernel
+    of the group, its tensors made on the way)."""
     e = torch.tensor([], dtype=dt_).element_size()
+    groups: list[tuple[str, _Jobs]] = []
     for t in s.tp:
         for m in s.tokens:
-            for n, k in ((3 * s.hidden // t, s.hidden), (s.hidden, s.hidden // t), (s.ffn // t, s.hidden),
-                         (s.hidden, s.ffn // t), (s.vocab // t, s.hidden)):  # fmt: skip
-                if n < 1 or k < 1:
-                    continue
-                yield from _gemm(m, n, k, dev, dt_, dtype, e)
+            groups.append(
+                (f"a layer's GEMMs, {m:,} tokens, tp {t}", partial(_layer_gemms, s, m, t, dev, dt_, dtype, e))
+            )
     head = s.hidden // s.heads
     for seq in s.seq_lens:
         batch_heads = max(1, max(s.tokens) // seq) * s.heads // max(s.tp)
-        yield from _attention(batch_heads, seq, head, dev, dt_, dtype, e)
+        label = f"attention, sequence {seq:,}"
+        groups.append((label, partial(_attention, batch_heads, seq, head, dev, dt_, dtype, e)))
     for m in s.tokens:
-        yield from _elementwise(m, s.hidden, dev, dt_, dtype, e)
-        yield from _elementwise_wide(m, s.ffn, dev, dt_, dtype, e)
+        groups.append((f"norms, softmax, activations, {m:,} tokens", partial(_pointwise, s, m, dev, dt_, dtype, e)))
     for n in s.adam_params:
-        yield _adam(n, dev)
+        groups.append((f"AdamW, {n:,} parameters", partial(lambda n: iter([_adam(n, dev)]), n)))
+    groups.append(("copies and host transfers", partial(_copies, s, dev, dt_, dtype, e)))
+    return groups
+
+
+def _layer_gemms(
+    s: SweepSizes, m: int, t: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int
+) -> Iterator[tuple]:
+    """The five linear maps of a layer (QKV, attention projection, MLP up and down, logits) at ``m`` tokens and
+    tensor-parallel shard ``t``."""
+    for n, k in ((3 * s.hidden // t, s.hidden), (s.hidden, s.hidden // t), (s.ffn // t, s.hidden),
+                 (s.hidden, s.ffn // t), (s.vocab // t, s.hidden)):  # fmt: skip
+        if n < 1 or k < 1:
+            continue
+        yield from _gemm(m, n, k, dev, dt_, dtype, e)
+
+
+def _pointwise(s: SweepSizes, m: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    yield from _elementwise(m, s.hidden, dev, dt_, dtype, e)
+    yield from _elementwise_wide(m, s.ffn, dev, dt_, dtype, e)
+
+
+def _copies(s: SweepSizes, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:
+    """Device copies and (CUDA) host transfers of a layer's activations at each token count."""
     for m in s.tokens:
         n = m * s.hidden
         src, dst = torch.empty(n, dtype=dt_, device=dev), torch.empty(n, dtype=dt_, device=dev)

@@ -11,13 +11,15 @@ from plansim.result import Result
 from plansim.step.result import COMM_KINDS
 from plansim.units import GB
 
-__all__ = ["print_result", "results_table"]
+__all__ = ["FIGURE_COLUMNS", "OPTIONAL_COLUMNS", "print_result", "results_table"]
 
-#: The figure columns every table of results ends with (``plan``, ``compare``).
+#: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines.
 FIGURE_COLUMNS = (
-    "step", "tokens/s", "MFU", "memory / capacity", f"comm per GPU {'/'.join(COMM_KINDS)}",
-    "compute/recompute/comm/bubble/optim",
+    "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(COMM_KINDS)}",
+    "compute/recompute/\ncomm/bubble/optim",
 )  # fmt: skip
+#: The figure columns a narrow terminal leaves out first (``report.fit``), as ``fit_table`` names them.
+OPTIONAL_COLUMNS = ("compute/recompute/comm/bubble/optim", f"comm per GPU {'/'.join(COMM_KINDS)}")
 
 
 def _figure_cells(row: dict, step_mark: str) -> list[str]:

@@ -43,7 +43,7 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.sim.network import LinkId
 
-__all__ = ["Fabric"]
+__all__ = ["Fabric", "links_command"]
 
 _HUBS = ("nvswitch", "pcie")
 _Edge = tuple[str, str]  # an undirected edge, endpoints in sorted order
@@ -122,8 +122,8 @@ class Fabric:
         for selector, factor in (link_factors or {}).items():
             if not _positive(factor):
                 raise PlansimError(
-                    f"link factor for '{selector}' must be a positive number, got {factor}: to take links down, "
-                    f"list them under failed instead"
+                    f"--degrade-link {selector}={factor}: the factor must be a positive number (0.5 halves the "
+                    f"bandwidth); to take the link down, use --fail-link {selector} instead"
                 )
             for edge in self._select(selector):
                 factors[edge] = factors.get(edge, 1.0) * factor
@@ -235,7 +235,7 @@ class Fabric:
         return PlansimError(
             f"unknown link selector '{selector}': {self.cluster.name} x {self.cluster.num_gpus} has no vertex "
             f"'{vertex}'; name a vertex such as {', '.join(examples)}, or an edge such as 'gpu0--node0/nic0' "
-            f"(Fabric.describe_links() lists them)"
+            f"({links_command(self.cluster)} lists them)"
         )
 
     def _capacities(self, factors: Mapping[_Edge, float]) -> dict[LinkId, float]:
@@ -251,6 +251,16 @@ class Fabric:
             value = bandwidth * (intra if inside else nic) * factors.get(edge, 1.0)
             capacity[(u, v)] = capacity[(v, u)] = value
         return capacity
+
+
+def links_command(cluster: Cluster) -> str:
+    """The command that lists ``cluster``'s link selectors (``Fabric.describe_links``).
+
+    >>> from plansim.hardware import load_hardware
+    >>> links_command(load_hardware("dgx-h100", gpus=16))
+    'plansim hardware --links -H dgx-h100 -g 16'
+    """
+    return f"plansim hardware --links -H {cluster.name} -g {cluster.num_gpus}"
 
 
 def _span(names: list[str]) -> str:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from plansim.report.fit import print_fitted, terminal_console
 from plansim.units import GB
 
 if TYPE_CHECKING:
@@ -75,14 +75,14 @@ def _plain(value: Any) -> Any:
 
 def print_sweep(s: Sweep, files: Sequence[object] = ()) -> None:
     """Print ``s`` for a terminal: one row per point (the winner, or why nothing fits), then the timing."""
-    console = Console(width=max(200, Console().width))
+    console = terminal_console()
     frame = s.frame()
     engines = ", ".join(sorted({str(e) for e in frame["engine"].dropna()})) or "no winner"
     t = Table(title=f"plansim sweep: {s.grid.describe()} ({engines} engine)")
     for name, justify in (
         ("model", "left"), ("hardware", "left"), ("GPUs", "right"), ("batch", "right"), ("best plan", "left"),
-        ("step", "right"), ("tokens/s", "right"), ("MFU", "right"), ("memory / capacity", "right"),
-        ("fit / candidates", "right"),
+        ("step", "right"), ("tokens/s", "right"), ("MFU", "right"), ("memory\n/ capacity", "right"),
+        ("fit /\ncandidates", "right"),
     ):  # fmt: skip
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in frame.to_dict("records"):
@@ -100,7 +100,15 @@ def print_sweep(s: Sweep, files: Sequence[object] = ()) -> None:
             f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB",
             counts,
         )
-    console.print(t)
+    same = [k for k, c in (("hardware", "hardware"), ("model", "model"), ("GPUs", "gpus"), ("batch", "global_batch"))
+            if frame[c].nunique() == 1]  # fmt: skip
+    optional = ("fit / candidates", *same)  # what a narrow terminal leaves out first; then abbreviates, then these:
+    fitted = print_fitted(console, t, elastic="best plan", optional=optional, late=("memory / capacity", "MFU"))
+    if fitted.cut_at is not None:  # a reason cut short in the table: whole, under it
+        for row in frame.to_dict("records"):
+            if not row["fits"] and len(row["reason"]) > fitted.cut_at:
+                where = f"{row['model']} on {row['gpus']:,} x {row['hardware']}, batch {row['global_batch']:,}"
+                console.print(f"{where}: {row['reason']}", markup=False)
     console.print(
         f"{len(frame):,} planner runs on {s.executor} in {s.elapsed_s:.1f} s ({s.runs_per_s:.2f} runs/s); "
         f"something fits at {int(frame['fits'].sum()):,} of {len(frame):,} points."

@@ -48,6 +48,11 @@ class SweepSettings:
             raise PlansimError(f"--top {self.top_k}: at least one finalist")
         if self.objective not in OBJECTIVES:
             raise PlansimError(f"--objective {self.objective}: choose one of {', '.join(OBJECTIVES)}")
+        if self.objective == "cost":  # a point's plan fixes its GPUs and batch: GPU-hours per token order as step time
+            raise PlansimError(
+                "--objective cost: a sweep has no price per GPU-hour, and within a point cost ranks as step_time: "
+                "use --objective step_time, or plansim plan --objective cost --price-per-gpu-hour PRICE"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as plain data."""

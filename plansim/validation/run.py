@@ -133,9 +133,14 @@ def default_folder(device: str) -> str:
     return f"validation/{known[0] if known else 'cuda'}"
 
 
+#: The node type a CPU run is predicted for unless ``--hardware`` names one: the CLI's default elsewhere (``plan``,
+#: ``simulate``, ``compare``), since no shipped profile describes a CPU.
+DEFAULT_HARDWARE = "dgx-a100"
+
+
 def resolve_hardware(device: str, hardware: str | None) -> str:
     """The node type to predict for, checked before any step runs: ``hardware``, or on a CUDA device the shipped
-    node holding its GPU (``hardware.devices``); a CPU needs it given."""
+    node holding its GPU (``hardware.devices``), or on a CPU ``DEFAULT_HARDWARE`` (``plansim plan``'s default)."""
     from plansim.hardware import load_hardware
     from plansim.hardware.devices import device_profile
 
@@ -148,7 +153,7 @@ def resolve_hardware(device: str, hardware: str | None) -> str:
             raise PlansimError(f"no shipped GPU profile matches the device {name!r}: pass --hardware NODE")
         hardware = known[1]
     if hardware is None:
-        raise PlansimError("--device cpu: pass --hardware NODE, the node type whose GPU plansim predicts for")
+        hardware = DEFAULT_HARDWARE
     load_hardware(hardware, gpus=1)  # an unknown name fails here
     return hardware
 

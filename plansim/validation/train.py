@@ -19,9 +19,12 @@ Needs the ``torch`` extra.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,11 +174,26 @@ def _storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
+@contextlib.contextmanager
+def _native_stderr_muted() -> Iterator[None]:
+    """File descriptor 2 sent to the null device for the block: torch's CPU profiler writes a line to it at each
+    start and stop (``USDT: ... profiler_start``), through no Python stream (so no logging setting reaches it)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _cpu_step_peak(step: Callable[[], Any], alive_before: int) -> int:
     """Peak live bytes of one CPU step from the profiler's allocation events, on top of ``alive_before``."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _native_stderr_muted(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     raw = prof.profiler.kineto_results.events() if prof.profiler and prof.profiler.kineto_results else []
     deltas = sorted((e.start_ns(), e.nbytes()) for e in raw if e.name() == "[memory]")
