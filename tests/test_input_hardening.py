@@ -435,7 +435,8 @@ SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
         (["--nope"], "plansim: no such option --nope: see 'plansim --help'"),
         (
             ["simulate", "-m", "gpt3-125m"],
-            "plansim simulate: --hardware is required (node type (plansim hardware) or YAML path): add --hardware ...",
+            "plansim simulate: --strategy is required ('dp=8,tp=2,pp=1,...', a strategy YAML path or a shipped name): "
+            "add --strategy ...",
         ),
         (["import"], "plansim import: CONFIG is required (a Hugging Face config.json"),
         (["nosuch"], "plansim: no such command 'nosuch': choose one of models, hardware, simulate"),
