@@ -13,6 +13,18 @@ class PlansimError(ValueError):
     """Bad input, with a message that names the field and the fix."""
 
 
+#: pydantic error types of a number outside its range -> the words to use (None: pydantic's own, which names the
+#: bound); the message then points to the table of limits.
+_OUT_OF_RANGE: dict[str, str | None] = {
+    "greater_than": None,
+    "greater_than_equal": None,
+    "less_than": None,
+    "less_than_equal": None,
+    "int_parsing_size": "too large a number",  # a float such as 1e30 where a whole number goes
+    "finite_number": None,
+}
+
+
 def format_validation_error(source: str, err: object) -> str:
     """Turn a pydantic ``ValidationError`` into one line naming ``source`` and each bad field.
 
@@ -33,5 +45,17 @@ unknown key (remove it or check its spelling)
         msg = "unknown key (remove it or check its spelling)" if e["type"] == "extra_forbidden" else e["msg"]
         if e["type"] == "missing":
             msg = "required key is missing (add it)"
+        if e["type"] in _OUT_OF_RANGE:
+            words = _OUT_OF_RANGE[e["type"]]
+            msg = f"{words + _bound_of(e['loc']) if words else msg} (plansim's limits: docs/limits.md)"
         parts.append(f"field '{loc}': {msg}")
     return f"{source}: " + "; ".join(parts)
+
+
+def _bound_of(loc: tuple[object, ...]) -> str:
+    """``: at most N`` for a field whose range is in ``plansim.limits.LIMITS`` and whose error does not say it."""
+    from plansim.limits import LIMITS
+
+    names = [str(part) for part in loc if isinstance(part, str)]
+    limit = LIMITS.get(names[-1]) if names else None
+    return f": at most {limit.high:,}" if limit is not None and limit.integer else ""

@@ -18,6 +18,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError
+from plansim.limits import field
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
 from plansim.yamlfile import parse_yaml, read_mapping, validated
@@ -51,35 +52,42 @@ class Strategy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dp: int | None = Field(default=None, ge=1, description="data-parallel degree")
-    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (Megatron column/row split)")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel stages")
+    dp: int | None = field("dp", default=None, description="data-parallel degree")
+    tp: int = field("tp", default=1, description="tensor-parallel degree (Megatron column/row split)")
+    pp: int = field("pp", default=1, description="pipeline-parallel stages")
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 0
-    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per data-parallel replica")
-    global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
+    micro_batch: int = field(
+        "micro_batch", default=1, description="sequences per micro-batch per data-parallel replica"
+    )
+    global_batch: int | None = field("global_batch", default=None, description="sequences per step over all replicas")
     schedule: Annotated[str, AfterValidator(_registered("schedule", SCHEDULES))] = Field(
         default="1f1b", description="pipeline schedule, a name in plansim.schedules.SCHEDULES"
     )
-    virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
-    layer_split: tuple[int, ...] | None = Field(
+    virtual_stages: int = field(
+        "virtual_stages", default=1, description="model chunks per pipeline stage (interleaved only)"
+    )
+    layer_split: tuple[Annotated[int, field("stage_blocks")], ...] | None = Field(
         default=None,
+        max_length=10_000,
         description="transformer blocks per pipeline stage, first to last (pp entries; the first stage also holds "
         "the embedding, the last the output layer; inline: 5/7/7/5); default: even, the first stages one more",
     )
     remat: Annotated[str, AfterValidator(_registered("remat", REMAT_POLICIES))] = Field(
         default="none", description="remat policy, a name in plansim.costs.remat_policies.REMAT_POLICIES"
     )
-    remat_budget: float | None = Field(
+    remat_budget: float | None = field(
+        "remat_budget",
         default=None,
-        ge=0,
         description="remat=milp: activation bytes per device (20GB, 16GiB or bytes); default: what the device "
         "leaves after model states, workspace and the embedding/output activations",
     )
     remat_granularity: Literal["op", "layer"] = Field(
         default="layer", description="remat=milp: schedule single ops or four-node blocks (faster)"
     )
-    remat_time_limit_s: float = Field(default=20.0, gt=0, description="remat=milp: solver time limit per stage")
+    remat_time_limit_s: float = field(
+        "time_limit_s", default=20.0, description="remat=milp: solver time limit per stage"
+    )
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )
@@ -88,7 +96,9 @@ class Strategy(BaseModel):
     )
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
-    grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
+    grad_bucket_bytes: int = field(
+        "grad_bucket_bytes", default=25 * 2**20, description="gradient bucket size (PyTorch DDP: 25 MiB)"
+    )
 
     @field_validator("layer_split", mode="before")
     @classmethod

@@ -129,6 +129,8 @@ def read_hf_config(source: str | Path) -> dict[str, Any]:
             f"{path}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}): give a Hugging Face "
             "config.json"
         ) from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits, 4,300 digits)
+        raise PlansimError(f"{path}: a number has too many digits to read: give a Hugging Face config.json") from None
     if not isinstance(data, dict):
         raise PlansimError(f"{path}: expected a JSON object of config keys at the top level, got {type(data).__name__}")
     return data

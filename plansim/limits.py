@@ -1,0 +1,225 @@
+"""Every number a user gives, and the work a run may take: the ranges, in one table, with the reason for each.
+
+A number outside its range is refused before any work starts, with a one-line ``PlansimError`` that names the
+option (or file field), the value and the limit. The schemas (``ModelSpec``, ``Strategy``) take their bounds from
+``LIMITS`` through ``field``, so model files, strategy files, inline strategies and Python calls are checked alike;
+the CLI and the Python API check the rest with ``whole`` and ``number``. ``docs/limits.md`` lists the same table
+(``tests/test_limits.py`` checks that it does).
+
+Work bounds (``WORK``) cap what a run may cost; the user can raise each with an environment variable, and the
+refusal says which.
+
+>>> whole(8, "gpus", "--gpus")
+8
+>>> whole(2**64, "gpus", "--gpus")
+Traceback (most recent call last):
+...
+plansim.errors.PlansimError: --gpus 18446744073709551616: at most 1,048,576 GPUs (the largest training clusters \
+of 2024 hold about 10^5 GPUs)
+>>> number(float("nan"), "jitter", "--jitter")
+Traceback (most recent call last):
+...
+plansim.errors.PlansimError: --jitter nan: must be a finite number from 0 to 1
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+from pydantic import Field
+
+from plansim.errors import PlansimError
+
+__all__ = ["LIMITS", "WORK", "Limit", "Work", "field", "number", "refuse_work", "shown", "whole", "work_bound"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range of one kind of number: ``low <= x <= high`` (``low < x`` when ``low_open``), whole or real."""
+
+    low: float
+    high: float
+    unit: str
+    reason: str
+    integer: bool = True
+    low_open: bool = False
+
+    def describe(self) -> str:
+        """The range in words: ``1 to 1,048,576`` or ``> 0 to 86,400``."""
+        low = f"> {_fmt(self.low)}" if self.low_open else _fmt(self.low)
+        return f"{low} to {_fmt(self.high)}"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+_DEGREE = "a parallel degree cannot exceed the GPU count"
+_CLUSTER = "the largest training clusters of 2024 hold about 10^5 GPUs"
+
+#: key -> its range. Sources: the model sizes from the largest published models (GPT-3: 96 blocks, width 12,288,
+#: Brown et al. 2020, Table 2.1; PaLM: width 18,432, vocabulary 256k, Chowdhery et al. 2022, Table 1; Gemma: 256k
+#: vocabulary; Llama 3.1 405B: 126 blocks, width 16,384, FFN 53,248, 128k context, Dubey et al. 2024, Table 3).
+#: Each bound leaves one to two orders of magnitude of headroom and keeps one pricing within seconds.
+LIMITS: dict[str, Limit] = {
+    "gpus": Limit(1, 2**20, "GPUs", _CLUSTER),
+    "dp": Limit(1, 2**20, "", _DEGREE),
+    "tp": Limit(1, 2**20, "", _DEGREE),
+    "pp": Limit(1, 2**20, "", _DEGREE),
+    "virtual_stages": Limit(1, 10_000, "", "model chunks per stage cannot exceed the blocks"),
+    "layers": Limit(
+        1, 10_000, "blocks", "the deepest published LLMs have 96-126 blocks; one op-graph walk of 10,000 takes ~1 s"
+    ),
+    "hidden": Limit(1, 2**18, "", "the widest published LLMs are 12,288-20,480 wide (GPT-3, PaLM, MT-NLG)"),
+    "heads": Limit(0, 2**16, "", "heads divide the width (0: families without attention)"),
+    "kv_heads": Limit(0, 2**16, "", "key/value heads divide the heads (0: families without attention)"),
+    "ffn_hidden": Limit(0, 2**20, "", "published FFN widths reach 53,248 (Llama 3.1 405B); 0: cnn"),
+    "seq_len": Limit(1, 2**24, "tokens", "the longest context windows of 2024 are 10^6-10^7 tokens"),
+    "vocab": Limit(1, 2**24, "", "the largest vocabularies hold about 256k tokens (PaLM, Gemma)"),
+    "image_size": Limit(0, 8192, "pixels", "ResNet inputs are 224-600 pixels; 0: not a cnn"),
+    "stage_blocks": Limit(1, 10_000, "blocks", "as layers"),
+    "micro_batch": Limit(1, 2**24, "sequences", "as global_batch"),
+    "global_batch": Limit(
+        1,
+        2**24,
+        "sequences",
+        "GPT-3 trained on 1,536 sequences per step, LAMB on 65,536 images; 2^24 bounds the planner's divisor search",
+    ),
+    "grad_bucket_bytes": Limit(1, 2**40, "bytes", "PyTorch DDP's default is 25 MiB; 1 TiB exceeds any GPU"),
+    "remat_budget": Limit(0, 2**50, "bytes", "1 PiB exceeds any GPU's memory", integer=False),
+    "time_limit_s": Limit(0, 86_400, "s", "a solver limit of a day", integer=False, low_open=True),
+    "jitter": Limit(
+        0, 1, "", "log-normal sigma: at 1 a kernel's time varies e^+-2 = 7x in 95% of draws", integer=False
+    ),
+    "straggler_factor": Limit(1e-3, 1e3, "", "a GPU 1000x slower has failed", integer=False),
+    "link_factor": Limit(0, 1e3, "", "0 is a failed link (--fail-link)", integer=False, low_open=True),
+    "seed": Limit(0, 2**64 - 1, "", "a 64-bit seed"),
+    "top_k": Limit(1, 1_000, "finalists", "each finalist is re-simulated"),
+    "jobs": Limit(1, 1_024, "processes", "worker processes beyond the machine's cores only add start-up time"),
+    "tokens": Limit(0, 1e18, "tokens", "the largest training runs of 2024 saw about 1.5e13 tokens", False, True),
+    "price_per_gpu_hour": Limit(0, 1e6, "", "a price per GPU-hour", integer=False),
+    "stage_layers": Limit(1, 10_000, "blocks", "as layers"),
+}
+
+
+@dataclass(frozen=True)
+class Work:
+    """A bound on the work of one run; the environment variable ``env`` raises (or lowers) it."""
+
+    default: int
+    env: str
+    what: str
+    reason: str
+
+
+WORK: dict[str, Work] = {
+    "candidates": Work(
+        500_000,
+        "PLANSIM_MAX_CANDIDATES",
+        "candidate strategies the planner prices",
+        "about 10,000 are priced per second in ~5 kB each: 500,000 is about a minute and 2.5 GB",
+    ),
+    "des_tasks": Work(
+        2_000_000,
+        "PLANSIM_MAX_DES_TASKS",
+        "tasks (and collective transfers) the discrete-event engine simulates",
+        "about 100,000 run per second: 2,000,000 is about 20-60 s",
+    ),
+}
+
+
+def shown(value: object, width: int = 40) -> str:
+    """``value`` as a message shows it: one line, cut to ``width`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _range_error(name: str, value: object, limit: Limit) -> PlansimError:
+    return PlansimError(f"{name} {shown(value)}: must be {'a whole' if limit.integer else 'a finite'} number "
+                        f"from {limit.describe()}")  # fmt: skip
+
+
+def whole(value: object, key: str, name: str | None = None) -> int:
+    """``value`` as an int within ``LIMITS[key]``; a ``PlansimError`` naming ``name`` (default ``key``) otherwise."""
+    limit, name = LIMITS[key], name or key
+    if isinstance(value, bool):
+        raise _range_error(name, value, limit)
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        if isinstance(value, float) and value.is_integer():
+            n = int(value)
+        else:
+            raise _range_error(name, value, limit) from None
+    if n < limit.low or (limit.low_open and n == limit.low):
+        raise PlansimError(f"{name} {shown(n)}: at least {_fmt(limit.low + (1 if limit.low_open else 0))}")
+    if n > limit.high:
+        unit = f" {limit.unit}" if limit.unit else ""
+        raise PlansimError(f"{name} {shown(n)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
+    return n
+
+
+def number(value: object, key: str, name: str | None = None) -> float:
+    """``value`` as a finite float within ``LIMITS[key]``; a ``PlansimError`` naming ``name`` otherwise."""
+    limit, name = LIMITS[key], name or key
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise _range_error(name, value, limit)
+    x = float(value)
+    if not math.isfinite(x):
+        raise _range_error(name, value, limit)
+    if x < limit.low or (limit.low_open and x == limit.low):
+        raise PlansimError(f"{name} {shown(value)}: must be {'above' if limit.low_open else 'at least'} "
+                           f"{_fmt(limit.low)} ({limit.reason})")  # fmt: skip
+    if x > limit.high:
+        unit = f" {limit.unit}" if limit.unit else ""
+        raise PlansimError(f"{name} {shown(value)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
+    return x
+
+
+def field(key: str, **kwargs: Any) -> Any:
+    """A pydantic ``Field`` bounded by ``LIMITS[key]`` (finite for floats), for the schemas."""
+    limit = LIMITS[key]
+    bounds: dict[str, Any] = {"gt" if limit.low_open else "ge": limit.low, "le": limit.high}
+    if limit.integer:
+        bounds = {k: int(v) for k, v in bounds.items()}
+    else:
+        bounds["allow_inf_nan"] = False
+    return Field(**bounds, **kwargs)
+
+
+def work_bound(key: str) -> int:
+    """The bound ``WORK[key]``, or its environment variable's value when set (a positive whole number)."""
+    work = WORK[key]
+    text = os.environ.get(work.env)
+    if text is None or not text.strip():
+        return work.default
+    try:
+        bound = int(text.strip().replace("_", ""))
+    except ValueError:
+        raise PlansimError(f"{work.env}={shown(text)}: expected a whole number such as {work.default}") from None
+    if bound < 1:
+        raise PlansimError(f"{work.env}={bound}: must be at least 1")
+    return bound
+
+
+def refuse_work(key: str, amount: int, subject: str, narrow: str) -> None:
+    """A ``PlansimError`` when ``amount`` exceeds the bound of ``WORK[key]``: what, how much, how to narrow it and
+    how to raise the bound."""
+    bound = work_bound(key)
+    if amount > bound:
+        work = WORK[key]
+        raise PlansimError(
+            f"{subject}: about {amount:,} {work.what}, above the bound of {bound:,} ({work.reason}): {narrow}, "
+            f"or raise the bound with {work.env}={_round_up(amount)}"
+        )
+
+
+def _round_up(n: int) -> int:
+    """``n`` rounded up to two significant digits (a bound to suggest)."""
+    step = 10 ** max(len(str(n)) - 2, 0)
+    return -(-n // step) * step
