@@ -20,7 +20,7 @@ _OUT_OF_RANGE: dict[str, str | None] = {
     "greater_than_equal": None,
     "less_than": None,
     "less_than_equal": None,
-    "int_parsing_size": "too large a number",  # a float such as 1e30 where a whole number goes
+    "int_parsing_size": "too large a number",  # schemas read whole floats first (plansim.limits.integral)
     "finite_number": None,
 }
 
@@ -46,16 +46,6 @@ unknown key (remove it or check its spelling)
         if e["type"] == "missing":
             msg = "required key is missing (add it)"
         if e["type"] in _OUT_OF_RANGE:
-            words = _OUT_OF_RANGE[e["type"]]
-            msg = f"{words + _bound_of(e['loc']) if words else msg} (plansim's limits: docs/limits.md)"
+            msg = f"{_OUT_OF_RANGE[e['type']] or msg} (plansim's limits: docs/limits.md)"
         parts.append(f"field '{loc}': {msg}")
     return f"{source}: " + "; ".join(parts)
-
-
-def _bound_of(loc: tuple[object, ...]) -> str:
-    """``: at most N`` for a field whose range is in ``plansim.limits.LIMITS`` and whose error does not say it."""
-    from plansim.limits import LIMITS
-
-    names = [str(part) for part in loc if isinstance(part, str)]
-    limit = LIMITS.get(names[-1]) if names else None
-    return f": at most {limit.high:,}" if limit is not None and limit.integer else ""

@@ -35,7 +35,19 @@ from pydantic import Field
 
 from plansim.errors import PlansimError
 
-__all__ = ["LIMITS", "WORK", "Limit", "Work", "field", "number", "refuse_work", "shown", "whole", "work_bound"]
+__all__ = [
+    "LIMITS",
+    "WORK",
+    "Limit",
+    "Work",
+    "field",
+    "integral",
+    "number",
+    "refuse_work",
+    "shown",
+    "whole",
+    "work_bound",
+]
 
 
 @dataclass(frozen=True)
@@ -190,6 +202,16 @@ def field(key: str, **kwargs: Any) -> Any:
     else:
         bounds["allow_inf_nan"] = False
     return Field(**bounds, **kwargs)
+
+
+def integral(value: Any) -> Any:
+    """A schema's before-validator for whole-number fields: ``1e30`` read as the int it is, so the field's bound
+    names the limit (pydantic alone says only that it cannot parse so large a number).
+
+    >>> integral(1e30) == 10**30, integral(2.5), integral("8")
+    (True, 2.5, '8')
+    """
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def work_bound(key: str) -> int:

@@ -18,7 +18,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError
-from plansim.limits import field
+from plansim.limits import field, integral
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
 from plansim.yamlfile import parse_yaml, read_mapping, validated
@@ -99,6 +99,13 @@ class Strategy(BaseModel):
     grad_bucket_bytes: int = field(
         "grad_bucket_bytes", default=25 * 2**20, description="gradient bucket size (PyTorch DDP: 25 MiB)"
     )
+
+    @field_validator(
+        "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "grad_bucket_bytes", mode="before"
+    )
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        return integral(value)
 
     @field_validator("layer_split", mode="before")
     @classmethod

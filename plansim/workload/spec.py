@@ -42,7 +42,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from plansim.limits import field
+from plansim.limits import field, integral
 from plansim.workload.cnn import resnet_parameters
 
 __all__ = ["FAMILY_ORDER", "ModelSpec"]
@@ -151,6 +151,13 @@ class ModelSpec(BaseModel):
     stage_blocks: tuple[Annotated[int, field("stage_blocks")], ...] = Field(
         default=None, max_length=10_000, validate_default=True
     )
+
+    @field_validator(
+        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "image_size", mode="before"
+    )
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return integral(value)
 
     @field_validator(*_FAMILY_RULES, mode="before")
     @classmethod
