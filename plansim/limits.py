@@ -68,7 +68,13 @@ class Limit:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _said(name: str, value: object) -> str:
+    """``--gpus 8``, ``--straggler 3=nan`` (a name ending in ``=`` takes the value without a space); text quoted."""
+    text = shown(repr(value)) if isinstance(value, str) else shown(value)
+    return f"{name}{text}" if name.endswith("=") else f"{name} {text}"
 
 
 _DEGREE = "a parallel degree cannot exceed the GPU count"
@@ -109,8 +115,9 @@ LIMITS: dict[str, Limit] = {
         0, 1, "", "log-normal sigma: at 1 a kernel's time varies e^+-2 = 7x in 95% of draws", integer=False
     ),
     "straggler_factor": Limit(1e-3, 1e3, "", "a GPU 1000x slower has failed", integer=False),
-    "link_factor": Limit(0, 1e3, "", "0 is a failed link (--fail-link)", integer=False, low_open=True),
+    "link_factor": Limit(0, 1e3, "", "0 is a failed link: remove it with --fail-link", integer=False, low_open=True),
     "seed": Limit(0, 2**64 - 1, "", "a 64-bit seed"),
+    "rank": Limit(0, 2**20 - 1, "", "a GPU's rank, below the GPU count"),
     "top_k": Limit(1, 1_000, "finalists", "each finalist is re-simulated"),
     "jobs": Limit(1, 1_024, "processes", "worker processes beyond the machine's cores only add start-up time"),
     "tokens": Limit(0, 1e18, "tokens", "the largest training runs of 2024 saw about 1.5e13 tokens", False, True),
@@ -131,16 +138,16 @@ class Work:
 
 WORK: dict[str, Work] = {
     "candidates": Work(
-        500_000,
+        200_000,
         "PLANSIM_MAX_CANDIDATES",
-        "candidate strategies the planner prices",
-        "about 10,000 are priced per second in ~5 kB each: 500,000 is about a minute and 2.5 GB",
+        "candidate strategies",
+        "20-90 s and 1-2 GB: some 2,000-10,000 are priced per second, a few kB each",
     ),
     "des_tasks": Work(
         2_000_000,
         "PLANSIM_MAX_DES_TASKS",
-        "tasks (and collective transfers) the discrete-event engine simulates",
-        "about 100,000 run per second: 2,000,000 is about 20-60 s",
+        "tasks and transfers",
+        "20-60 s: some 100,000 are simulated per second",
     ),
 }
 
@@ -152,8 +159,8 @@ def shown(value: object, width: int = 40) -> str:
 
 
 def _range_error(name: str, value: object, limit: Limit) -> PlansimError:
-    return PlansimError(f"{name} {shown(value)}: must be {'a whole' if limit.integer else 'a finite'} number "
-                        f"from {limit.describe()}")  # fmt: skip
+    kind = "a whole" if limit.integer else "a finite"
+    return PlansimError(f"{_said(name, value)}: must be {kind} number from {limit.describe()}")
 
 
 def whole(value: object, key: str, name: str | None = None) -> int:
@@ -169,10 +176,10 @@ def whole(value: object, key: str, name: str | None = None) -> int:
         else:
             raise _range_error(name, value, limit) from None
     if n < limit.low or (limit.low_open and n == limit.low):
-        raise PlansimError(f"{name} {shown(n)}: at least {_fmt(limit.low + (1 if limit.low_open else 0))}")
+        raise PlansimError(f"{_said(name, n)}: at least {_fmt(limit.low + (1 if limit.low_open else 0))}")
     if n > limit.high:
         unit = f" {limit.unit}" if limit.unit else ""
-        raise PlansimError(f"{name} {shown(n)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
+        raise PlansimError(f"{_said(name, n)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
     return n
 
 
@@ -185,11 +192,11 @@ def number(value: object, key: str, name: str | None = None) -> float:
     if not math.isfinite(x):
         raise _range_error(name, value, limit)
     if x < limit.low or (limit.low_open and x == limit.low):
-        raise PlansimError(f"{name} {shown(value)}: must be {'above' if limit.low_open else 'at least'} "
-                           f"{_fmt(limit.low)} ({limit.reason})")  # fmt: skip
+        least = "above" if limit.low_open else "at least"
+        raise PlansimError(f"{_said(name, value)}: must be {least} {_fmt(limit.low)} ({limit.reason})")
     if x > limit.high:
         unit = f" {limit.unit}" if limit.unit else ""
-        raise PlansimError(f"{name} {shown(value)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
+        raise PlansimError(f"{_said(name, value)}: at most {_fmt(limit.high)}{unit} ({limit.reason})")
     return x
 
 
@@ -236,8 +243,8 @@ def refuse_work(key: str, amount: int, subject: str, narrow: str) -> None:
     if amount > bound:
         work = WORK[key]
         raise PlansimError(
-            f"{subject}: about {amount:,} {work.what}, above the bound of {bound:,} ({work.reason}): {narrow}, "
-            f"or raise the bound with {work.env}={_round_up(amount)}"
+            f"{subject}: about {amount:,} {work.what}, above the bound of {bound:,} ({work.env}): {narrow}, "
+            f"or raise the bound ({work.env}={_round_up(amount)})"
         )
 
 

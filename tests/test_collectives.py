@@ -370,3 +370,9 @@ def test_a_65536_way_ring_is_priced_in_linear_memory() -> None:
     assert t == pytest.approx(2 * (p - 1) * A + 2 * M * (p - 1) / p * B, rel=1e-12)
     assert per_rank == pytest.approx(2 * (p - 1) / p * M, rel=1e-12)
     assert peak < 50 * p * 8  # a few arrays of p numbers; the built steps would be (p-1) x p of them, 34 GB
+
+
+@pytest.mark.parametrize(("algorithm", "p"), [("ring", 12), ("naive", 5), ("hierarchical", 16), ("tree", 9)])
+def test_transfers_count_without_building_the_steps(algorithm: str, p: int) -> None:
+    s = schedule("all_reduce", algorithm, p, 4)
+    assert s.transfers == sum(len(step.src) for step in s.steps)

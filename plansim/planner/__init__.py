@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plansim.api import as_cluster, as_model
+from plansim.arguments import callback, choice, flag
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
+from plansim.limits import number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
 from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_figures, search
-from plansim.planner.space import Constraints, candidates, divisors
+from plansim.planner.space import Constraints, candidates, count_candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.units import GB
-from plansim.workload import ModelSpec, load_model
+from plansim.workload import ModelSpec
 
 __all__ = ["Constraints", "PlanResult", "TrainingCost", "plan"]
 
@@ -121,6 +124,17 @@ def plan(
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
 
+    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The candidates are counted
+    before any is priced: above ``PLANSIM_MAX_CANDIDATES`` (``plansim.limits.WORK``) the call is refused with the
+    count and the ways to narrow the search.
+
+    Raises
+    ------
+    PlansimError
+        Any bad argument, with the CLI's one-line message naming it, before the search starts (numbers outside
+        their range: ``docs/limits.md``); a search or a discrete-event re-simulation above its work bound; no
+        candidate at all.
+
     Examples
     --------
     >>> r = plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, des=False,
@@ -128,13 +142,27 @@ def plan(
     >>> r.winner is not None and r.winner.dp * r.winner.tp * r.winner.pp == 8
     True
     """
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    if gpus is not None and gpus < 1:
-        raise PlansimError(f"--gpus {gpus}: at least one GPU")
-    cluster = hardware if isinstance(hardware, Cluster) else load_hardware(str(hardware), gpus=gpus)
-    if global_batch < 1:
-        raise PlansimError(f"--global-batch {global_batch}: at least one sequence per step")
-    c = constraints or Constraints()
+    gpus = None if gpus is None else whole(gpus, "gpus", "--gpus")
+    global_batch = whole(global_batch, "global_batch", "--global-batch")
+    c = Constraints.of(constraints)
+    choice(objective, OBJECTIVES, "--objective")
+    top_k = whole(top_k, "top_k", "--top")
+    for name, value in (("des (--no-des)", des), ("milp", milp), ("splits", splits)):
+        flag(value, name)
+    jobs = whole(jobs, "jobs", "--jobs")
+    tokens = None if tokens is None else number(tokens, "tokens", "--tokens")
+    if price_per_gpu_hour is not None:
+        price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
+    callback(progress, "progress")
+    spec = as_model(model)
+    if not isinstance(spec, ModelSpec):
+        raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
+    cluster = as_cluster(hardware, gpus)
+    count = count_candidates(spec, cluster, global_batch, c)
+    refuse_work(
+        "candidates", count, f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}",
+        "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)",
+    )  # fmt: skip
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress,

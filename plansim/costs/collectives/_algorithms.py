@@ -46,7 +46,7 @@ def allreduce_naive(p: int, local: int | None) -> Schedule:
         return _whole(src, dst, reduce=True)
 
     per_step = full(p, float(p - 1))
-    return Schedule("all_reduce/naive", p, Steps([StepRun(1, build, per_step, per_step)]))
+    return Schedule("all_reduce/naive", p, Steps([StepRun(1, build, per_step, per_step, transfers=p * (p - 1))]))
 
 
 def allreduce_ps(p: int, local: int | None) -> Schedule:
@@ -161,7 +161,9 @@ def all_to_all_direct(p: int, local: int | None) -> Schedule:
         return Step(ranks, peer, locked(peer / p), locked((peer + 1) / p), dst_lo=locked(ranks / p))
 
     per_step = full(p, 1 / p)  # one block of n/p out and one in per step (built when read: p-1 steps of p)
-    return Schedule("all_to_all/direct", p, Steps([StepRun(p - 1, build, per_step, per_step)]), out_of_place=True)
+    return Schedule(
+        "all_to_all/direct", p, Steps([StepRun(p - 1, build, per_step, per_step, transfers=p)]), out_of_place=True
+    )
 
 
 def send_recv_direct(p: int, local: int | None) -> Schedule:

@@ -62,7 +62,7 @@ def ring_phase(
         return Step(src, dst, lo, hi, reduce=reduce, tier=tier)
 
     per_step = locked(np.bincount(src) / denominator)
-    return [StepRun(m - 1, build, per_step, per_step, tier)]
+    return [StepRun(m - 1, build, per_step, per_step, tier, transfers=len(src))]
 
 
 def crossing(distance: int, local: int | None) -> Tier:

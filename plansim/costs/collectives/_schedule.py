@@ -96,6 +96,7 @@ class StepRun:
     sent: NDArray[np.float64]
     received: NDArray[np.float64]
     tier: Tier = "intra"
+    transfers: int = 0  # point-to-point transfers in each step (what a step built from the run holds)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -210,6 +211,17 @@ class Schedule:
             busiest = max(float(np.amax(sent, initial=0.0)), float(np.amax(received, initial=0.0)))
             terms[part.tier] = (count + steps, load + steps * busiest)
         return sent_total, terms
+
+    @property
+    def transfers(self) -> int:
+        """Point-to-point transfers over all steps, counted without building a run's steps (what iterating the
+        schedule costs: the discrete-event engine walks every transfer).
+
+        >>> Schedule("x", p=2, steps=(Step([0, 1], [1, 0], [0.0, 0.0], [1.0, 1.0]),)).transfers
+        2
+        """
+        assert isinstance(self.steps, Steps)  # __post_init__
+        return sum(p.count * p.transfers if isinstance(p, StepRun) else len(p.src) for p in self.steps.parts)
 
     def bytes_sent(self, n_bytes: float) -> NDArray[np.float64]:
         """Bytes each node sends over the whole schedule (length ``num_nodes``)."""
