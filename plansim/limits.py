@@ -68,7 +68,9 @@ class Limit:
 
 
 def _fmt(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{int(x):,}" if x.is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _said(name: str, value: object) -> str:
@@ -109,13 +111,20 @@ LIMITS: dict[str, Limit] = {
         "GPT-3 trained on 1,536 sequences per step, LAMB on 65,536 images; 2^24 bounds the planner's divisor search",
     ),
     "grad_bucket_bytes": Limit(1, 2**40, "bytes", "PyTorch DDP's default is 25 MiB; 1 TiB exceeds any GPU"),
-    "remat_budget": Limit(0, 2**50, "bytes", "1 PiB exceeds any GPU's memory", integer=False),
+    "remat_budget": Limit(0, 1e15, "bytes", "1 PB exceeds any GPU's memory", integer=False),
     "time_limit_s": Limit(0, 86_400, "s", "a solver limit of a day", integer=False, low_open=True),
     "jitter": Limit(
         0, 1, "", "log-normal sigma: at 1 a kernel's time varies e^+-2 = 7x in 95% of draws", integer=False
     ),
     "straggler_factor": Limit(1e-3, 1e3, "", "a GPU 1000x slower has failed", integer=False),
-    "link_factor": Limit(0, 1e3, "", "0 is a failed link: remove it with --fail-link", integer=False, low_open=True),
+    "link_factor": Limit(
+        0,
+        1e3,
+        "",
+        "a bandwidth factor: 0.5 halves a link; remove a failed one with --fail-link",
+        integer=False,
+        low_open=True,
+    ),
     "seed": Limit(0, 2**64 - 1, "", "a 64-bit seed"),
     "rank": Limit(0, 2**20 - 1, "", "a GPU's rank, below the GPU count"),
     "top_k": Limit(1, 1_000, "finalists", "each finalist is re-simulated"),
@@ -123,6 +132,8 @@ LIMITS: dict[str, Limit] = {
     "tokens": Limit(0, 1e18, "tokens", "the largest training runs of 2024 saw about 1.5e13 tokens", False, True),
     "price_per_gpu_hour": Limit(0, 1e6, "", "a price per GPU-hour", integer=False),
     "stage_layers": Limit(1, 10_000, "blocks", "as layers"),
+    "in_flight": Limit(1, 2**24, "micro-batches", "at most the micro-batches of a step", integer=False),
+    "gap": Limit(0, 1, "", "a relative gap below 1, e.g. 0.01 for 1%", integer=False),
 }
 
 
@@ -154,6 +165,8 @@ WORK: dict[str, Work] = {
 
 def shown(value: object, width: int = 40) -> str:
     """``value`` as a message shows it: one line, cut to ``width`` characters."""
+    if isinstance(value, int) and value.bit_length() > 1000:  # str() refuses ints over 4,300 digits
+        return f"(a number of {int(value.bit_length() * math.log10(2)) + 1:,} digits)"
     text = " ".join(str(value).split())
     return text if len(text) <= width else text[: width - 3] + "..."
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from plansim.arguments import type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
@@ -111,6 +112,7 @@ class Strategy(BaseModel):
     @classmethod
     def _split_text(cls, value: object) -> object:
         """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
+        value = integral(value)
         if isinstance(value, int) and not isinstance(value, bool):  # one stage: layer_split=24
             return (value,)
         if isinstance(value, str):
@@ -179,6 +181,10 @@ class Strategy(BaseModel):
     @classmethod
     def parse(cls, text: str) -> Strategy:
         """A strategy from inline ``key=value,...`` text, a YAML path, or the name of a file in ``strategies/``."""
+        if not isinstance(text, str):
+            raise PlansimError(
+                f"strategy: expected 'dp=8,tp=2,...' text, a file or a shipped name, got {type_name(text)}"
+            )
         text = text.strip()
         if "=" in text:
             return _validate(_parse_inline(text), "strategy")
@@ -229,6 +235,8 @@ def list_strategies() -> list[str]:
 
 def load_strategy(name_or_path: str | Path) -> Strategy:
     """Load a strategy from a YAML path or from ``strategies/<name>.yaml``."""
+    if not isinstance(name_or_path, str | Path):
+        raise PlansimError(f"strategy: expected a strategy file or a shipped name, got {type_name(name_or_path)}")
     path = Path(name_or_path)
     if not path.is_file():
         shipped = data_dir("strategies") / f"{name_or_path}.yaml"

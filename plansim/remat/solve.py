@@ -49,6 +49,7 @@ def solve_remat(
     >>> solve_remat(g).solver.solver   # keeping everything fits: optimal by the lower bound, no solve
     'bounds'
     """
+    _check_arguments(graph, budget_bytes, method, in_flight, solver, time_limit_s, gap, warm_start)
     if method not in METHODS:
         raise PlansimError(f"remat method {method!r}: choose one of {', '.join(METHODS)}")
     if budget_bytes is not None and budget_bytes < 0:
@@ -142,3 +143,32 @@ def tradeoff(
             options = milp_options if method == "milp" else {}
             out.append(solve_remat(graph, budget, method, in_flight=in_flight, **options))
     return out
+
+
+def _check_arguments(
+    graph: object,
+    budget_bytes: object,
+    method: object,
+    in_flight: object,
+    solver: object,
+    time_limit_s: object,
+    gap: object,
+    warm_start: object,
+) -> None:
+    """``solve_remat``'s arguments at the boundary: kinds, and numbers within ``plansim.limits``."""
+    from plansim.arguments import choice, flag, type_name
+    from plansim.limits import number
+    from plansim.milp import SOLVERS
+
+    if not isinstance(graph, RematGraph):
+        raise PlansimError(f"graph: expected a RematGraph (plansim.remat.api.remat_graph), got {type_name(graph)}")
+    if budget_bytes is not None:
+        number(budget_bytes, "remat_budget", "--budget")
+    choice(method, METHODS, "remat method")
+    number(in_flight, "in_flight", "in_flight")
+    choice(solver, SOLVERS, "--solver")
+    if time_limit_s is not None:
+        number(time_limit_s, "time_limit_s", "--time-limit")
+    if gap is not None and not 0 <= number(gap, "gap", "--gap") < 1:
+        raise PlansimError(f"--gap {gap}: must be in [0, 1), e.g. 0.01 for 1%")
+    flag(warm_start, "warm_start")
