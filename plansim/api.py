@@ -148,11 +148,11 @@ def simulate(
     >>> r.fits, r.gpus, 0 < r.mfu <= r.hfu <= 1
     (True, 8, True)
     """
-    choice(engine, ENGINES, "engine (--engine)")
+    choice(engine, ENGINES, "engine", quoted=True)
     if mode is not None:
         from plansim.sim.engine import MODES
 
-        choice(mode, MODES, "mode (--mode)")
+        choice(mode, MODES, "mode", quoted=True)
     if gpus is not None:
         gpus = whole(gpus, "gpus", "--gpus")
     options = _what_ifs(stragglers, link_factors, failed_links, jitter, seed)

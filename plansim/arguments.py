@@ -32,10 +32,11 @@ def type_name(value: object) -> str:
     return f"a {kind}"
 
 
-def choice(value: object, choices: Collection[str], name: str) -> str:
-    """``value`` if it is one of ``choices``."""
+def choice(value: object, choices: Collection[str], name: str, *, quoted: bool = False) -> str:
+    """``value`` if it is one of ``choices`` (``quoted``: the message reads ``mode 'x' is unknown: ...``)."""
     if not isinstance(value, str) or value not in choices:
-        raise PlansimError(f"{name} {shown(value)}: choose one of {', '.join(choices)}")
+        said = f"{name} {shown(repr(value))} is unknown" if quoted else f"{name} {shown(value)}"
+        raise PlansimError(f"{said}: choose one of {', '.join(choices)}")
     return value
 
 

@@ -102,7 +102,7 @@ LIMITS: dict[str, Limit] = {
     "seq_len": Limit(1, 2**24, "tokens", "the longest context windows of 2024 are 10^6-10^7 tokens"),
     "vocab": Limit(1, 2**24, "", "the largest vocabularies hold about 256k tokens (PaLM, Gemma)"),
     "image_size": Limit(0, 8192, "pixels", "ResNet inputs are 224-600 pixels; 0: not a cnn"),
-    "stage_blocks": Limit(1, 10_000, "blocks", "as layers"),
+    "stage_blocks": Limit(0, 10_000, "blocks", "as layers (an empty stage is named by the strategy and model checks)"),
     "micro_batch": Limit(1, 2**24, "sequences", "as global_batch"),
     "global_batch": Limit(
         1,
@@ -116,7 +116,9 @@ LIMITS: dict[str, Limit] = {
     "jitter": Limit(
         0, 1, "", "log-normal sigma: at 1 a kernel's time varies e^+-2 = 7x in 95% of draws", integer=False
     ),
-    "straggler_factor": Limit(1e-3, 1e3, "", "a GPU 1000x slower has failed", integer=False),
+    "straggler_factor": Limit(
+        0, 1e3, "", "a slow-down factor: 1.5 is 50% slower; 1000x slower is a failed GPU", integer=False, low_open=True
+    ),
     "link_factor": Limit(
         0,
         1e3,
@@ -132,6 +134,8 @@ LIMITS: dict[str, Limit] = {
     "tokens": Limit(0, 1e18, "tokens", "the largest training runs of 2024 saw about 1.5e13 tokens", False, True),
     "price_per_gpu_hour": Limit(0, 1e6, "", "a price per GPU-hour", integer=False),
     "stage_layers": Limit(1, 10_000, "blocks", "as layers"),
+    "warmup": Limit(0, 10_000, "runs", "untimed runs before timing; a few settle clocks and caches"),
+    "repeats": Limit(1, 100_000, "runs", "timed runs whose median is kept"),
     "in_flight": Limit(1, 2**24, "micro-batches", "at most the micro-batches of a step", integer=False),
     "gap": Limit(0, 1, "", "a relative gap below 1, e.g. 0.01 for 1%", integer=False),
 }
@@ -205,7 +209,7 @@ def number(value: object, key: str, name: str | None = None) -> float:
     if not math.isfinite(x):
         raise _range_error(name, value, limit)
     if x < limit.low or (limit.low_open and x == limit.low):
-        least = "above" if limit.low_open else "at least"
+        least = ">" if limit.low_open else "at least"
         raise PlansimError(f"{_said(name, value)}: must be {least} {_fmt(limit.low)} ({limit.reason})")
     if x > limit.high:
         unit = f" {limit.unit}" if limit.unit else ""

@@ -344,6 +344,8 @@ BAD_CALLS: list[tuple[str, Any]] = [
         (f"Strategy.parse({v!r})", lambda v=v: plansim.Strategy.parse(v))
         for v in (None, 3, "", "dp=nan", "dp=1e30", "dp=inf", "dp=-1", "layer_split=1e30")
     ],
+    ("Strategy.parse('dp=' + 5000 digits)", lambda: plansim.Strategy.parse("dp=" + "9" * 5000)),
+    ("plan(gpus=2**20, global_batch=3)", lambda: _plan(gpus=2**20, global_batch=3)),
     *[(f"load_strategy({v!r})", lambda v=v: plansim.load_strategy(v)) for v in (None, 3)],
     *[(f"solve_remat(budget_bytes={v!r})", lambda v=v: _solve(budget_bytes=v)) for v in (NAN, -1, INF, "1GB")],
     *[

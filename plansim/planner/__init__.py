@@ -18,7 +18,7 @@ from plansim.api import as_cluster, as_model
 from plansim.arguments import callback, choice, flag
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
-from plansim.limits import number, refuse_work, whole
+from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
 from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_figures, search
 from plansim.planner.space import Constraints, candidates, count_candidates, divisors
@@ -294,6 +294,8 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     if _set_constraints(c).keys() - {"remat", "dp_algorithms"}:
         tries.append(("drop the --tp/--pp/--zero/--micro-batch limits", everything, cluster))
     for factor in (2, 4, 8, 16):
+        if cluster.num_gpus * factor > LIMITS["gpus"].high:  # beyond the largest cluster plansim takes
+            break
         bigger = load_hardware(cluster.node.name, gpus=cluster.num_gpus * factor)
         tries.append((f"use {bigger.num_gpus} GPUs ({factor}x)", everything, bigger))
     for words, cons, clus in tries:
