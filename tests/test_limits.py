@@ -441,3 +441,27 @@ def test_the_api_and_the_cli_give_the_same_message() -> None:
 def test_api_docstrings_say_what_they_raise() -> None:
     for f in (plansim.simulate, plansim.plan):
         assert re.search(r"Raises\s+-+\s+PlansimError", f.__doc__ or ""), f
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "value"),
+    [
+        ("gpus", "memory_bytes", "1" + "0" * 400),
+        ("gpus", "hbm_bandwidth_Bps", "1e300"),
+        ("gpus", "kernel_launch_s", ".inf"),
+        ("nodes", "gpus_per_node", "1e30"),
+    ],
+)
+def test_absurd_hardware_file_numbers_are_one_line(tmp_path: Path, kind: str, key: str, value: str) -> None:
+    for folder in ("gpus", "nodes"):
+        (tmp_path / folder).mkdir()
+    gpu = ROOT / "hardware_profiles" / "gpus" / "a100-sxm4-80gb.yaml"
+    node = ROOT / "hardware_profiles" / "nodes" / "dgx-a100.yaml"
+    for source, folder in ((gpu, "gpus"), (node, "nodes")):
+        text = source.read_text()
+        if folder == kind:
+            text = re.sub(rf"(?m)^{key}:.*$", f"{key}: {value}", text)
+        (tmp_path / folder / source.name).write_text(text)
+    assert_one_line_error(
+        ("simulate", "-m", "gpt3-125m", "-H", str(tmp_path / "nodes" / node.name), "-s", "dp=8"), f"'{key}'"
+    )
