@@ -465,3 +465,10 @@ def test_absurd_hardware_file_numbers_are_one_line(tmp_path: Path, kind: str, ke
     assert_one_line_error(
         ("simulate", "-m", "gpt3-125m", "-H", str(tmp_path / "nodes" / node.name), "-s", "dp=8"), f"'{key}'"
     )
+
+
+def test_a_65536_way_ring_in_the_des_is_refused_naming_the_analytic_engine() -> None:
+    """Its schedule alone holds 2 x 65535 x 65536 transfers when built (tens of GB)."""
+    args = ("simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-g", "65536", "-s",
+            "dp=65536,micro_batch=1,global_batch=65536", "--engine", "des")  # fmt: skip
+    assert_one_line_error(args, "--engine analytic", "PLANSIM_MAX_DES_TASKS")

@@ -162,7 +162,10 @@ def all_to_all_direct(p: int, local: int | None) -> Schedule:
 
     per_step = full(p, 1 / p)  # one block of n/p out and one in per step (built when read: p-1 steps of p)
     return Schedule(
-        "all_to_all/direct", p, Steps([StepRun(p - 1, build, per_step, per_step, transfers=p)]), out_of_place=True
+        "all_to_all/direct",
+        p,
+        Steps([StepRun(p - 1, build, per_step, per_step, transfers=p, uniform=p & (p - 1) == 0)]),
+        out_of_place=True,
     )
 
 

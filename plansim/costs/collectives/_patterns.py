@@ -62,7 +62,10 @@ def ring_phase(
         return Step(src, dst, lo, hi, reduce=reduce, tier=tier)
 
     per_step = locked(np.bincount(src) / denominator)
-    return [StepRun(m - 1, build, per_step, per_step, tier, transfers=len(src))]
+    # chunk bounds c / denominator are exact in binary floating point when the denominator is a power of two, so then
+    # every step moves bit-for-bit the same sizes
+    uniform = denominator & (denominator - 1) == 0
+    return [StepRun(m - 1, build, per_step, per_step, tier, transfers=len(src), uniform=uniform)]
 
 
 def crossing(distance: int, local: int | None) -> Tier:

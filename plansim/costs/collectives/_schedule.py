@@ -97,6 +97,7 @@ class StepRun:
     received: NDArray[np.float64]
     tier: Tier = "intra"
     transfers: int = 0  # point-to-point transfers in each step (what a step built from the run holds)
+    uniform: bool = False  # every step moves the same chunk sizes between the same nodes (bit for bit)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -222,6 +223,17 @@ class Schedule:
         """
         assert isinstance(self.steps, Steps)  # __post_init__
         return sum(p.count * p.transfers if isinstance(p, StepRun) else len(p.src) for p in self.steps.parts)
+
+    @property
+    def distinct_transfers(self) -> int:
+        """Transfers over the steps that differ from the step before: what the discrete-event engine walks when it
+        bundles consecutive identical steps into one phase (a ``uniform`` run is one step's worth); an upper bound,
+        as steps of different runs may bundle too."""
+        assert isinstance(self.steps, Steps)  # __post_init__
+        return sum(
+            (p.transfers if p.uniform else p.count * p.transfers) if isinstance(p, StepRun) else len(p.src)
+            for p in self.steps.parts
+        )
 
     def bytes_sent(self, n_bytes: float) -> NDArray[np.float64]:
         """Bytes each node sends over the whole schedule (length ``num_nodes``)."""
