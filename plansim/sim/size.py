@@ -11,6 +11,8 @@ The bound is ``plansim.limits.WORK["des_tasks"]`` (``PLANSIM_MAX_DES_TASKS``).
 from __future__ import annotations
 
 from plansim.costs.collectives import algorithm_entry, schedule
+from plansim.costs.remat_policies import REMAT_POLICIES
+from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.limits import refuse_work
 from plansim.lower import lower
@@ -30,7 +32,12 @@ def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) ->
         graph = lower(model, cluster, s)
         _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
         return graph
-    small, double = (lower(model, cluster, _with_microbatches(s, n)) for n in (k, 2 * k))
+    try:
+        small, double = (lower(model, cluster, _with_microbatches(s, n)) for n in (k, 2 * k))
+    except PlansimError:  # a check that only the smaller batch fails: count the strategy itself
+        graph = lower(model, cluster, s)
+        _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
+        return graph
     per_microbatch = (des_work(double, cluster, mode) - des_work(small, cluster, mode)) / k
     _refuse(model, cluster, s, mode, round(des_work(small, cluster, mode) + per_microbatch * (m - k)))
     return lower(model, cluster, s)
@@ -70,8 +77,13 @@ def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
 
 
 def _with_microbatches(s: Strategy, m: int) -> Strategy:
+    """``s`` at ``m`` micro-batches. A scheduled remat policy (``milp``) is counted as full recomputation, whose
+    tasks have the same shape, so the estimate solves no MILP at a batch the run does not use."""
     dp = s.dp or 1
-    return s.model_copy(update={"global_batch": m * s.micro_batch * dp})
+    update: dict[str, object] = {"global_batch": m * s.micro_batch * dp}
+    if REMAT_POLICIES[s.remat].scheduled:
+        update["remat"] = "full"
+    return s.model_copy(update=update)
 
 
 def _refuse(model: Workload, cluster: Cluster, s: Strategy, mode: str, work: int) -> None:
