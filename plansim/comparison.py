@@ -168,7 +168,9 @@ def compare(
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
     ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``progress(label)`` is called before each simulation.
+    out). ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
+
+    Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
 
     Examples
     --------

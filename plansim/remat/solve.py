@@ -36,7 +36,8 @@ def solve_remat(
     For the MILP, ``warm_start`` hands the solver the cheapest schedule that fits among the baselines' and the
     coarse MILP's, improved by a local search (``start.milp_start``), so a time limit never leaves it worse than the
     heuristics; ``gap`` (relative to the objective) and ``time_limit_s`` bound the search,
-    and ``result.solver`` says whether the answer is proven optimal.
+    and ``result.solver`` says whether the answer is proven optimal. A bad argument (a kind, or a number outside
+    ``plansim.limits``) raises ``PlansimError`` before any work.
 
     Examples
     --------
