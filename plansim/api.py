@@ -6,15 +6,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from plansim.errors import PlansimError
+from plansim.arguments import choice, mapping, name_or_path, names, type_name
+from plansim.errors import PlansimError, shown
 from plansim.hardware import Cluster, load_hardware
+from plansim.limits import number, whole
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec, TracedModel, load_model
 from plansim.workload.traced import Workload, with_traced_defaults
 from plansim.yamlfile import validated
 
-__all__ = ["ENGINES", "as_strategy", "simulate"]
+__all__ = ["ENGINES", "as_cluster", "as_model", "as_strategy", "simulate"]
 
 
 def _analytic(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
@@ -44,9 +46,51 @@ def as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
     """A Strategy from a Strategy, inline ``key=value`` text, a YAML path or shipped name, or a mapping of fields."""
     if isinstance(strategy, Strategy):
         return strategy
-    if isinstance(strategy, str):
-        return Strategy.parse(strategy)
+    if isinstance(strategy, str | Path):
+        return Strategy.parse(str(strategy))
+    if not isinstance(strategy, Mapping):
+        raise PlansimError(
+            f"strategy: expected 'dp=8,tp=2,...' text, a strategy file or name, a mapping of fields or a Strategy, "
+            f"got {type_name(strategy)}"
+        )
     return validated(Strategy, dict(strategy), "strategy")
+
+
+def as_model(model: object) -> ModelSpec | TracedModel:
+    """A loaded model, or one loaded from a preset name or a file (``load_model``)."""
+    if isinstance(model, ModelSpec | TracedModel):
+        return model
+    return load_model(name_or_path(model, "model (--model)", "a preset name, a model file or a ModelSpec"))
+
+
+def as_cluster(hardware: object, gpus: int | None) -> Cluster:
+    """A loaded cluster, or one of ``gpus`` GPUs loaded from a node type or a file (``load_hardware``)."""
+    if isinstance(hardware, Cluster):
+        return hardware
+    what = "a node type (plansim hardware), a hardware file or a Cluster"
+    return load_hardware(name_or_path(hardware, "hardware (--hardware)", what), gpus=gpus)
+
+
+def _what_ifs(
+    stragglers: object, link_factors: object, failed_links: object, jitter: object, seed: object
+) -> dict[str, Any]:
+    """The discrete-event engine's what-ifs, checked (``plansim.limits``), those given only."""
+    slow = {
+        whole(rank, "rank", "--straggler rank"): number(factor, "straggler_factor", f"--straggler {shown(rank)}=")
+        for rank, factor in mapping(stragglers, "stragglers (--straggler)").items()
+    }
+    links = {
+        names(link, "link_factors (--degrade-link)")[0]: number(factor, "link_factor", f"--degrade-link {shown(link)}=")
+        for link, factor in mapping(link_factors, "link_factors (--degrade-link)").items()
+    }
+    given = {
+        "stragglers": slow or None,
+        "link_factors": links or None,
+        "failed_links": names(failed_links, "failed_links (--fail-link)") or None,
+        "jitter": None if jitter is None else number(jitter, "jitter", "--jitter"),
+        "seed": None if seed is None else whole(seed, "seed", "--seed"),
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def simulate(
@@ -91,32 +135,31 @@ def simulate(
     jitter, seed : optional
         ``des`` only: log-normal noise on kernel times (standard deviation of the log) and its random seed.
 
+    Raises
+    ------
+    PlansimError
+        Any bad argument, with the CLI's one-line message naming it and the fix, before any work: a wrong kind
+        (``strategy=None``), a number outside its range (``docs/limits.md``: ``gpus=10**12``, ``jitter=nan``), an
+        unknown name, a strategy that cannot run, or a discrete-event run above its work bound.
+
     Examples
     --------
     >>> r = simulate("gpt3-1.3b", "dgx-a100", "dp=8,micro_batch=2,global_batch=64,zero=1")
     >>> r.fits, r.gpus, 0 < r.mfu <= r.hfu <= 1
     (True, 8, True)
     """
-    if engine not in ENGINES:
-        raise PlansimError(f"engine '{engine}' is unknown: choose one of {', '.join(ENGINES)}")
-    spec = model if isinstance(model, ModelSpec | TracedModel) else load_model(model)
+    choice(engine, ENGINES, "engine", quoted=True)
+    if mode is not None:
+        from plansim.sim.engine import MODES
+
+        choice(mode, MODES, "mode", quoted=True)
+    if gpus is not None:
+        gpus = whole(gpus, "gpus", "--gpus")
+    options = _what_ifs(stragglers, link_factors, failed_links, jitter, seed)
+    if mode is not None:
+        options["mode"] = mode
+    spec = as_model(model)
     strat = with_traced_defaults(as_strategy(strategy), spec)
-    if isinstance(hardware, Cluster):
-        cluster = hardware
-    else:
-        if gpus is None and strat.dp is not None:
-            gpus = strat.dp * strat.tp * strat.pp
-        cluster = load_hardware(str(hardware), gpus=gpus)
-    options: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("mode", mode),
-            ("stragglers", dict(stragglers) if stragglers else None),
-            ("link_factors", dict(link_factors) if link_factors else None),
-            ("failed_links", tuple(failed_links) or None),
-            ("jitter", jitter),
-            ("seed", seed),
-        )
-        if v is not None
-    }
-    return ENGINES[engine](spec, cluster, strat, **options)
+    if gpus is None and strat.dp is not None and not isinstance(hardware, Cluster):
+        gpus = whole(strat.dp * strat.tp * strat.pp, "gpus", "strategy: dp*tp*pp =")
+    return ENGINES[engine](spec, as_cluster(hardware, gpus), strat, **options)

@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plansim.api import ENGINES, as_strategy
+from plansim.api import ENGINES, as_model, as_strategy
+from plansim.arguments import callback, choice, type_name
 from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
+from plansim.limits import whole
 from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
 from plansim.strategy import Strategy
-from plansim.workload import ModelSpec, load_model
+from plansim.workload import ModelSpec
 
 __all__ = ["COMPARE_OBJECTIVES", "SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
 
@@ -239,7 +241,9 @@ def compare(
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
     ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``progress(label)`` is called before each simulation.
+    out). ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
+
+    Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
 
     Examples
     --------
@@ -251,22 +255,25 @@ def compare(
     [8, 8]
     """
     for name, value in (("--engine", engine), ("--scaling-engine", scaling_engine)):
-        if value not in ENGINES:
-            raise PlansimError(f"{name} {value}: choose one of {', '.join(ENGINES)}")
+        choice(value, ENGINES, name)
+    strategies = _listed(strategies, (str, Path, Strategy, Mapping), "--strategy")
+    hardware = _listed(hardware, (str, Path, Cluster), "--hardware")
     if not strategies:
         raise PlansimError("--strategy: give at least one strategy to compare")
     if not hardware:
         raise PlansimError("--hardware: give at least one hardware profile")
-    if gpus is not None and gpus < 1:
-        raise PlansimError(f"--gpus {gpus}: at least one GPU")
-    if objective not in COMPARE_OBJECTIVES:
-        raise PlansimError(f"--objective {objective}: choose one of {', '.join(COMPARE_OBJECTIVES)}")
-    if scaling_batch not in SCALING_BATCH:
-        raise PlansimError(f"--scaling-batch {scaling_batch}: choose one of {', '.join(SCALING_BATCH)}")
-    bad = [g for g in scaling_gpus if g < 1]
-    if bad:
-        raise PlansimError(f"--scaling {bad[0]}: GPU counts must be at least 1")
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if gpus is not None:
+        gpus = whole(gpus, "gpus", "--gpus")
+    choice(objective, COMPARE_OBJECTIVES, "--objective")
+    choice(scaling_batch, SCALING_BATCH, "--scaling-batch")
+    scaling = [scaling_gpus] if isinstance(scaling_gpus, int) else scaling_gpus
+    if not isinstance(scaling, list | tuple | range):
+        raise PlansimError(f"--scaling: expected a list of GPU counts, got {type_name(scaling)}")
+    scaling_gpus = [whole(g, "gpus", "--scaling") for g in scaling]
+    callback(progress, "progress")
+    spec = as_model(model)
+    if not isinstance(spec, ModelSpec):
+        raise PlansimError("model: compare takes a ModelSpec (a preset, a model file), not a traced module")
     parsed = [(as_strategy(s), _name(s)) for s in strategies]
     runs: list[Run] = []
     for hw in hardware:
@@ -285,6 +292,18 @@ def compare(
                 progress(f"{run.label} on {g} GPUs")
             out.scaling.append(_scaling_point(spec, run, g, scaling_engine, scaling_batch))
     return out
+
+
+def _listed(values: object, kinds: tuple[type, ...], option: str) -> list[Any]:
+    """``values`` as a list: one value of ``kinds`` is a list of one (a string is one name, not its characters)."""
+    if isinstance(values, kinds) and not isinstance(values, bool):
+        return [values]
+    if not isinstance(values, list | tuple):
+        raise PlansimError(f"{option}: expected a list, got {type_name(values)}")
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, kinds)]
+    if bad:
+        raise PlansimError(f"{option}: {type_name(bad[0])} is not one of the values it takes")
+    return list(values)
 
 
 def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:

@@ -9,6 +9,7 @@ escaped, cut to a few dozen characters, so that a 5,000-character or multi-line 
 
 from __future__ import annotations
 
+import math
 import re
 import reprlib
 from pathlib import PurePath
@@ -47,7 +48,8 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
         try:
             text = _REPR.repr(value)
         except ValueError:  # an int of more than 4,300 digits has no repr
-            text = f"<{type(value).__name__} too large to print>"
+            digits = int(value.bit_length() * math.log10(2)) + 1 if isinstance(value, int) else 0
+            text = f"(a number of {digits:,} digits)" if digits else f"<{type(value).__name__} too large to print>"
     cut = _escaped(text[: limit + 1])
     if len(text) > limit or len(cut) > limit:
         return cut[: max(limit - 3, 1)] + "..."
@@ -76,6 +78,18 @@ def shown_path(path: str | PurePath, limit: int = 2 * SHOWN_CHARS) -> str:
     return "..." + tail[-(limit - 3) :]
 
 
+#: pydantic error types of a number outside its range -> the words to use (None: pydantic's own, which names the
+#: bound); the message then points to the table of limits.
+_OUT_OF_RANGE: dict[str, str | None] = {
+    "greater_than": None,
+    "greater_than_equal": None,
+    "less_than": None,
+    "less_than_equal": None,
+    "int_parsing_size": "too large a number",  # schemas read whole floats first (plansim.limits.integral)
+    "finite_number": None,
+}
+
+
 def format_validation_error(source: str, err: object) -> str:
     """Turn a pydantic ``ValidationError`` into one line naming ``source`` and each bad field (the first few).
 
@@ -97,6 +111,8 @@ unknown key (remove it or check its spelling)
         msg = "unknown key (remove it or check its spelling)" if e["type"] == "extra_forbidden" else e["msg"]
         if e["type"] == "missing":
             msg = "required key is missing (add it)"
+        if e["type"] in _OUT_OF_RANGE:
+            msg = f"{_OUT_OF_RANGE[e['type']] or msg} (plansim's limits: docs/limits.md)"
         parts.append(f"field '{loc}': {shown(msg, 8 * SHOWN_CHARS)}")
     if len(errors) > SHOWN_PROBLEMS:
         parts.append(f"and {len(errors) - SHOWN_PROBLEMS} more")

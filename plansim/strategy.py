@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from plansim.arguments import type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.limits import field, integral
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
 from plansim.yamlfile import is_file, parse_yaml, read_mapping, validated
@@ -51,35 +53,42 @@ class Strategy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dp: int | None = Field(default=None, ge=1, description="data-parallel degree")
-    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (Megatron column/row split)")
-    pp: int = Field(default=1, ge=1, description="pipeline-parallel stages")
+    dp: int | None = field("dp", default=None, description="data-parallel degree")
+    tp: int = field("tp", default=1, description="tensor-parallel degree (Megatron column/row split)")
+    pp: int = field("pp", default=1, description="pipeline-parallel stages")
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 0
-    micro_batch: int = Field(default=1, ge=1, description="sequences per micro-batch per data-parallel replica")
-    global_batch: int | None = Field(default=None, ge=1, description="sequences per step over all replicas")
+    micro_batch: int = field(
+        "micro_batch", default=1, description="sequences per micro-batch per data-parallel replica"
+    )
+    global_batch: int | None = field("global_batch", default=None, description="sequences per step over all replicas")
     schedule: Annotated[str, AfterValidator(_registered("schedule", SCHEDULES))] = Field(
         default="1f1b", description="pipeline schedule, a name in plansim.schedules.SCHEDULES"
     )
-    virtual_stages: int = Field(default=1, ge=1, description="model chunks per pipeline stage (interleaved only)")
-    layer_split: tuple[int, ...] | None = Field(
+    virtual_stages: int = field(
+        "virtual_stages", default=1, description="model chunks per pipeline stage (interleaved only)"
+    )
+    layer_split: tuple[Annotated[int, field("stage_blocks")], ...] | None = Field(
         default=None,
+        max_length=10_000,
         description="transformer blocks per pipeline stage, first to last (pp entries; the first stage also holds "
         "the embedding, the last the output layer; inline: 5/7/7/5); default: even, the first stages one more",
     )
     remat: Annotated[str, AfterValidator(_registered("remat", REMAT_POLICIES))] = Field(
         default="none", description="remat policy, a name in plansim.costs.remat_policies.REMAT_POLICIES"
     )
-    remat_budget: float | None = Field(
+    remat_budget: float | None = field(
+        "remat_budget",
         default=None,
-        ge=0,
         description="remat=milp: activation bytes per device (20GB, 16GiB or bytes); default: what the device "
         "leaves after model states, workspace and the embedding/output activations",
     )
     remat_granularity: Literal["op", "layer"] = Field(
         default="layer", description="remat=milp: schedule single ops or four-node blocks (faster)"
     )
-    remat_time_limit_s: float = Field(default=20.0, gt=0, description="remat=milp: solver time limit per stage")
+    remat_time_limit_s: float = field(
+        "time_limit_s", default=20.0, description="remat=milp: solver time limit per stage"
+    )
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )
@@ -88,12 +97,22 @@ class Strategy(BaseModel):
     )
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
-    grad_bucket_bytes: int = Field(default=25 * 2**20, ge=1, description="gradient bucket size (PyTorch DDP: 25 MiB)")
+    grad_bucket_bytes: int = field(
+        "grad_bucket_bytes", default=25 * 2**20, description="gradient bucket size (PyTorch DDP: 25 MiB)"
+    )
+
+    @field_validator(
+        "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "grad_bucket_bytes", mode="before"
+    )
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        return integral(value)
 
     @field_validator("layer_split", mode="before")
     @classmethod
     def _split_text(cls, value: object) -> object:
         """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
+        value = integral(value)
         if isinstance(value, int) and not isinstance(value, bool):  # one stage: layer_split=24
             return (value,)
         if isinstance(value, str):
@@ -169,6 +188,10 @@ class Strategy(BaseModel):
             One line: empty text (saying what to write), a key given twice, an item that is not ``key=value``, or
             the strategy's first few bad fields.
         """
+        if not isinstance(text, str):
+            raise PlansimError(
+                f"strategy: expected 'dp=8,tp=2,...' text, a file or a shipped name, got {type_name(text)}"
+            )
         text = text.strip()
         if "=" in text:
             return _validate(_parse_inline(text), "strategy")
@@ -229,6 +252,8 @@ def list_strategies() -> list[str]:
 
 def load_strategy(name_or_path: str | Path) -> Strategy:
     """Load a strategy from a YAML path or from ``strategies/<name>.yaml``."""
+    if not isinstance(name_or_path, str | Path):
+        raise PlansimError(f"strategy: expected a strategy file or a shipped name, got {type_name(name_or_path)}")
     if not str(name_or_path).strip():
         raise PlansimError(f"strategy: empty: {_what_to_write()}")
     path = Path(name_or_path)

@@ -188,6 +188,8 @@ def parse_yaml(text: str, source: str) -> Any:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise PlansimError(f"{source}: malformed YAML{where}: {shown(problem, 160)}: fix the syntax") from None
+    except ValueError:  # an integer longer than Python converts (sys.get_int_max_str_digits, 4,300 digits)
+        raise PlansimError(f"{source}: a number has too many digits to read: write a smaller number") from None
 
 
 def _json_too_deep(text: str) -> int | None:

@@ -273,7 +273,7 @@ def test_des_table_shows_stages_and_links() -> None:
         (["--fail-link", "nowhere"], "nowhere"),
         (["--mode", "sideways"], "mode 'sideways'"),
         (["--straggler", "0=inf"], "finite"),
-        (["--jitter", "0.1", "--seed", "-5"], "seed must be >= 0"),
+        (["--jitter", "0.1", "--seed", "-5"], "--seed -5: at least 0"),
         (["--trace", "/"], "--trace /: cannot write it"),
     ],
 )

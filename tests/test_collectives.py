@@ -15,6 +15,7 @@ from plansim.costs.collectives import (
     ALLREDUCE_ALGORITHMS,
     COLLECTIVES,
     MESSAGE_SIZE,
+    Schedule,
     bytes_sent_per_rank,
     collective_time,
     schedule,
@@ -311,3 +312,67 @@ def test_bad_group_size_and_links_raise() -> None:
         collective_time("all_reduce", "ring", 4, M, A, 0.0)
     with pytest.raises(PlansimError, match="4 workers, got 3"):
         simulate(schedule("all_reduce", "ring", 4), _ints(0, 3, 8))
+
+
+# ---- long schedules: runs of steps built when read, loads in closed form ------------------------------------------
+
+
+def _brute_totals(s: Schedule) -> tuple[np.ndarray, dict[str, tuple[int, float]]]:
+    """What the schedule's volumes and time read, summed over its built steps one by one (the definition)."""
+    sent_total = np.zeros(s.num_nodes)
+    terms = {"intra": (0, 0.0), "inter": (0, 0.0)}
+    for step in s.steps:
+        sent, received = step.loads(s.num_nodes)
+        sent_total += sent
+        count, load = terms[step.tier]
+        terms[step.tier] = (count + 1, load + max(sent.max(), received.max()))
+    return sent_total, terms
+
+
+@pytest.mark.parametrize(
+    ("collective", "algorithm", "p", "local"),
+    [
+        ("all_reduce", "ring", 7, None),
+        ("all_reduce", "ring", 96, None),
+        ("all_reduce", "hierarchical", 24, 8),
+        ("all_reduce", "hierarchical", 12, 3),
+        ("all_reduce", "naive", 9, None),
+        ("all_gather", "ring", 10, None),
+        ("reduce_scatter", "ring", 33, None),
+        ("all_to_all", "direct", 6, None),
+    ],
+)
+def test_step_runs_price_as_their_built_steps(collective: str, algorithm: str, p: int, local: int | None) -> None:
+    s = schedule(collective, algorithm, p, local)
+    sent, terms = _brute_totals(s)
+    np.testing.assert_allclose(s.bytes_sent(1.0), sent, rtol=1e-12)
+    inter = (3 * A, BW / 4)
+    expected = sum(
+        count * a + load * M / bw for (count, load), (a, bw) in zip(terms.values(), [(A, BW), inter], strict=True)
+    )
+    assert s.time(M, A, BW, inter) == pytest.approx(expected, rel=1e-12)
+    assert len(s.steps) == sum(count for count, _ in terms.values())
+    assert [x.src.tolist() for x in s.steps[-2:]] == [x.src.tolist() for x in list(s.steps)[-2:]]
+
+
+def test_a_65536_way_ring_is_priced_in_linear_memory() -> None:
+    import tracemalloc
+
+    p = 65_536
+    tracemalloc.start()
+    try:
+        s = schedule("all_reduce", "ring", p)
+        t = s.time(M, A, BW)
+        per_rank = bytes_sent_per_rank("all_reduce", "ring", p, M)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert t == pytest.approx(2 * (p - 1) * A + 2 * M * (p - 1) / p * B, rel=1e-12)
+    assert per_rank == pytest.approx(2 * (p - 1) / p * M, rel=1e-12)
+    assert peak < 50 * p * 8  # a few arrays of p numbers; the built steps would be (p-1) x p of them, 34 GB
+
+
+@pytest.mark.parametrize(("algorithm", "p"), [("ring", 12), ("naive", 5), ("hierarchical", 16), ("tree", 9)])
+def test_transfers_count_without_building_the_steps(algorithm: str, p: int) -> None:
+    s = schedule("all_reduce", algorithm, p, 4)
+    assert s.transfers == sum(len(step.src) for step in s.steps)

@@ -16,6 +16,7 @@ from plansim.data import data_dir
 from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
+from plansim.limits import whole
 from plansim.yamlfile import is_file, looks_like_path, read_mapping, validated
 
 __all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node", "resize"]
@@ -122,6 +123,8 @@ def load_hardware(name: str | Path, gpus: int | None = None) -> Cluster:
     >>> cluster.num_nodes, cluster.gpu.name
     (128, 'A100-SXM4-80GB')
     """
+    if not isinstance(name, str | Path):
+        raise PlansimError(f"hardware: expected a node type (plansim hardware) or a YAML path, got {shown(repr(name))}")
     path = _resolve(name, "nodes", "hardware")
     node = _validated(path, NodeSpec)
     return Cluster(node=node, gpu=_gpu_of(node, path), num_gpus=_check_gpus(node, gpus))
@@ -145,6 +148,7 @@ def _check_gpus(node: NodeSpec, gpus: int | None) -> int:
         raise PlansimError(f"gpus must be a whole number, got {quoted(gpus)}")
     if gpus <= 0:
         raise PlansimError(f"gpus must be positive, got {gpus}: ask for at least 1 GPU")
+    whole(gpus, "gpus", "gpus")  # at most plansim.limits' largest cluster
     if gpus > per_node and gpus % per_node:
         raise PlansimError(
             f"{node.name} has {per_node} GPUs per node: gpus={gpus} is not a whole number of nodes "

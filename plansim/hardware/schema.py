@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from plansim.errors import PlansimError
 from plansim.hardware.link import Link
+from plansim.limits import field
 from plansim.units import DTYPE_BYTES
 
 __all__ = [
@@ -40,7 +41,7 @@ _ALTERNATIVES: dict[str, tuple[str, ...]] = {
     "fp32": ("tf32",),
 }
 
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveFloat = Annotated[float, field("hardware_number")]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 CurvePoint = tuple[PositiveFloat, Fraction]
 
@@ -90,12 +91,12 @@ class GPUSpec(_Strict):
     """
 
     name: str = Field(min_length=1)
-    memory_bytes: int = Field(gt=0)
+    memory_bytes: int = field("memory_bytes")
     hbm_bandwidth_Bps: PositiveFloat
     peak_flops_by_dtype: dict[Dtype, PositiveFloat] = Field(alias="peak_flops", min_length=1)
     efficiency: EfficiencyCurves
-    kernel_launch_s: float = Field(ge=0, allow_inf_nan=False)
-    workspace_reserve_bytes: int = Field(ge=0)
+    kernel_launch_s: float = field("kernel_launch_s")
+    workspace_reserve_bytes: int = field("workspace_reserve_bytes")
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
@@ -200,7 +201,7 @@ class IntraNode(_Strict):
 class Nics(_Strict):
     """The node's compute-fabric NICs: how many, the per-direction line rate of each, and the achieved fraction."""
 
-    count: int = Field(ge=1)
+    count: int = field("nics")
     bandwidth_Bps: PositiveFloat
     latency_s: PositiveFloat
     efficiency: Fraction
@@ -218,10 +219,10 @@ class FabricTier(_Strict):
 
     name: str = Field(min_length=1)
     kind: Literal["rail_optimized", "fat_tree"]
-    nodes_per_switch: int | None = Field(ge=1)
+    nodes_per_switch: int | None = field("nodes_per_switch")
     bandwidth_Bps: PositiveFloat
     latency_s: PositiveFloat
-    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+    oversubscription: float = field("oversubscription", default=1.0)
 
     def group(self, node: int) -> int:
         """Index of the switch domain of this tier that holds ``node``."""
@@ -243,7 +244,7 @@ class NodeSpec(_Strict):
 
     name: str = Field(min_length=1)
     gpu: str = Field(min_length=1)
-    gpus_per_node: int = Field(ge=1)
+    gpus_per_node: int = field("gpus_per_node")
     intra_node: IntraNode
     nics: Nics
     fabric: tuple[FabricTier, ...] = Field(min_length=1)

@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from plansim.api import as_cluster, as_model
+from plansim.arguments import callback, choice, flag
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
+from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
 from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_figures, search
-from plansim.planner.space import Constraints, candidates, divisors
+from plansim.planner.space import Constraints, candidates, count_candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.units import GB
-from plansim.workload import ModelSpec, load_model
+from plansim.workload import ModelSpec
 
 __all__ = ["Constraints", "PlanResult", "TrainingCost", "plan"]
 
@@ -127,6 +130,17 @@ def plan(
     ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
     each later phase begins (``plansim plan`` shows both on stderr).
 
+    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The candidates are counted
+    before any is priced: above ``PLANSIM_MAX_CANDIDATES`` (``plansim.limits.WORK``) the call is refused with the
+    count and the ways to narrow the search.
+
+    Raises
+    ------
+    PlansimError
+        Any bad argument, with the CLI's one-line message naming it, before the search starts (numbers outside
+        their range: ``docs/limits.md``); a search or a discrete-event re-simulation above its work bound; no
+        candidate at all.
+
     Examples
     --------
     >>> r = plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, des=False,
@@ -134,18 +148,32 @@ def plan(
     >>> r.winner is not None and r.winner.dp * r.winner.tp * r.winner.pp == 8
     True
     """
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    if gpus is not None and gpus < 1:
-        raise PlansimError(f"--gpus {gpus}: at least one GPU")
-    cluster = hardware if isinstance(hardware, Cluster) else load_hardware(str(hardware), gpus=gpus)
-    if global_batch < 1:
-        raise PlansimError(f"--global-batch {global_batch}: at least one sequence per step")
+    gpus = None if gpus is None else whole(gpus, "gpus", "--gpus")
+    global_batch = whole(global_batch, "global_batch", "--global-batch")
+    c = Constraints.of(constraints)
+    choice(objective, OBJECTIVES, "--objective")
     if objective == "cost" and price_per_gpu_hour is None:  # cost ranks as step time at a fixed GPU count and batch
         raise PlansimError(
             "--objective cost needs --price-per-gpu-hour PRICE (and --tokens for the run's cost); without a price it "
             "ranks as --objective step_time"
         )
-    c = constraints or Constraints()
+    top_k = whole(top_k, "top_k", "--top")
+    for name, value in (("des (--no-des)", des), ("milp", milp), ("splits", splits)):
+        flag(value, name)
+    jobs = whole(jobs, "jobs", "--jobs")
+    tokens = None if tokens is None else number(tokens, "tokens", "--tokens")
+    if price_per_gpu_hour is not None:
+        price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
+    callback(progress, "progress")
+    spec = as_model(model)
+    if not isinstance(spec, ModelSpec):
+        raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
+    cluster = as_cluster(hardware, gpus)
+    count = count_candidates(spec, cluster, global_batch, c)
+    refuse_work(
+        "candidates", count, f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}",
+        "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)",
+    )  # fmt: skip
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress, phase=phase,
@@ -338,6 +366,8 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     if _set_constraints(c).keys() - {"remat", "dp_algorithms"}:
         tries.append(("drop the --tp/--pp/--zero/--micro-batch limits", everything, cluster))
     for factor in (2, 4, 8, 16):
+        if cluster.num_gpus * factor > LIMITS["gpus"].high:  # beyond the largest cluster plansim takes
+            break
         bigger = load_hardware(cluster.node.name, gpus=cluster.num_gpus * factor)
         tries.append((f"use {bigger.num_gpus} GPUs ({factor}x)", everything, bigger))
     for words, cons, clus in tries:

@@ -14,18 +14,21 @@ reduction is a reduce-scatter whose algorithm is a ring unless the all-reduce is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from plansim.arguments import choice, flag, names, type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown
 from plansim.hardware import Cluster
+from plansim.limits import whole
 from plansim.schedules import SCHEDULES
-from plansim.strategy import Strategy
+from plansim.strategy import DTYPES, Strategy
 from plansim.workload import ModelSpec
 
-__all__ = ["SEARCH_REMAT", "Constraints", "candidates", "divisors"]
+__all__ = ["SEARCH_REMAT", "Constraints", "candidates", "count_candidates", "divisors"]
 
 #: Remat policies every candidate is priced with (``milp`` is solved for the finalists only).
 SEARCH_REMAT = ("none", "selective", "full")
@@ -51,14 +54,24 @@ class Constraints:
     dtype: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "max_pp", "micro_batch", "max_micro_batch"):
+        """Check every field at the boundary (``plansim.limits`` for the numbers); a single string is accepted
+        for ``remat`` and ``dp_algorithms`` as a list of one."""
+        for name, key in _DEGREES.items():
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise PlansimError(f"--{name.replace('_', '-')} {value}: must be at least 1")
-        if self.zero is not None and self.zero not in (0, 1, 2, 3):
-            raise PlansimError(f"--zero {self.zero}: choose 0, 1, 2 or 3")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise PlansimError(f"--schedule {self.schedule}: choose one of {', '.join(SCHEDULES)}")
+            if value is not None:
+                object.__setattr__(self, name, whole(value, key, f"--{name.replace('_', '-')}"))
+        if self.zero is not None and (isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3)):
+            raise PlansimError(f"--zero {shown(self.zero)}: choose 0, 1, 2 or 3")
+        if self.schedule is not None:
+            choice(self.schedule, SCHEDULES, "--schedule")
+        if self.dtype is not None:
+            choice(self.dtype, DTYPES, "--dtype")
+        for name in ("sequence_parallel", "allow_cross_node_tp"):
+            value = getattr(self, name)
+            if value is not None or name == "allow_cross_node_tp":
+                flag(value, f"constraints.{name}")
+        object.__setattr__(self, "remat", names(self.remat, "--remat"))
+        object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
         if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in self.remat):
             raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
         wrong = [r for r in self.remat if r not in REMAT_POLICIES]
@@ -68,15 +81,54 @@ class Constraints:
         if bad or not self.dp_algorithms:
             raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(ALLREDUCE_ALGORITHMS)}")
 
+    @classmethod
+    def of(cls, value: object) -> Constraints:
+        """``value`` as Constraints: Constraints, None (no constraints) or a mapping of its fields
+        (``{"tp": 2}``); anything else, or an unknown field, is a ``PlansimError``."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise PlansimError(
+                f"constraints: expected Constraints(...) or a mapping such as {{'tp': 2}}, got {type_name(value)}"
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = [str(k) for k in value if k not in known]
+        if unknown:
+            raise PlansimError(f"constraints: unknown field {shown(unknown[0])}: use {', '.join(sorted(known))}")
+        return cls(**value)
+
+
+#: Constraint fields that are parallel degrees or batch sizes -> their range in ``plansim.limits``.
+_DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "max_pp": "pp", "micro_batch": "micro_batch",
+            "max_micro_batch": "micro_batch"}  # fmt: skip
+
 
 def divisors(n: int) -> list[int]:
-    """The divisors of ``n``, ascending.
+    """The divisors of ``n``, ascending, from its prime factors (trial division up to the square root of what is
+    left, so smooth numbers such as batch sizes factor at once; the callers bound ``n``: ``plansim.limits``).
 
-    >>> divisors(12)
-    [1, 2, 3, 4, 6, 12]
+    >>> divisors(12), divisors(1), divisors(97)
+    ([1, 2, 3, 4, 6, 12], [1], [1, 97])
+    >>> len(divisors(2**62))
+    63
     """
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
+    if n < 1:
+        raise PlansimError(f"divisors of {n}: a positive whole number is needed")
+    found = [1]
+    rest, p = n, 2
+    while p * p <= rest:
+        power = 0
+        while rest % p == 0:
+            rest //= p
+            power += 1
+        if power:
+            found = [d * p**k for d in found for k in range(power + 1)]
+        p += 1 if p == 2 else 2
+    if rest > 1:
+        found += [d * rest for d in found]
+    return sorted(found)
 
 
 def candidates(
@@ -85,6 +137,50 @@ def candidates(
     """Every distinct runnable strategy for ``model`` on ``cluster`` at ``global_batch`` within ``c``, in a fixed
     order (tp, pp, micro-batch, schedule, ZeRO, sequence parallel, remat, algorithm ascending)."""
     c = c or Constraints()
+    for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
+        for schedule, v in schedules:
+            for zero in _zero_values(dp, pp, c):
+                for sp in _sp_values(tp, c):
+                    for remat in c.remat:
+                        for algorithm in _algorithms(dp, zero, c):
+                            yield Strategy(
+                                dp=dp,
+                                tp=tp,
+                                pp=pp,
+                                micro_batch=mb,
+                                global_batch=global_batch,
+                                schedule=schedule,
+                                virtual_stages=v,
+                                zero=zero,
+                                sequence_parallel=sp,
+                                remat=remat,
+                                dp_algorithm=algorithm,
+                                dtype=c.dtype,
+                            )
+
+
+def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints = Constraints()) -> int:
+    """How many strategies ``candidates`` yields, counted without building them (the same loops, the innermost
+    ones multiplied out), so the planner can refuse a search too large before pricing any.
+
+    >>> from plansim.hardware import load_hardware
+    >>> from plansim.workload import load_model
+    >>> m, cl = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    >>> count_candidates(m, cl, 64) == sum(1 for _ in candidates(m, cl, 64))
+    True
+    """
+    c = c or Constraints()
+    total = 0
+    for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
+        per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c))
+        total += len(schedules) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
+    return total
+
+
+def _placements(
+    model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints
+) -> Iterator[tuple[int, int, int, int, list[tuple[str, int]]]]:
+    """The outer loops of the space: (tp, pp, dp, micro-batch, its schedules with virtual stages)."""
     n = cluster.num_gpus
     for tp in _tp_values(model, cluster, c):
         for pp in _pp_values(model, n // tp, c):
@@ -93,25 +189,7 @@ def candidates(
                 continue
             for mb in _micro_batches(global_batch // dp, c):
                 m = global_batch // (dp * mb)
-                for schedule, v in _schedules(model, pp, m, c):
-                    for zero in _zero_values(dp, pp, c):
-                        for sp in _sp_values(tp, c):
-                            for remat in c.remat:
-                                for algorithm in _algorithms(dp, zero, c):
-                                    yield Strategy(
-                                        dp=dp,
-                                        tp=tp,
-                                        pp=pp,
-                                        micro_batch=mb,
-                                        global_batch=global_batch,
-                                        schedule=schedule,
-                                        virtual_stages=v,
-                                        zero=zero,
-                                        sequence_parallel=sp,
-                                        remat=remat,
-                                        dp_algorithm=algorithm,
-                                        dtype=c.dtype,
-                                    )
+                yield tp, pp, dp, mb, _schedules(model, pp, m, c)
 
 
 def _tp_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> list[int]:

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from plansim.errors import PlansimError
+from plansim.limits import whole
 from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
 from plansim.workload import ModelSpec
 
@@ -356,6 +357,8 @@ def check_timing(warmup: int, repeats: int) -> None:
     """Untimed runs may be none; at least one timed run is needed for a median."""
     if warmup < 0 or repeats < 1:
         raise PlansimError(f"--warmup {warmup} --repeats {repeats}: need warmup >= 0 and repeats >= 1")
+    whole(warmup, "warmup", "--warmup")
+    whole(repeats, "repeats", "--repeats")
 
 
 def default_out(profile: KernelProfile) -> str:

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import networkx as nx
 
 from plansim import units
+from plansim.arguments import callback, flag, name_or_path, type_name
 from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.limits import number, whole
 from plansim.remat.baselines import BASELINES, run_baseline, tightest_baseline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
@@ -95,7 +97,13 @@ def remat_graph(
     defaults to bf16 where the GPU has it, else fp16 (as ``Strategy.resolve``). ``meta`` records where the graph
     came from (model, hardware, stage_layers, granularity, or the file).
     """
+    if stage_layers is not None:
+        stage_layers = whole(stage_layers, "stage_layers", "stage_layers (--stage-layers)")
+    micro_batch = whole(micro_batch, "micro_batch", "micro_batch (--micro-batch)")
+    tp = whole(tp, "tp", "tp (--tp)")
+    flag(sequence_parallel, "sequence_parallel")
     if graph_file is not None:
+        name_or_path(graph_file, "graph_file (--graph)", "a graph file path")
         if stage_layers is not None:
             raise PlansimError("stage_layers (--stage-layers) and graph_file (--graph): give one of them, not both")
         return load_graph_file(graph_file)
@@ -390,7 +398,10 @@ def plan_remat(
     in_flight: float = 1,
 ) -> RematPlan:
     """Solve the MILP at ``budget_bytes`` and run every baseline at it. ``time_limit_s`` is wall-clock for the MILP
-    (``solve_remat``: start search, build, solve); the baselines, for comparison, run outside it."""
+    (``solve_remat``: start search, build, solve); the baselines, for comparison, run outside it.
+
+    Raises ``PlansimError`` (the CLI's one-line message) for a bad argument, before any solve."""
+    number(budget_bytes, "remat_budget", "--budget")
     options = {"solver": solver, "time_limit_s": time_limit_s, "gap": gap}
     milp, *rest = tradeoff(graph, [budget_bytes], ("milp", *BASELINES), in_flight=in_flight, **options)
     return RematPlan(graph, budget_bytes, milp, {r.method: r for r in rest})
@@ -425,6 +436,9 @@ def tradeoff_curve(
     that times the number of budgets, and a point's answer does not depend on how many others there are."""
     from plansim.remat.solve import METHODS
 
+    if isinstance(budgets, str) or not isinstance(budgets, Iterable):
+        raise PlansimError(f"budgets: expected a list of byte counts, got {type_name(budgets)}")
+    callback(progress, "progress")
     out: list[RematResult] = []
     for budget in budgets:
         out.extend(tradeoff(graph, [budget], methods or METHODS, in_flight=in_flight, **milp_options))

@@ -38,7 +38,8 @@ def solve_remat(
     For the MILP, ``warm_start`` hands the solver the cheapest schedule that fits among the baselines' and the
     coarse MILP's, improved by a local search (``start.milp_start``), so a time limit never leaves it worse than the
     heuristics; ``gap`` (relative to the objective) bounds the search, and ``result.solver`` says whether the
-    answer is proven optimal.
+    answer is proven optimal. A bad argument (a kind, or a number outside ``plansim.limits``) raises
+    ``PlansimError`` before any work.
 
     ``time_limit_s`` is a wall-clock limit on the whole call, from here: the start's search (half of it at
     most), building the MILP, its LP relaxation and the solve (``checkmate.solve_milp``), and the schedule's
@@ -63,6 +64,7 @@ def solve_remat(
     >>> late.feasible, late.solver.status, late.solver.start
     (True, 'feasible', 'sqrt')
     """
+    _check_arguments(graph, budget_bytes, method, in_flight, solver, time_limit_s, gap, warm_start)
     if method not in METHODS:
         raise PlansimError(f"remat method {method!r}: choose one of {', '.join(METHODS)}")
     if budget_bytes is not None and budget_bytes < 0:
@@ -176,3 +178,32 @@ def tradeoff(
             options = milp_options if method == "milp" else {}
             out.append(solve_remat(graph, budget, method, in_flight=in_flight, **options))
     return out
+
+
+def _check_arguments(
+    graph: object,
+    budget_bytes: object,
+    method: object,
+    in_flight: object,
+    solver: object,
+    time_limit_s: object,
+    gap: object,
+    warm_start: object,
+) -> None:
+    """``solve_remat``'s arguments at the boundary: kinds, and numbers within ``plansim.limits``."""
+    from plansim.arguments import choice, flag, type_name
+    from plansim.limits import number
+    from plansim.milp import SOLVERS
+
+    if not isinstance(graph, RematGraph):
+        raise PlansimError(f"graph: expected a RematGraph (plansim.remat.api.remat_graph), got {type_name(graph)}")
+    if budget_bytes is not None:
+        number(budget_bytes, "remat_budget", "--budget")
+    choice(method, METHODS, "remat method")
+    number(in_flight, "in_flight", "in_flight")
+    choice(solver, SOLVERS, "--solver")
+    if time_limit_s is not None:
+        number(time_limit_s, "time_limit_s", "--time-limit")
+    if gap is not None and not 0 <= number(gap, "gap", "--gap") < 1:
+        raise PlansimError(f"--gap {gap}: must be in [0, 1), e.g. 0.01 for 1%")
+    flag(warm_start, "warm_start")

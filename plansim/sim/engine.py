@@ -34,12 +34,12 @@ from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
-from plansim.lower import lower
 from plansim.mesh import DeviceMesh
 from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
+from plansim.sim.size import sized_lowering
 from plansim.step.result import COMM_KINDS, step_result
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
@@ -446,7 +446,7 @@ def simulate_des(
     with gc_paused():
         wall = time.perf_counter()
         s = strategy.resolve(cluster)
-        graph = lower(model, cluster, s)
+        graph = sized_lowering(model, cluster, s, mode)  # refused here when above the work bound
         engine = _Engine(graph, cluster, mode, what_if)
         engine.run()
         wall = time.perf_counter() - wall

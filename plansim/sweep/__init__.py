@@ -15,7 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from plansim.arguments import callback, type_name
 from plansim.errors import PlansimError
+from plansim.limits import whole
 from plansim.sweep.executors import Progress, run_dask, run_joblib, run_serial
 from plansim.sweep.grid import Point, SweepGrid, grid_from_options, load_grid, parse_grid
 from plansim.sweep.point import COLUMNS, SweepSettings, rows_frame, run_point
@@ -66,6 +68,8 @@ def sweep(
     """Plan every point of ``grid``: serially (``jobs=1``), in ``jobs`` local processes, or on the Dask cluster at
     ``scheduler`` (an address, or a connected ``distributed.Client``); ``progress(done, total)`` as points finish.
 
+    Raises ``PlansimError`` (the CLI's one-line message) for a bad argument, before any point runs.
+
     Examples
     --------
     >>> grid = SweepGrid(("gpt3-125m",), ("dgx-a100",), (8, 16), (64,))
@@ -73,9 +77,13 @@ def sweep(
     >>> list(s.frame()["gpus"]), bool(s.frame()["fits"].all()), s.executor
     ([8, 16], True, 'serial')
     """
+    if not isinstance(grid, SweepGrid):
+        raise PlansimError(f"grid: expected a SweepGrid (or plansim.sweep.parse_grid/load_grid), got {type_name(grid)}")
+    if settings is not None and not isinstance(settings, SweepSettings):
+        raise PlansimError(f"settings: expected SweepSettings(...) or None, got {type_name(settings)}")
     settings = settings or SweepSettings()
-    if jobs < 1:
-        raise PlansimError(f"--jobs {jobs}: at least 1")
+    jobs = whole(jobs, "jobs", "--jobs")
+    callback(progress, "progress")
     if scheduler is not None and jobs > 1:
         raise PlansimError("--jobs and --scheduler: give one (on a Dask cluster its workers set the parallelism)")
     points = grid.points()

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, field_validato
 
 from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.hardware import Cluster, load_hardware
+from plansim.limits import whole
 from plansim.workload import ModelSpec, load_model
 from plansim.yamlfile import read_mapping, validated
 
@@ -52,8 +53,14 @@ class SweepGrid:
     global_batches: tuple[int, ...]
 
     def __post_init__(self) -> None:
+        for name in ("models", "hardware", "gpus", "global_batches"):  # one value is a list of one
+            value = getattr(self, name)
+            if isinstance(value, str | int):
+                object.__setattr__(self, name, (value,))
+            elif isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
         for option, values in zip(_OPTIONS, self._values(), strict=True):
-            _check_values(option, values, f"{option} {_EXAMPLES[option]}", option in _NUMERIC)
+            _check_values(option, values, f"{option} {_EXAMPLES[option]}", _NUMERIC.get(option))
 
     def _values(self) -> tuple[Sequence[Any], ...]:
         return self.models, self.hardware, self.gpus, self.global_batches
@@ -100,14 +107,18 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun if n == 1 else plural}"
 
 
-def _check_values(label: str, values: Sequence[Any], example: str, numeric: bool) -> None:
+def _check_values(label: str, values: Sequence[Any], example: str, numeric: str | None) -> None:
     """Each value of one dimension (``label`` names it in the message): present, well-formed (positive whole
-    numbers where ``numeric``, else names), listed once."""
+    numbers within ``plansim.limits.LIMITS[numeric]`` where ``numeric`` names a limit, else names), listed once."""
     if not values:
         raise PlansimError(f"{label}: give at least one value, e.g. {example}")
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise PlansimError(f"{label}: expected a list of values, e.g. {example}")
     for v in values:
         if numeric and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise PlansimError(f"{label} {quoted(v)}: expected positive whole numbers, e.g. {example}")
+        if numeric:
+            whole(v, numeric, label)  # the range of plansim.limits (a GPU count, a global batch)
         if not numeric and (not isinstance(v, str) or not v.strip()):
             raise PlansimError(f"{label} {quoted(v)}: expected names or YAML paths, e.g. {example}")
     seen = set()
@@ -120,7 +131,7 @@ def _check_values(label: str, values: Sequence[Any], example: str, numeric: bool
 #: The command line's option of each dimension, in grid order, and the YAML file's key.
 _OPTIONS = ("--model", "--hardware", "--gpus", "--global-batch")
 _KEYS = ("model", "hardware", "gpus", "global_batch")
-_NUMERIC = ("--gpus", "--global-batch")
+_NUMERIC = {"--gpus": "gpus", "--global-batch": "global_batch"}  # option -> its range in plansim.limits
 _EXAMPLES = {
     "--model": "gpt3-125m,gpt3-350m",
     "--hardware": "dgx-a100,dgx-h100",
@@ -215,5 +226,5 @@ def load_grid(path: str | Path) -> SweepGrid:
     values: tuple[list[Any], ...] = (data.model, data.hardware, data.gpus, data.global_batch)
     for key, option, listed in zip(_KEYS, _OPTIONS, values, strict=True):
         example = "[" + _EXAMPLES[option].replace(",", ", ") + "]"
-        _check_values(f"{source}: field '{key}'", listed, f"{key}: {example}", option in _NUMERIC)
+        _check_values(f"{source}: field '{key}'", listed, f"{key}: {example}", _NUMERIC.get(option))
     return SweepGrid(tuple(data.model), tuple(data.hardware), tuple(data.gpus), tuple(data.global_batch))

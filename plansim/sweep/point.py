@@ -23,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from plansim.arguments import choice, flag
 from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import resize
+from plansim.limits import whole
 from plansim.planner import plan
 from plansim.planner.search import OBJECTIVES
 from plansim.sweep.grid import Point
@@ -44,10 +46,10 @@ class SweepSettings:
     objective: str = "step_time"
 
     def __post_init__(self) -> None:
-        if self.top_k < 1:
-            raise PlansimError(f"--top {self.top_k}: at least one finalist")
-        if self.objective not in OBJECTIVES:
-            raise PlansimError(f"--objective {self.objective}: choose one of {', '.join(OBJECTIVES)}")
+        for name in ("des", "milp", "splits"):
+            flag(getattr(self, name), f"--{name}")
+        whole(self.top_k, "top_k", "--top")
+        choice(self.objective, OBJECTIVES, "--objective")
         if self.objective == "cost":  # a point's plan fixes its GPUs and batch: GPU-hours per token order as step time
             raise PlansimError(
                 "--objective cost: a sweep has no price per GPU-hour, and within a point cost ranks as step_time: "

@@ -37,11 +37,12 @@ Qwen2), through ``plansim.workload.hf_config``, and traces a ``torch.nn.Module``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from plansim.limits import field, integral
 from plansim.workload.cnn import resnet_parameters
 
 __all__ = ["FAMILY_ORDER", "ModelSpec"]
@@ -137,17 +138,26 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1)
     family: Family
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(default=None, ge=0, validate_default=True)
-    kv_heads: int = Field(default=None, ge=0, validate_default=True)
-    ffn_hidden: int = Field(default=None, ge=0, validate_default=True)
-    seq_len: int = Field(default=None, ge=1, validate_default=True)
-    vocab: int = Field(ge=1)
+    layers: int = field("layers")
+    hidden: int = field("hidden")
+    heads: int = field("heads", default=None, validate_default=True)
+    kv_heads: int = field("kv_heads", default=None, validate_default=True)
+    ffn_hidden: int = field("ffn_hidden", default=None, validate_default=True)
+    seq_len: int = field("seq_len", default=None, validate_default=True)
+    vocab: int = field("vocab")
     tied_embeddings: bool = Field(default=None, validate_default=True)
     learned_positions: bool = Field(default=None, validate_default=True)
-    image_size: int = Field(default=None, ge=0, validate_default=True)
-    stage_blocks: tuple[int, ...] = Field(default=None, validate_default=True)
+    image_size: int = field("image_size", default=None, validate_default=True)
+    stage_blocks: tuple[Annotated[int, field("stage_blocks")], ...] = Field(
+        default=None, max_length=10_000, validate_default=True
+    )
+
+    @field_validator(
+        "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "image_size", mode="before"
+    )
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return integral(value)
 
     @field_validator(*_FAMILY_RULES, mode="before")
     @classmethod

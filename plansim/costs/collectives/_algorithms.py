@@ -19,7 +19,7 @@ from plansim.costs.collectives._patterns import (
     recursive_halving_scatter,
     ring_phase,
 )
-from plansim.costs.collectives._schedule import Schedule, Step, Tier
+from plansim.costs.collectives._schedule import Schedule, Step, StepRun, Steps, Tier
 from plansim.errors import PlansimError
 
 
@@ -37,10 +37,16 @@ def _one_ring(p: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def allreduce_naive(p: int, local: int | None) -> Schedule:
-    """Every worker sends its whole vector to every other worker, which adds it: one step, ``p(p-1)`` messages."""
-    src = np.repeat(np.arange(p, dtype=np.int64), p - 1)
-    dst = (src + np.tile(np.arange(1, p, dtype=np.int64), p)) % p
-    return Schedule("all_reduce/naive", p, (_whole(src, dst, reduce=True),))
+    """Every worker sends its whole vector to every other worker, which adds it: one step, ``p(p-1)`` messages (built
+    when read; each worker sends and receives ``p - 1`` whole vectors)."""
+
+    def build(_: int) -> Step:
+        src = np.repeat(np.arange(p, dtype=np.int64), p - 1)
+        dst = (src + np.tile(np.arange(1, p, dtype=np.int64), p)) % p
+        return _whole(src, dst, reduce=True)
+
+    per_step = full(p, float(p - 1))
+    return Schedule("all_reduce/naive", p, Steps([StepRun(1, build, per_step, per_step, transfers=p * (p - 1))]))
 
 
 def allreduce_ps(p: int, local: int | None) -> Schedule:
@@ -53,8 +59,11 @@ def allreduce_ps(p: int, local: int | None) -> Schedule:
 def allreduce_ring(p: int, local: int | None) -> Schedule:
     """Ring reduce-scatter then ring all-gather: ``2(p-1)`` steps of ``n/p`` (Patarasuk & Yuan 2009)."""
     members, segment = _one_ring(p)
-    steps = ring_phase(members, segment, 1, reduce=True) + ring_phase(members, segment, 1, reduce=False)
-    return Schedule("all_reduce/ring", p, tuple(steps))
+    return Schedule(
+        "all_reduce/ring",
+        p,
+        Steps([*ring_phase(members, segment, 1, reduce=True), *ring_phase(members, segment, 1, reduce=False)]),
+    )
 
 
 def allreduce_tree(p: int, local: int | None) -> Schedule:
@@ -99,7 +108,7 @@ def allreduce_hierarchical(p: int, local: int | None) -> Schedule:
         + ring_phase(by_local_index, shard, local, reduce=False, tier="inter")
         + ring_phase(by_node, whole, 1, reduce=False)
     )
-    return Schedule("all_reduce/hierarchical", p, tuple(steps))
+    return Schedule("all_reduce/hierarchical", p, Steps(steps))
 
 
 # ---- the other collectives -------------------------------------------------------------------------------------
@@ -107,7 +116,7 @@ def allreduce_hierarchical(p: int, local: int | None) -> Schedule:
 
 def all_gather_ring(p: int, local: int | None) -> Schedule:
     """Ring all-gather: ``p-1`` steps of ``n/p``; rank ``i`` starts with shard ``i`` of the output."""
-    return Schedule("all_gather/ring", p, tuple(ring_phase(*_one_ring(p), 1, reduce=False)))
+    return Schedule("all_gather/ring", p, Steps(ring_phase(*_one_ring(p), 1, reduce=False)))
 
 
 def all_gather_butterfly(p: int, local: int | None) -> Schedule:
@@ -118,7 +127,7 @@ def all_gather_butterfly(p: int, local: int | None) -> Schedule:
 
 def reduce_scatter_ring(p: int, local: int | None) -> Schedule:
     """Ring reduce-scatter: ``p-1`` steps of ``n/p``; rank ``i`` ends with reduced shard ``i``."""
-    return Schedule("reduce_scatter/ring", p, tuple(ring_phase(*_one_ring(p), 1, reduce=True)))
+    return Schedule("reduce_scatter/ring", p, Steps(ring_phase(*_one_ring(p), 1, reduce=True)))
 
 
 def reduce_scatter_butterfly(p: int, local: int | None) -> Schedule:
@@ -146,11 +155,18 @@ def all_to_all_direct(p: int, local: int | None) -> Schedule:
     """In step ``k`` (1..p-1) rank ``i`` sends block ``(i+k) % p`` of its send buffer to that rank, which stores it
     as block ``i``; a rank's own block stays where it is. Out of place: sends read the untouched send buffer."""
     ranks = locked(np.arange(p, dtype=np.int64))
-    steps = []
-    for k in range(1, p):
-        peer = locked((ranks + k) % p)
-        steps.append(Step(ranks, peer, locked(peer / p), locked((peer + 1) / p), dst_lo=locked(ranks / p)))
-    return Schedule("all_to_all/direct", p, tuple(steps), out_of_place=True)
+
+    def build(i: int) -> Step:
+        peer = locked((ranks + i + 1) % p)
+        return Step(ranks, peer, locked(peer / p), locked((peer + 1) / p), dst_lo=locked(ranks / p))
+
+    per_step = full(p, 1 / p)  # one block of n/p out and one in per step (built when read: p-1 steps of p)
+    return Schedule(
+        "all_to_all/direct",
+        p,
+        Steps([StepRun(p - 1, build, per_step, per_step, transfers=p, uniform=p & (p - 1) == 0)]),
+        out_of_place=True,
+    )
 
 
 def send_recv_direct(p: int, local: int | None) -> Schedule:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from plansim.costs.collectives._schedule import Step, Tier
+from plansim.costs.collectives._schedule import Step, StepRun, Tier
 from plansim.errors import PlansimError
 
 
@@ -34,13 +34,17 @@ def log2_exact(p: int, who: str) -> int:
 
 def ring_phase(
     members: NDArray[np.int64], segment: NDArray[np.int64], segments: int, *, reduce: bool, tier: Tier = "intra"
-) -> list[Step]:
+) -> list[Step | StepRun]:
     """Steps of a ring reduce-scatter (``reduce=True``) or ring all-gather (``reduce=False``), one ring per row.
 
     Row ``r`` of ``members`` (shape ``(rings, m)``) lists the nodes of one ring in order; that ring works on segment
     ``segment[r]`` of the message cut into ``segments`` equal segments, itself cut into ``m`` chunks. Position ``i``
     of a ring ends a reduce-scatter holding reduced chunk ``i``, and starts an all-gather holding chunk ``i``. Each
     of the ``m - 1`` steps sends one chunk to the next position (Patarasuk & Yuan 2009, sec. 3).
+
+    The steps come as one :class:`StepRun`, built when read: in every step each ring member sends one chunk,
+    ``1 / (segments * m)`` of the message, to its successor and receives one from its predecessor, so a node in
+    ``k`` rings sends and receives ``k / (segments * m)`` per step.
     """
     m = members.shape[1]
     if m < 2:
@@ -51,12 +55,17 @@ def ring_phase(
     first = segment[:, None] * m
     denominator = segments * m
     lag = 1 if reduce else 0
-    steps = []
-    for s in range(m - 1):
+
+    def build(s: int) -> Step:
         chunk = (first + (position - s - lag) % m).ravel()
         lo, hi = locked(chunk / denominator), locked((chunk + 1) / denominator)
-        steps.append(Step(src, dst, lo, hi, reduce=reduce, tier=tier))
-    return steps
+        return Step(src, dst, lo, hi, reduce=reduce, tier=tier)
+
+    per_step = locked(np.bincount(src) / denominator)
+    # chunk bounds c / denominator are exact in binary floating point when the denominator is a power of two, so then
+    # every step moves bit-for-bit the same sizes
+    uniform = denominator & (denominator - 1) == 0
+    return [StepRun(m - 1, build, per_step, per_step, tier, transfers=len(src), uniform=uniform)]
 
 
 def crossing(distance: int, local: int | None) -> Tier:

@@ -6,16 +6,19 @@ ends when the busiest node is done. Volumes and times are derived from the steps
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from plansim.errors import PlansimError
 
-__all__ = ["Schedule", "Step", "Tier", "simulate"]
+__all__ = ["Schedule", "Step", "StepRun", "Steps", "Tier", "simulate"]
 
 Tier = Literal["intra", "inter"]
 TIERS: tuple[Tier, ...] = ("intra", "inter")
@@ -78,6 +81,74 @@ class Step:
 
 
 @dataclass(frozen=True, eq=False)
+class StepRun:
+    """``count`` consecutive steps built on demand by ``build(i)``, with the run's loads in closed form.
+
+    A ring phase over ``m`` ranks is ``m - 1`` steps of ``m`` transfers: kept as arrays it would hold ``m**2``
+    numbers (a 65,536-way data-parallel ring: tens of GB). A run holds the recipe instead; its steps are built when
+    someone iterates them (the discrete-event engine, ``simulate``), and the volumes and alpha-beta time read
+    ``sent``/``received``: the fraction of the message node ``k`` sends and receives in *each* step of the run (the
+    same for every step of the run; ``tests/test_collectives.py`` checks it against the built steps).
+    """
+
+    count: int
+    build: Callable[[int], Step]
+    sent: NDArray[np.float64]
+    received: NDArray[np.float64]
+    tier: Tier = "intra"
+    transfers: int = 0  # point-to-point transfers in each step (what a step built from the run holds)
+    uniform: bool = False  # every step moves the same chunk sizes between the same nodes (bit for bit)
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise PlansimError(f"schedule step tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def step(self, i: int) -> Step:
+        """Step ``i`` of the run (``0 <= i < count``), built now."""
+        return self.build(i)
+
+
+class Steps(Sequence[Step]):
+    """A schedule's steps: plain :class:`Step` s and :class:`StepRun` s (built when read), as one sequence.
+
+    >>> runs = Steps([Step([0], [1], [0.0], [1.0]), Step([1], [0], [0.0], [1.0])])
+    >>> len(runs), runs[1].src.tolist(), [s.dst.tolist() for s in runs]
+    (2, [1], [[1], [0]])
+    """
+
+    def __init__(self, parts: Iterable[Step | StepRun]) -> None:
+        self.parts: tuple[Step | StepRun, ...] = tuple(parts)
+        self._ends = list(itertools.accumulate(len(p) if isinstance(p, StepRun) else 1 for p in self.parts))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, index: int) -> Step: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Step]: ...
+    def __getitem__(self, index: int | slice) -> Step | Sequence[Step]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError(f"step {index} of {len(self)}")
+        k = bisect.bisect_right(self._ends, i)
+        part = self.parts[k]
+        return part.step(i - (self._ends[k - 1] if k else 0)) if isinstance(part, StepRun) else part
+
+    def __iter__(self) -> Iterator[Step]:
+        for part in self.parts:
+            if isinstance(part, StepRun):
+                yield from (part.step(i) for i in range(part.count))
+            else:
+                yield part
+
+
+@dataclass(frozen=True, eq=False)
 class Schedule:
     """A collective algorithm as steps of point-to-point transfers among ``num_nodes`` nodes.
 
@@ -101,11 +172,13 @@ class Schedule:
 
     name: str
     p: int
-    steps: tuple[Step, ...]
+    steps: Sequence[Step]
     num_nodes: int = 0
     out_of_place: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.steps, Steps):
+            object.__setattr__(self, "steps", Steps(self.steps))
         if self.num_nodes == 0:
             object.__setattr__(self, "num_nodes", self.p)
         if self.num_nodes < self.p:
@@ -122,15 +195,45 @@ class Schedule:
     @cached_property
     def _totals(self) -> tuple[NDArray[np.float64], dict[Tier, tuple[int, float]]]:
         """Fraction of the message each node sends in all, and per tier (number of steps, sum over steps of the
-        busiest node's fraction): everything the volumes and the alpha-beta time need, as both are linear in n."""
+        busiest node's fraction): everything the volumes and the alpha-beta time need, as both are linear in n.
+        A :class:`StepRun` adds its closed form, so a long ring costs memory and time linear in its size."""
         sent_total = np.zeros(self.num_nodes)
         terms: dict[Tier, tuple[int, float]] = {tier: (0, 0.0) for tier in TIERS}
-        for step in self.steps:
-            sent, received = step.loads(self.num_nodes)
-            sent_total += sent
-            count, load = terms[step.tier]
-            terms[step.tier] = (count + 1, load + max(float(np.amax(sent)), float(np.amax(received))))
+        assert isinstance(self.steps, Steps)  # __post_init__
+        for part in self.steps.parts:
+            if isinstance(part, StepRun):
+                sent, received, steps = _padded(part.sent, self.num_nodes), part.received, part.count
+                sent_total += steps * sent
+            else:
+                sent, received = part.loads(self.num_nodes)
+                sent_total += sent
+                steps = 1
+            count, load = terms[part.tier]
+            busiest = max(float(np.amax(sent, initial=0.0)), float(np.amax(received, initial=0.0)))
+            terms[part.tier] = (count + steps, load + steps * busiest)
         return sent_total, terms
+
+    @property
+    def transfers(self) -> int:
+        """Point-to-point transfers over all steps, counted without building a run's steps (what iterating the
+        schedule costs: the discrete-event engine walks every transfer).
+
+        >>> Schedule("x", p=2, steps=(Step([0, 1], [1, 0], [0.0, 0.0], [1.0, 1.0]),)).transfers
+        2
+        """
+        assert isinstance(self.steps, Steps)  # __post_init__
+        return sum(p.count * p.transfers if isinstance(p, StepRun) else len(p.src) for p in self.steps.parts)
+
+    @property
+    def distinct_transfers(self) -> int:
+        """Transfers over the steps that differ from the step before: what the discrete-event engine walks when it
+        bundles consecutive identical steps into one phase (a ``uniform`` run is one step's worth); an upper bound,
+        as steps of different runs may bundle too."""
+        assert isinstance(self.steps, Steps)  # __post_init__
+        return sum(
+            (p.transfers if p.uniform else p.count * p.transfers) if isinstance(p, StepRun) else len(p.src)
+            for p in self.steps.parts
+        )
 
     def bytes_sent(self, n_bytes: float) -> NDArray[np.float64]:
         """Bytes each node sends over the whole schedule (length ``num_nodes``)."""
@@ -154,6 +257,13 @@ class Schedule:
                 raise PlansimError(f"{tier} link needs bandwidth_Bps > 0 and alpha_s >= 0, got {bandwidth}, {alpha}")
             total += count * alpha + load * n_bytes / bandwidth
         return total
+
+
+def _padded(values: NDArray[np.float64], length: int) -> NDArray[np.float64]:
+    """``values`` with zeros appended up to ``length`` (nodes a run does not involve send nothing)."""
+    if len(values) > length:
+        raise PlansimError(f"schedule step run covers {len(values)} nodes, more than the schedule's {length}")
+    return np.concatenate([values, np.zeros(length - len(values))]) if len(values) < length else values
 
 
 def _bounds(fractions: NDArray[np.float64], length: int) -> NDArray[np.int64]:

@@ -1,0 +1,95 @@
+"""How much work a discrete-event run will be, known before it starts, and the refusal above the bound.
+
+A stage's program grows linearly with the micro-batches (each runs the same passes; the gradient buckets, ZeRO's
+gathers, the optimizer and the warm-up are a constant), so the lowering is built at ``k`` and ``2k`` micro-batches
+(``k = pp``, which every schedule accepts) and the count extrapolated to the strategy's ``m``; small runs are built
+once and handed on. Full mode runs every program once per rank of its stage; symmetric mode once per stage. Each
+collective's schedule is walked transfer by transfer when its phases are built, once per group the run simulates.
+The bound is ``plansim.limits.WORK["des_tasks"]`` (``PLANSIM_MAX_DES_TASKS``).
+"""
+
+from __future__ import annotations
+
+from plansim.costs.collectives import algorithm_entry, schedule
+from plansim.costs.remat_policies import REMAT_POLICIES
+from plansim.errors import PlansimError
+from plansim.hardware import Cluster
+from plansim.limits import refuse_work
+from plansim.lower import lower
+from plansim.strategy import Strategy
+from plansim.taskgraph import TaskGraph
+from plansim.workload.traced import Workload
+
+__all__ = ["des_work", "sized_lowering"]
+
+
+def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
+    """``lower(model, cluster, s)``, refused with a ``PlansimError`` before it is built when the run it feeds
+    would exceed the work bound (``s`` resolved: dp and dtype set)."""
+    m = s.num_microbatches
+    k = s.pp
+    if m <= 2 * k:
+        graph = lower(model, cluster, s)
+        _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
+        return graph
+    try:
+        small, double = (lower(model, cluster, _with_microbatches(s, n)) for n in (k, 2 * k))
+    except PlansimError:  # a check that only the smaller batch fails: count the strategy itself
+        graph = lower(model, cluster, s)
+        _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
+        return graph
+    per_microbatch = (des_work(double, cluster, mode) - des_work(small, cluster, mode)) / k
+    _refuse(model, cluster, s, mode, round(des_work(small, cluster, mode) + per_microbatch * (m - k)))
+    return lower(model, cluster, s)
+
+
+#: What one collective transfer costs against one simulated task (~30 us each, measured on the benchmarks' cases):
+#: a transfer the phase builder walks (a route looked up per channel and copy, ~2 us) and one held while a
+#: schedule's steps are built (numpy, ~40 bytes).
+WALKED_PER_TASK = 8
+BUILT_PER_TASK = 16
+
+
+def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
+    """Tasks the engine runs plus its collectives' transfers in task-equivalents (``WALKED_PER_TASK``,
+    ``BUILT_PER_TASK``), for ``graph``."""
+    mesh = graph.mesh
+    width = mesh.stride("pp")  # ranks per stage
+    runs = width if mode == "full" else 1
+    tasks = runs * sum(len(program.tasks) for program in graph.stages)
+    kinds = {task.comm for program in graph.stages for task in program.tasks if task.comm is not None}
+    transfers = 0.0
+    for comm in {(c.collective, c.algorithm, c.group, c.local) for c in kinds if c.group in ("tp", "dp")}:
+        collective, algorithm, group, local = comm
+        p = mesh.size(group)
+        if p < 2:
+            continue
+        sched = schedule(collective, algorithm, p, local)
+        # NCCL-like channels: one ring per member on a node, when the group spans nodes (sim.engine._channels)
+        per_node = max(1, min(p, cluster.gpus_per_node // mesh.stride(group)))
+        rings = algorithm_entry(collective, algorithm).rings_per_local_rank and per_node < p
+        channels = per_node if rings else 1
+        groups = graph.pp * (
+            width // p
+        )  # every group of the axis (symmetric: the copies its representative stands for)
+        transfers += groups * (channels * sched.distinct_transfers / WALKED_PER_TASK + sched.transfers / BUILT_PER_TASK)
+    return tasks + round(transfers)
+
+
+def _with_microbatches(s: Strategy, m: int) -> Strategy:
+    """``s`` at ``m`` micro-batches. A scheduled remat policy (``milp``) is counted as full recomputation, whose
+    tasks have the same shape, so the estimate solves no MILP at a batch the run does not use."""
+    dp = s.dp or 1
+    update: dict[str, object] = {"global_batch": m * s.micro_batch * dp}
+    if REMAT_POLICIES[s.remat].scheduled:
+        update["remat"] = "full"
+    return s.model_copy(update=update)
+
+
+def _refuse(model: Workload, cluster: Cluster, s: Strategy, mode: str, work: int) -> None:
+    subject = f"discrete-event run ({mode} mode) of {getattr(model, 'name', 'the model')} on {cluster.num_gpus} GPUs"
+    if mode == "full":
+        narrow = "use --mode symmetric (the same answer unless stragglers, jitter or link what-ifs set ranks apart)"
+    else:
+        narrow = "use the analytic engine (--engine analytic; plan: --no-des)"
+    refuse_work("des_tasks", work, subject, narrow)
