@@ -111,6 +111,8 @@ unknown key (remove it or check its spelling)
         msg = "unknown key (remove it or check its spelling)" if e["type"] == "extra_forbidden" else e["msg"]
         if e["type"] == "missing":
             msg = "required key is missing (add it)"
+        if e["type"] == "value_error":  # a validator's own message: pydantic prefixes "Value error, "
+            msg = str(e["msg"]).removeprefix("Value error, ")
         if e["type"] in _OUT_OF_RANGE:
             msg = f"{_OUT_OF_RANGE[e['type']] or msg} (plansim's limits: docs/limits.md)"
         parts.append(f"field '{loc}': {shown(msg, 8 * SHOWN_CHARS)}")
