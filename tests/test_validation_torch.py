@@ -68,14 +68,15 @@ def test_cli_validate_on_the_cpu_predicts_peak_memory(tmp_path):
 
 
 def test_cli_validate_refuses_bad_hardware_before_any_step(tmp_path, monkeypatch):
-    """A typo in --hardware, or no --hardware on a CPU, is one line and exit 2, and no training step runs."""
+    """A typo in --hardware is one line and exit 2, and no training step runs (without --hardware a CPU's run
+    predicts on the default node type, as plan does: tests/test_cli_text.py)."""
     import plansim.validation.train as train
 
     def no_steps(*args, **kwargs):
         raise AssertionError("a training step ran before the hardware was checked")
 
     monkeypatch.setattr(train, "measure_point", no_steps)
-    for extra in (["--hardware", "dgx-nosuch"], []):
+    for extra in (["--hardware", "dgx-nosuch"],):
         result = runner.invoke(app, ["validate", "--device", "cpu", "--quick", "--out", str(tmp_path), *extra])
         assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert not (tmp_path / "measured.csv").exists()
