@@ -43,7 +43,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown_path
 
 __all__ = [
     "LOCK_NAME",
@@ -63,22 +63,6 @@ LOCK_NAME = ".plansim.lock"
 #: How long a writer waits for another process's renames into the same folder before it gives up.
 LOCK_WAIT_S = 60.0
 _STAGING_PREFIX = ".plansim-tmp-"
-
-
-def _shown(path: object, width: int = 80) -> str:
-    """``path`` for a one-line message: control characters escaped, a long one cut in the middle (its end, the
-    name, is the part that tells).
-
-    >>> _shown("runs/" + "x" * 100 + "/out")
-    'runs/xxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx/out'
-    """
-    text = str(path)
-    if not text.isprintable():
-        text = ascii(text)[1:-1]
-    if len(text) <= width:
-        return text
-    tail = width * 3 // 5
-    return text[: width - tail - 3] + "..." + text[-tail:]
 
 
 def _reason(err: OSError) -> str:
@@ -218,18 +202,20 @@ def check_output_folder(out: str | Path | None, option: str = "--out") -> None:
         raise PlansimError(f"{option}: empty path: give a folder, e.g. {option} results/")
     directory = Path(out)
     if directory.exists() and not directory.is_dir():
-        raise PlansimError(f"{option} {_shown(out)}: is a file, not a folder: give a folder path (created if missing)")
+        raise PlansimError(
+            f"{option} {shown_path(out)}: is a file, not a folder: give a folder path (created if missing)"
+        )
     existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         raise PlansimError(
-            f"{option} {_shown(out)}: {_shown(existing, 40)} is a file, so no folder can be made under it: "
+            f"{option} {shown_path(out)}: {shown_path(existing, 40)} is a file, so no folder can be made under it: "
             "choose another path"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PlansimError(
-            f"{option} {_shown(out)}: {_shown(existing, 40)} is not writable: choose a folder you can write to"
+            f"{option} {shown_path(out)}: {shown_path(existing, 40)} is not writable: choose a folder you can write to"
         )
 
 
@@ -242,7 +228,7 @@ def output_folder(out: str | Path, option: str = "--out") -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise PlansimError(
-            f"{option} {_shown(out)}: cannot create that folder ({_reason(err)}): choose a writable folder"
+            f"{option} {shown_path(out)}: cannot create that folder ({_reason(err)}): choose a writable folder"
         ) from None
     return directory
 
@@ -282,14 +268,14 @@ def staged_folder(out: str | Path, option: str = "--out") -> Iterator[StagedFold
                 staging = Path(_make_staging(directory))
             except OSError as err:
                 raise PlansimError(
-                    f"{option} {_shown(out)}: cannot write there ({_reason(err)}): choose a writable folder"
+                    f"{option} {shown_path(out)}: cannot write there ({_reason(err)}): choose a writable folder"
                 ) from None
             with gate.opened():
                 try:
                     yield StagedFolder(directory, staging)
                 except OSError as err:
                     raise PlansimError(
-                        f"{option} {_shown(out)}: cannot write there ({_reason(err)}): choose a writable folder "
+                        f"{option} {shown_path(out)}: cannot write there ({_reason(err)}): choose a writable folder "
                         "with free space"
                     ) from None
             names = sorted(p.name for p in staging.iterdir())
@@ -298,7 +284,7 @@ def staged_folder(out: str | Path, option: str = "--out") -> Iterator[StagedFold
                     os.replace(staging / name, directory / name)
         except OSError as err:
             raise PlansimError(
-                f"{option} {_shown(out)}: cannot move the files into place ({_reason(err)}): "
+                f"{option} {shown_path(out)}: cannot move the files into place ({_reason(err)}): "
                 "choose a folder without sub-folders named like the files"
             ) from None
         finally:
@@ -333,7 +319,7 @@ def _folder_lock(directory: Path, option: str, gate: _Gate | None = None) -> Ite
                 break
             if time.monotonic() > deadline:
                 raise PlansimError(
-                    f"{option} {_shown(directory)}: another plansim{owner} is still writing there after "
+                    f"{option} {shown_path(directory)}: another plansim{owner} is still writing there after "
                     f"{wait_s:g} s: wait for it to finish, or choose another folder"
                 )
             with gate.opened() if gate is not None else contextlib.nullcontext():

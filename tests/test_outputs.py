@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from plansim import outputs
 from plansim.cli import app
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown_path
 from plansim.outputs import LOCK_NAME, atomic_write_text, c_stdout_silenced, staged_folder
 
 runner = CliRunner()
@@ -66,7 +66,7 @@ def test_staged_folder_is_all_or_nothing(tmp_path: Path) -> None:
 def test_a_write_error_is_one_line_naming_the_option(tmp_path: Path) -> None:
     with pytest.raises(PlansimError) as err, staged_folder(tmp_path, option="--out") as stage:
         raise OSError(28, "No space left on device", str(stage.path / "a.csv"))
-    assert str(err.value).startswith(f"--out {outputs._shown(tmp_path)}: cannot write there (No space left on device)")
+    assert str(err.value).startswith(f"--out {shown_path(tmp_path)}: cannot write there (No space left on device)")
     assert "\n" not in str(err.value) and hidden(tmp_path) == []
 
 
@@ -97,7 +97,7 @@ def test_a_writer_gives_up_after_the_wait_naming_the_holder(tmp_path: Path, monk
         (st.path / "a.csv").write_text("x\n")
     message = str(err.value)
     assert message.startswith(
-        f"--out {outputs._shown(tmp_path)}: another plansim (pid {os.getpid()}) is still writing there"
+        f"--out {shown_path(tmp_path)}: another plansim (pid {os.getpid()}) is still writing there"
     )
     assert "wait for it to finish" in message and "\n" not in message
     assert not (tmp_path / "a.csv").exists() and hidden(tmp_path) == []
@@ -164,7 +164,7 @@ def test_out_problems_are_one_line(command: str, where: str, tmp_path: Path, mon
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
     assert (
-        err.startswith(f"error: --out {outputs._shown(out)}: ") and "\n" not in err and "Traceback" not in r.output
+        err.startswith(f"error: --out {shown_path(out)}: ") and "\n" not in err and "Traceback" not in r.output
     ), err
     assert ("is a file, not a folder" if where == "a file" else "no folder can be made under it") in err
     assert (tmp_path / "taken").read_text() == "a file"
