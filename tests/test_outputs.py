@@ -163,9 +163,7 @@ def test_out_problems_are_one_line(command: str, where: str, tmp_path: Path, mon
     r = runner.invoke(app, [*COMMANDS[command], "--out", str(out)])
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
-    assert (
-        err.startswith(f"error: --out {shown_path(out)}: ") and "\n" not in err and "Traceback" not in r.output
-    ), err
+    assert err.startswith(f"error: --out {shown_path(out)}: ") and "\n" not in err and "Traceback" not in r.output, err
     assert ("is a file, not a folder" if where == "a file" else "no folder can be made under it") in err
     assert (tmp_path / "taken").read_text() == "a file"
 
@@ -224,6 +222,8 @@ RUNS = {
     "simulate-analytic": [*SIMULATE, "--format", "json"],
     "simulate-des": [*SIMULATE, "--engine", "des", "--trace", "{out}/trace.json", "--format", "json"],
     "remat": [*COMMANDS["remat"][:-2], "--budget", "0.33GB", "--time-limit", "20", "--out", "{out}",
+              "--format", "json"],
+    "sweep": ["sweep", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16,32", "--out", "{out}",
               "--format", "json"],
 }  # fmt: skip
 

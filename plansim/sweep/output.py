@@ -49,8 +49,8 @@ def write_sweep(s: Sweep, out: str | Path) -> list[Path]:
 
 
 def sweep_summary(s: Sweep) -> dict[str, Any]:
-    """The sweep as plain data (``--format json``): grid, settings, executor, timing and every row (None where a
-    point has no value)."""
+    """The sweep as plain data (``--format json``): grid, settings, executor and every row (None where a point has
+    no value). No timings (``Sweep.elapsed_s`` keeps them): the same sweep gives the same JSON."""
     frame = s.frame()
     rows = [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict("records")]
     return {
@@ -58,8 +58,6 @@ def sweep_summary(s: Sweep) -> dict[str, Any]:
         "points": len(frame),
         "settings": s.settings.as_dict(),
         "executor": s.executor,
-        "elapsed_s": s.elapsed_s,
-        "runs_per_s": s.runs_per_s,
         "fitting_points": int(frame["fits"].sum()),
         "notes": [] if has_parquet() else [PARQUET_MISSING],
         "rows": rows,
