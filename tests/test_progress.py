@@ -61,7 +61,10 @@ def test_quick_work_prints_nothing() -> None:
     assert out.getvalue() == ""
 
 
-def test_a_terminal_gets_a_bar_that_goes_away() -> None:
+def test_a_terminal_gets_a_bar_that_goes_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)  # CI runs get plain lines whatever the stream (next test)
+    monkeypatch.setenv("TERM", "xterm")
+
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
@@ -71,6 +74,19 @@ def test_a_terminal_gets_a_bar_that_goes_away() -> None:
         assert p.live
         p.update(1, label="halfway")
     assert "work" in out.getvalue()  # drawn, then erased (transient): what stays is cursor control
+
+
+def test_ci_gets_plain_lines_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("CI", "true")
+    assert not Progress("work", 2, stream=Tty()).live
+    monkeypatch.delenv("CI")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not Progress("work", 2, stream=Tty()).live
 
 
 def test_plan_progress_is_on_stderr_and_json_stays_json(eager: None) -> None:
