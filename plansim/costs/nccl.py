@@ -1,0 +1,308 @@
+"""NCCL's own cost model of a collective, and its choice of algorithm and protocol by message size and rank count.
+
+A transcription of the model NCCL uses to pick how to run each collective (NVIDIA/nccl, ``src/graph/tuning.cc``:
+``ncclTopoTuneModel`` fills a latency and a bandwidth per collective x algorithm x protocol, from the defaults in
+``ncclTunerConstantsDefaults``; ``ncclTopoGetAlgoTime`` turns them into a time, and the enqueue path takes the
+fastest enabled pair). Units are NCCL's: microseconds and GB/s (so ``bytes / (1000 * GB/s)`` is microseconds).
+
+What it brings that an alpha-beta model with one link does not: the latency of a ring grows with the number of
+ranks (``2 (n - 1)`` steps for an all-reduce, inter-node steps at the network's latency), a tree's with the log of
+the node count; the small-message protocols (LL, LL128) trade bandwidth for latency, so bandwidth falls for small
+messages; each algorithm and protocol has its own ceiling per channel; and NCCL switches between them where their
+times cross.
+
+What the caller supplies is what NCCL's topology search finds on a machine (``ncclTopoCompute``): the number of
+channels and the bandwidth of one channel within a node and across nodes (``bwIntra``/``bwInter``), the link type
+inside a node, and the extra network latency of the graph (``latencyInter``, usually 0). Supported: the ring, the
+tree, NVLS (NVLink SHARP, one node) and PAT (one GPU per node) for all-reduce, all-gather and reduce-scatter; CollNet
+(SHARP in the switches) is off, as it is by default. ``NCCL_ALGO``/``NCCL_PROTO`` overrides are ``algorithms`` and
+``protocols`` arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "ALGORITHMS",
+    "COLLECTIVES",
+    "PROTOCOLS",
+    "NcclChoice",
+    "NcclComm",
+    "algorithm_time_us",
+    "bandwidth_GBps",
+    "choose",
+    "latency_us",
+]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+#: NCCL's algorithms this model prices, in NCCL's order (``NCCL_ALGO_*``), and its protocols (``NCCL_PROTO_*``).
+ALGORITHMS = ("tree", "ring", "nvls", "nvls_tree", "pat")
+PROTOCOLS = ("LL", "LL128", "Simple")
+_COMPUTE = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability index (sm70, sm80, sm90, sm100)
+
+# ---- ncclTunerConstantsDefaults (src/graph/tuning.cc), per protocol (LL, LL128, Simple) ----------------------------
+#: Base latency of a collective, us.
+BASE_LATENCY_US = {
+    "tree": (6.8, 14.0, 8.4),
+    "ring": (6.6, 14.0, 8.4),
+    "nvls": (0.0, 0.0, 0.0),
+    "nvls_tree": (0.0, 0.0, 0.0),
+    "pat": (8.0, 8.0, 8.0),
+}
+#: Latency of one step by the hardware it crosses (NVLink, PCI, network), us.
+HW_LATENCY_US = {
+    "nvlink": {
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "nvls": (0.0, 0.0, 25.0),
+        "nvls_tree": (0.0, 0.0, 25.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "pci": {
+        "tree": (1.0, 1.9, 4.0),
+        "ring": (1.0, 2.5, 5.7),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvls_tree": (0.0, 0.0, 0.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "net": {
+        "tree": (5.0, 8.5, 14.0),
+        "ring": (2.7, 4.0, 14.0),
+        "nvls": (0.0, 0.0, 18.0),
+        "nvls_tree": (0.0, 0.0, 20.9),
+        "pat": (0.0, 0.0, 14.0),
+    },
+}
+#: The LL protocol's ceiling, GB/s: rows by GPU on one node, by CPU vendor across nodes (``llMaxBws``); columns
+#: one node, two nodes, more.
+LL_MAX_BW = {
+    ("node", "volta"): (39.0, 39.0, 20.4),
+    ("node", "ampere"): (87.7, 22.5, 19.0),
+    ("node", "hopper"): (141.0, 45.0, 35.0),
+    ("node", "blackwell"): (282.0, 90.0, 70.0),
+    ("net", "intel"): (39.0, 39.0, 20.4),
+    ("net", "amd"): (87.7, 22.5, 19.0),
+}
+#: Ceilings per channel, GB/s, by GPU; columns one node, two nodes, more.
+PER_CHANNEL_RING_LL128_BW = {
+    "volta": (20.0,) * 3,
+    "ampere": (20.0,) * 3,
+    "hopper": (36.7,) * 3,
+    "blackwell": (40.0,) * 3,
+}
+PER_CHANNEL_TREE_LL128_BW = {
+    "volta": (20.0, 20.0, 20.0),
+    "ampere": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 29.0),
+    "blackwell": (55.6, 31.67, 20.0),
+}
+PER_CHANNEL_TREE_BW = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (38.7, 41.4, 36.0),
+    "blackwell": (70.0, 42.8, 24.0),
+}
+PER_CHANNEL_NVLS_TREE_BW = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (0.0, 57.7, 45.5),
+    "blackwell": (0.0, 96.0, 80.0),
+}
+#: NVLink SHARP's efficiency by GPU (``nvlsEfficiency``).
+NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+#: The tree all-reduce's bandwidth correction for medium sizes, per protocol, by log2(bytes / 64) from 0 (64 B) to
+#: 23 (``treeCorrectionFactor``).
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9,
+              0.9, 1.0, 1.0, 1.0),
+    "Simple": (0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7,
+               0.8, 0.9, 0.9, 0.9),
+}  # fmt: skip
+#: Network post overhead per inter-node ring step, us (``getNetOverhead``: 1 on Intel and other CPUs, 2 on AMD),
+#: three times that for Simple.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+
+
+@dataclass(frozen=True)
+class NcclComm:
+    """A communicator as NCCL's tuner sees it: ``ranks`` over ``nodes`` (as many per node), the GPU generation
+    (volta, ampere, hopper, blackwell), the link inside a node (nvlink or pci), the CPU vendor (intel or amd: the LL
+    ceiling across nodes and the network overhead), and what the topology search found: ``channels`` (ring and tree)
+    with ``bw_intra``/``bw_inter`` GB/s each, ``nvls_channels`` (0: no NVLink SHARP), the graph's extra network
+    latency in us, and whether the tree is a plain (unbalanced) tree (``tree_pattern_plain``: NCCL takes 15% off)."""
+
+    ranks: int
+    nodes: int
+    gpu: str
+    channels: int
+    bw_intra: float
+    bw_inter: float
+    intra: str = "nvlink"
+    cpu: str = "intel"
+    nvls_channels: int = 0
+    latency_inter_us: float = 0.0
+    tree_pattern_plain: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.nodes < 1 or self.ranks % self.nodes:
+            raise ValueError(f"ranks={self.ranks} over nodes={self.nodes}: as many ranks on every node")
+        if self.gpu not in _COMPUTE or self.intra not in ("nvlink", "pci") or self.cpu not in NET_OVERHEAD_US:
+            raise ValueError(f"gpu {self.gpu!r} (one of {_COMPUTE}), intra {self.intra!r}, cpu {self.cpu!r}")
+
+    @property
+    def per_node(self) -> float:
+        return self.ranks / self.nodes
+
+    @property
+    def _column(self) -> int:  # NCCL's index2: one node, two, more
+        return min(self.nodes, 3) - 1
+
+
+def _log2i(n: int) -> int:
+    """NCCL's ``log2i``: floor(log2 n), -1 for 0."""
+    return n.bit_length() - 1
+
+
+def _steps(collective: str, ranks: int) -> int:
+    return 2 * (ranks - 1) if collective == "all_reduce" else ranks - 1
+
+
+def _enabled(c: NcclComm, collective: str, algorithm: str, protocol: str) -> bool:
+    """Whether NCCL considers the pair at all (``ncclTopoTuneModel``'s skips and disables, CollNet off)."""
+    sharded = collective in ("all_gather", "reduce_scatter")
+    if algorithm == "pat" and (not sharded or protocol != "Simple" or c.nodes != c.ranks):
+        return False  # PAT: all-gather and reduce-scatter with one GPU per node (ncclPatEnable), Simple only
+    if algorithm in ("nvls", "nvls_tree"):
+        if protocol != "Simple" or c.nvls_channels < 2 or NVLS_EFFICIENCY[c.gpu] == 0:
+            return False
+        if algorithm == "nvls_tree" and (c.nodes == 1 or sharded):
+            return False
+        if algorithm == "nvls" and c.nodes > 1:
+            return False  # across nodes NVLS needs CollNet
+    if algorithm == "tree" and sharded:
+        return False
+    # LL128 needs NVLink inside the node (typeIntra <= PATH_NVB) and one GPU generation
+    return not (protocol == "LL128" and c.intra != "nvlink")
+
+
+def bandwidth_GBps(c: NcclComm, collective: str, algorithm: str, protocol: str) -> float:
+    """NCCL's algorithm bandwidth (``comm->bandwidths``), GB/s; 0 where the pair is not used."""
+    if c.ranks <= 1 or not _enabled(c, collective, algorithm, protocol):
+        return 0.0
+    col, gpu = c._column, c.gpu
+    nvls = algorithm in ("nvls", "nvls_tree")
+    channels = c.nvls_channels if nvls else c.channels
+    bw = c.bw_intra if c.nodes <= 2 else c.bw_inter
+    if nvls:
+        intra = c.bw_intra * NVLS_EFFICIENCY[gpu] * (channels - 1) / channels
+        intra *= 2.0 if collective == "all_reduce" else (c.per_node - 1) / c.per_node
+        inter = c.bw_inter * (2 if c.nodes <= 2 and algorithm == "nvls_tree" else 1)
+        bw = min(intra, inter, PER_CHANNEL_NVLS_TREE_BW[gpu][col] if algorithm == "nvls_tree" else math.inf)
+    bus = channels * bw
+    ll_max = LL_MAX_BW[("node", gpu) if c.nodes == 1 else ("net", c.cpu)][col]
+    if algorithm == "ring" and protocol == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if algorithm == "ring" and protocol == "LL128":
+        bus = min(bus * 0.92, channels * PER_CHANNEL_RING_LL128_BW[gpu][col])
+    if algorithm == "tree" and collective == "all_reduce":
+        bus = min(bus * 0.92, channels * PER_CHANNEL_TREE_BW[gpu][col])
+    if algorithm == "tree" and protocol == "LL":
+        bus = min(bus / 3.8, ll_max)
+    if algorithm == "tree" and protocol == "LL128":
+        bus = min(bus * (7.0 / 9.0 if c.nodes == 1 else 120.0 / 128.0), channels * PER_CHANNEL_TREE_LL128_BW[gpu][col])
+    if algorithm == "tree" and c.tree_pattern_plain:
+        bus *= 0.85
+    if algorithm == "pat":
+        bus *= 0.75
+    sharded = collective in ("all_gather", "reduce_scatter")
+    if algorithm == "ring" or not sharded:  # bus bandwidth -> algorithm bandwidth
+        bus *= c.ranks / _steps(collective, c.ranks) if algorithm in ("ring", "nvls", "nvls_tree") else 0.5
+    return bus
+
+
+def latency_us(c: NcclComm, collective: str, algorithm: str, protocol: str) -> float:
+    """NCCL's latency of the pair (``comm->latencies``), us, before ``algorithm_time_us``'s per-call corrections."""
+    p = PROTOCOLS.index(protocol)
+    hw = HW_LATENCY_US
+    intra_lat = hw[c.intra][algorithm][p]
+    inter_lat = hw["net"]["tree" if c.per_node == 1 else algorithm][p] + c.latency_inter_us
+    if protocol == "Simple":
+        inter_lat += c.latency_inter_us  # the flush
+    lat = BASE_LATENCY_US[algorithm][p]
+    if algorithm == "ring":
+        steps = _steps(collective, c.ranks)
+        overhead = NET_OVERHEAD_US[c.cpu] * (3 if protocol == "Simple" else 1) if c.nodes > 1 else 0.0
+        intra_lat = max(intra_lat, overhead)
+        inter_steps = 0 if c.nodes == 1 else (2 if collective == "all_reduce" else 1) * (c.nodes - 1)
+        return lat + (steps - inter_steps) * intra_lat + inter_steps * inter_lat
+    if algorithm == "tree":
+        return lat + 2 * ((c.ranks // c.nodes - 1) * intra_lat + _log2i(c.nodes) * inter_lat)
+    if algorithm == "nvls":
+        return intra_lat + (inter_lat if c.nodes > 1 else 0.0)
+    if algorithm == "nvls_tree":
+        return lat + intra_lat + 2 * _log2i(c.nodes) * inter_lat
+    return lat + _log2i(c.nodes) * (inter_lat / 3.5) + c.ranks * 2.8  # pat
+
+
+def algorithm_time_us(c: NcclComm, collective: str, algorithm: str, protocol: str, n_bytes: float) -> float | None:
+    """NCCL's predicted time of one call (``ncclTopoGetAlgoTime``, one operation), us; None where the pair is not
+    used. The tree all-reduce's bandwidth takes its medium-size correction; a multi-node Simple ring all-reduce whose
+    per-channel, per-rank share is 64 bytes or more takes its latency plateau (x1.4 from Ampere on, else x1.9)."""
+    bw = bandwidth_GBps(c, collective, algorithm, protocol)
+    if bw <= 0:
+        return None
+    lat = latency_us(c, collective, algorithm, protocol)
+    log_size = _log2i(int(n_bytes) >> 6)
+    if algorithm == "tree" and collective == "all_reduce" and 0 <= log_size < 23:
+        bw *= TREE_CORRECTION[protocol][log_size]
+    if (
+        algorithm == "ring"
+        and protocol == "Simple"
+        and c.nodes > 1
+        and collective == "all_reduce"
+        and n_bytes / (c.channels * c.ranks) >= 64
+    ):
+        lat *= 1.4 if _COMPUTE.index(c.gpu) >= 1 else 1.9
+    return lat + n_bytes / (1000 * bw)
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """The algorithm and protocol NCCL would run, its predicted time (us) and the resulting bus bandwidth (GB/s:
+    the nccl-tests convention, bytes x busbw factor / time)."""
+
+    algorithm: str
+    protocol: str
+    time_us: float
+    busbw_GBps: float
+
+
+def choose(
+    c: NcclComm,
+    collective: str,
+    n_bytes: float,
+    *,
+    algorithms: tuple[str, ...] = ALGORITHMS,
+    protocols: tuple[str, ...] = PROTOCOLS,
+) -> NcclChoice:
+    """The fastest enabled (algorithm, protocol) for one call of ``n_bytes`` (NCCL's default choice; ``algorithms``
+    and ``protocols`` restrict it as ``NCCL_ALGO``/``NCCL_PROTO`` do). Ties go to the earlier pair in NCCL's order."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective {collective!r}: one of {COLLECTIVES}")
+    best: tuple[float, str, str] | None = None
+    for algorithm in ALGORITHMS:
+        for protocol in PROTOCOLS:
+            if algorithm not in algorithms or protocol not in protocols:
+                continue
+            t = algorithm_time_us(c, collective, algorithm, protocol, n_bytes)
+            if t is not None and (best is None or t < best[0]):
+                best = (t, algorithm, protocol)
+    if best is None:
+        raise ValueError(f"no algorithm and protocol enabled for {collective} on {c}")
+    t, algorithm, protocol = best
+    factor = 2 * (c.ranks - 1) / c.ranks if collective == "all_reduce" else (c.ranks - 1) / c.ranks
+    return NcclChoice(algorithm, protocol, t, n_bytes * factor / (1000 * t) if t > 0 else math.inf)
