@@ -20,7 +20,8 @@ only): during the writing itself they act at once (Ctrl-C's ``KeyboardInterrupt`
 handles it, as ``SystemExit(143)``, the exit status its default action gives), so the temporary files are removed
 on the way out; during plansim's own steps (making the staging folder, the renames, the clean-up) they are held
 back until the step is done. A kill that cannot be caught (SIGKILL, power loss) may leave a hidden temporary file
-or staging folder behind, never a partial file under a real name. Files are not fsync'ed: the guarantee is
+or staging folder behind, never a partial file under a real name; the next run into that folder removes a staging
+folder whose process is gone once it is ``ABANDONED_AFTER_S`` old. Files are not fsync'ed: the guarantee is
 against interruption and failure of the run, not against the machine losing power.
 
 Standard output. ``c_stdout_silenced`` points file descriptor 1 at the null device for the duration of a block,
@@ -37,6 +38,7 @@ import secrets
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -46,6 +48,7 @@ from typing import Any
 from plansim.errors import PlansimError, shown_path
 
 __all__ = [
+    "ABANDONED_AFTER_S",
     "LOCK_NAME",
     "LOCK_WAIT_S",
     "StagedFolder",
@@ -292,10 +295,40 @@ def staged_folder(out: str | Path, option: str = "--out") -> Iterator[StagedFold
                 shutil.rmtree(staging, ignore_errors=True)
 
 
-def _make_staging(directory: Path) -> str:
-    import tempfile
+#: A staging folder is abandoned (its run was killed by a signal that cannot be caught) when the process named in
+#: it is gone and it has not changed for this long; the next run into the same folder removes it.
+ABANDONED_AFTER_S = 600.0
 
-    return tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=directory)
+
+def _make_staging(directory: Path) -> str:
+    """A new staging folder in ``directory``, named with this process's id; abandoned ones are removed first."""
+    _remove_abandoned(directory)
+    return tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{os.getpid()}-", dir=directory)
+
+
+def _remove_abandoned(directory: Path, now: float | None = None) -> None:
+    """Remove staging folders whose process is gone and that have not changed for ``ABANDONED_AFTER_S`` (a live
+    writer's, one of another machine's process or a recent one is left alone)."""
+    now = time.time() if now is None else now
+    for entry in directory.glob(f"{_STAGING_PREFIX}*"):
+        pid = entry.name[len(_STAGING_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            if now - entry.stat().st_mtime >= ABANDONED_AFTER_S:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process, or not a pid this system has: leave its folder alone
+    return True
 
 
 @contextlib.contextmanager

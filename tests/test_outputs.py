@@ -368,3 +368,23 @@ def test_interrupting_plan_out_leaves_no_partial_file(tmp_path: Path) -> None:
         assert found in (new, OLD) or (found == {} and not r["prefilled"]), (label, sorted(found))
     # the signals sent while the files were being written (the rest: the run had finished before its moment)
     assert sum("seen" in r and r.get("sent", False) for r in runs) >= 4
+
+
+def test_a_staging_folder_of_a_killed_run_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """A run killed by SIGKILL leaves its hidden staging folder; the next run into the folder removes it once its
+    process is gone and it is old enough, and leaves a recent one (a live writer elsewhere may own it)."""
+    dead = 2**22 + 12345  # above Linux's largest pid: no such process
+    abandoned = tmp_path / f".plansim-tmp-{dead}-abc"
+    recent = tmp_path / f".plansim-tmp-{dead}-def"
+    legacy = tmp_path / ".plansim-tmp-ghi"  # no pid in the name: not ours to judge
+    for folder in (abandoned, recent, legacy):
+        folder.mkdir()
+        (folder / "results.csv").write_text("half")
+    old = time.time() - outputs.ABANDONED_AFTER_S - 1
+    os.utime(abandoned, (old, old))
+    os.utime(legacy, (old, old))
+    with staged_folder(tmp_path) as stage:
+        (stage.path / "a.csv").write_text("x\n")
+        stage.final([stage.path / "a.csv"])
+    assert not abandoned.exists() and recent.exists() and legacy.exists()
+    assert (tmp_path / "a.csv").read_text() == "x\n"
