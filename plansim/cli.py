@@ -241,8 +241,6 @@ def plan(
     bad = [p for p in policies if p not in REMAT_POLICIES]
     if bad or not policies:
         raise PlansimError(f"--remat {shown(remat)}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
-    if jobs < 1:
-        raise PlansimError(f"--jobs {jobs}: at least 1")
     searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,

@@ -18,6 +18,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from test_validation import _measured_rows  # measured.csv rows as validate writes them
+
 import plansim
 from plansim.comparison_output import write_comparison
 from plansim.hardware.topology import link_tier
@@ -102,17 +104,10 @@ def _validation_folder(folder: Path) -> None:
     """measured.csv and environment.json as ``validate --device cpu --quick`` writes them: the CPU's tiny models,
     whose peaks are a few MB."""
     folder.mkdir(parents=True)
-    rows = []
-    for k, p in enumerate(default_points("cpu", quick=True)):
-        spec = p.model
-        rows.append(
-            {"config": p.label, "model": spec.name, "family": spec.family, "layers": spec.layers,
-             "hidden": spec.hidden, "heads": spec.heads, "kv_heads": spec.kv_heads, "ffn_hidden": spec.ffn_hidden,
-             "vocab": spec.vocab, "seq_len": spec.seq_len, "tied_embeddings": spec.tied_embeddings,
-             "learned_positions": spec.learned_positions, "micro_batch": p.micro_batch, "remat": p.remat,
-             "dtype": "bf16", "measured_step_time_s": 0.02 * (k + 1), "measured_peak_memory_bytes": 3e6 * (k + 1)}
-        )  # fmt: skip
-    pd.DataFrame(rows).to_csv(folder / "measured.csv", index=False)
+    frame = _measured_rows(default_points("cpu", quick=True))
+    frame["measured_step_time_s"] = [0.02 * (k + 1) for k in range(len(frame))]
+    frame["measured_peak_memory_bytes"] = [3e6 * (k + 1) for k in range(len(frame))]
+    frame.to_csv(folder / "measured.csv", index=False)
     (folder / "environment.json").write_text(json.dumps({"device_name": "cpu", "hardware": "dgx-a100"}))
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from functools import cache
 from typing import Any
 
 import pytest
+from test_remat_start import _gpt_stage  # one GPT stage graph, cached, shared with the start tests
 from typer.testing import CliRunner
 
 from plansim.api import load_hardware, load_model
@@ -38,19 +38,6 @@ class FakeClock:
         self.readings += 1
         self.now += self.tick
         return self.now
-
-
-@cache
-def _gpt_stage(layers: int, granularity: str) -> RematGraph:
-    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
-    prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
-    return stage_graph(
-        prep.graph,
-        range(layers),
-        prep.kernels,
-        comm_pricer(cluster, prep.strategy),
-        granularity=granularity,  # type: ignore[arg-type]
-    )
 
 
 def _tight(graph: RematGraph) -> float:

@@ -58,7 +58,8 @@ def build_graph(
     networkx.DiGraph
         Nodes in execution order with the attributes in ``plansim.workload.graph.NODE_ATTRIBUTES``; edges are
         data dependencies. ``graph.graph`` holds ``spec``, ``micro_batch``, ``tp``, ``sequence_parallel``,
-        ``act_bytes`` and ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest).
+        ``act_bytes``, ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest) and ``copies``
+        (layer -> the earlier layer stamped from the same block template, ``graph.stamp``).
 
     Raises
     ------
