@@ -34,6 +34,7 @@ from plansim.step.prepare import (
     comm_pricer,
     p2p_message_bytes,
     prepare_step,
+    ring_call_s,
     tied_copy_params,
 )
 from plansim.step.result import step_flops, step_result
@@ -378,11 +379,17 @@ def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[flo
     return fwd * send(+1) + bwd * send(-1), (fwd + bwd) * n_bytes
 
 
-def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: Any) -> tuple[float, float]:
-    """(seconds, bytes one rank sends) of one collective among ``p`` ranks on ``link``."""
+def _price(
+    coll: str, algorithm: str, p: int, n_bytes: float, link: Link, ring: tuple[Cluster, int] | None = None, **kw: Any
+) -> tuple[float, float]:
+    """(seconds, bytes one rank sends) of one collective among ``p`` ranks on ``link``; a ring given ``ring=(cluster,
+    nodes it spans)`` is priced as NCCL runs it (``ring_call_s``)."""
     if p <= 1 or n_bytes <= 0:
         return 0.0, 0.0
-    seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)
+    if algorithm == "ring" and ring is not None and not kw:
+        seconds = ring_call_s(ring[0], coll, p, ring[1], n_bytes, link)
+    else:
+        seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)
     local = kw.get("local")
     return seconds, bytes_sent_per_rank(coll, algorithm, p, n_bytes, local=local)
 
@@ -510,7 +517,8 @@ def _price_dp(
 ) -> tuple[float, float]:
     """(seconds, bytes one rank sends) of one collective of ``plan`` over the dp group."""
     link, kw = _dp_links(cluster, s, c)
-    return _price(c.collective, c.algorithm, plan.dp, n_bytes, link, **kw)
+    nodes = plan.dp // mesh_of(s).local_size("dp", cluster.gpus_per_node)
+    return _price(c.collective, c.algorithm, plan.dp, n_bytes, link, (cluster, nodes), **kw)
 
 
 def _dp_comm(
@@ -528,16 +536,25 @@ def _dp_comm(
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
     grad_bytes = stage.params * plan.grad_bytes
-    t_r, r_sent = price(plan.reduce, grad_bytes)
-    t_ag, ag_sent = (0.0, 0.0)
-    if plan.per_layer or plan.gather_after_step:
-        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
-    if plan.per_layer:
-        n = stage.num_layers
+    n = max(1, stage.num_layers)
+    if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
+        t_r, r_sent = (n * x for x in price(plan.reduce, grad_bytes / n))
+        t_ag, ag_sent = (n * x for x in price(plan.gather, stage.params * plan.weight_bytes / n))
         exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_r - backward_s, (t_ag + t_r) / n))
         return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent)
-    buckets = max(1, math.ceil(grad_bytes / plan.bucket_bytes))
-    hidden = max(t_r - backward_s, t_r / buckets) if plan.overlap else t_r
+    t_ag, ag_sent = (0.0, 0.0)
+    if plan.gather_after_step:
+        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
+    if plan.overlap:  # buckets filled layer by layer as backward produces them, each flushed once full (the lowering)
+        per_bucket = max(1, math.ceil(plan.bucket_bytes / (grad_bytes / n)))
+        full, rest = divmod(n, per_bucket)
+        t_full, sent_full = price(plan.reduce, grad_bytes * per_bucket / n) if full else (0.0, 0.0)
+        t_rest, sent_rest = price(plan.reduce, grad_bytes * rest / n) if rest else (0.0, 0.0)
+        t_r, r_sent = full * t_full + t_rest, full * sent_full + sent_rest
+        hidden = max(t_r - backward_s, t_rest if rest else t_full)
+    else:
+        t_r, r_sent = price(plan.reduce, grad_bytes)
+        hidden = t_r
     reductions = m if plan.reduce_every_microbatch else 1
     return DataParallelComm(reductions * hidden + t_ag, reductions * r_sent, ag_sent)
 
@@ -550,7 +567,8 @@ def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[flo
         return 0.0, 0.0
     ends = mesh_of(s).group("pp", 0)
     link = cluster.p2p_link(ends[0], ends[-1])
-    return _price("all_reduce", "ring", 2, grad_bytes, link)
+    nodes = 1 if cluster.node_of(ends[0]) == cluster.node_of(ends[-1]) else 2
+    return _price("all_reduce", "ring", 2, grad_bytes, link, (cluster, nodes))
 
 
 def _optimizer_s(kernels: KernelCostModel, s: Strategy, params: int) -> float:

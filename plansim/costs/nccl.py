@@ -30,10 +30,14 @@ __all__ = [
     "PROTOCOLS",
     "NcclChoice",
     "NcclComm",
+    "NcclTuning",
     "algorithm_time_us",
     "bandwidth_GBps",
     "choose",
     "latency_us",
+    "ring_call",
+    "ring_overhead_s",
+    "ring_time_us",
 ]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -306,3 +310,98 @@ def choose(
     t, algorithm, protocol = best
     factor = 2 * (c.ranks - 1) / c.ranks if collective == "all_reduce" else (c.ranks - 1) / c.ranks
     return NcclChoice(algorithm, protocol, t, n_bytes * factor / (1000 * t) if t > 0 else math.inf)
+
+
+# ---- How a call runs: channels, chunks and synchronisations (src/enqueue.cc, src/include/*.h at 5067397c) ---------
+#: Threads per channel by protocol (``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``, ``NCCL_SIMPLE_MAX_NTHREADS``,
+#: src/include/device.h) and bytes per thread below which a call drops a channel (``NCCL_*_THREAD_THRESHOLD``,
+#: src/include/comm.h; the ring's LL threshold is multiplied by the rank count, src/graph/tuning.cc).
+THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+#: Data bytes of one ring step on one channel (``calcCollChunking``): the protocol's buffer over ``NCCL_STEPS`` (8)
+#: times the chunk steps; LL carries 8 data bytes per 16-byte line, LL128 15 of every 16 words. LL: 8 lines x 512
+#: threads x 8 steps x 16 B = 512 KiB buffer, step 64 KiB, chunk 32 KiB of data. LL128: 120 words x 640 threads x 8
+#: steps x 8 B = 4,915,200 B buffer, step 614,400 B, chunk 576,000 B of data. Simple: 4 MiB (``NCCL_BUFFSIZE``
+#: default), step 512 KiB, a ring's chunk ``ALLREDUCE_CHUNKSTEPS`` = 4 steps = 2 MiB (src/include/collectives.h).
+CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 2097152}
+#: Synchronisations per ring step: Simple moves a chunk in ``CHUNKSTEPS / SLICESTEPS`` = 2 slices, each with its
+#: own flag handshake (``NCCL_MAX_SLICE_PER_CHUNK``); LL and LL128 carry their flags in the data (one per step).
+SLICES = {"LL": 1, "LL128": 1, "Simple": 2}
+
+
+@dataclass(frozen=True)
+class NcclTuning:
+    """What a node's nccl-tests curve says NCCL's model leaves out, fitted once per node type from published
+    measurements (``scripts/fit_nccl.py``; the node profile cites the curve): ``call_us``, the fixed cost of one call
+    (kernel launch, the first step's wait for every rank, the last flag's return: what a 1 KB all-reduce costs
+    beyond NCCL's latency), and ``sync_us`` per protocol (LL, LL128, Simple), the cost of one synchronisation of a
+    ring step between two GPUs of the node (a slice's flag handshake and the data's first bytes), which replaces
+    NCCL's per-hop NVLink latency. A synchronisation across the network adds NCCL's own difference between its
+    network and NVLink hop latencies."""
+
+    call_us: float
+    sync_us: tuple[float, float, float]
+
+
+def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
+    """Channels a ring call runs on: NCCL drops channels while every thread would get less than its threshold of
+    bytes (``topoGetAlgoInfo``, src/enqueue.cc)."""
+    threshold = THREAD_THRESHOLD[protocol] * (c.ranks if protocol == "LL" else 1)
+    nc = c.channels
+    while nc >= 2 and n_bytes < nc * THREADS[protocol] * threshold:
+        nc -= 1
+    return nc
+
+
+def _ring_sync_us(c: NcclComm, collective: str, protocol: str, t: NcclTuning) -> float:
+    """The synchronisation cost of one pass of the ring (all its steps, each slice once), us."""
+    p = PROTOCOLS.index(protocol)
+    steps = _steps(collective, c.ranks)
+    inter_steps = 0 if c.nodes == 1 else (2 if collective == "all_reduce" else 1) * (c.nodes - 1)
+    net_extra = max(0.0, HW_LATENCY_US["net"]["ring"][p] - HW_LATENCY_US[c.intra]["ring"][p])
+    return SLICES[protocol] * (steps * t.sync_us[p] + inter_steps * net_extra)
+
+
+def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t: NcclTuning) -> float:
+    """The time of one ring call as it runs, us: the call's fixed cost and NCCL's base latency, then, per loop of
+    the ring over ``ranks`` chunks on each channel, every step's synchronisations and data at the channel's
+    bandwidth. A call smaller than a loop shrinks its chunks (``calcCollChunking``), so its synchronisations cost as
+    much as a full loop's: this is what makes bandwidth fall for mid-size messages. A channel's bandwidth is NCCL's
+    figure for the protocol over its channels (a protocol's ceiling, such as LL's, is shared by the channels in
+    use), at most the channel's own bandwidth at the protocol's efficiency when small calls drop channels."""
+    if c.ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    steps = _steps(collective, c.ranks)
+    bus = bandwidth_GBps(c, collective, "ring", protocol) * steps / c.ranks  # GB/s over all channels
+    nc = _channels_used(c, protocol, n_bytes)
+    own = (c.bw_intra if c.nodes <= 2 else c.bw_inter) * _RING_EFFICIENCY[protocol]
+    per_channel = min(bus / nc, own) * 1000.0  # bytes per us
+    per_ch = n_bytes / nc
+    loops = max(1, math.ceil(per_ch / (c.ranks * CHUNK_BYTES[protocol])))
+    chunk = per_ch / (c.ranks * loops)
+    base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
+    return t.call_us + base + loops * (_ring_sync_us(c, collective, protocol, t) + steps * chunk / per_channel)
+
+
+#: The ring's bandwidth per protocol relative to the channel's (``ncclTopoTuneModel``: LL half, LL128 0.92).
+_RING_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+
+
+def ring_call(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning) -> NcclChoice:
+    """One ring call as NCCL runs it (``NCCL_ALGO=Ring``): the protocol NCCL's own model picks (``choose``), timed
+    by ``ring_time_us``; the bus bandwidth in the nccl-tests sense."""
+    pick = choose(c, collective, n_bytes, algorithms=("ring",))
+    us = ring_time_us(c, collective, pick.protocol, n_bytes, t)
+    factor = _steps(collective, c.ranks) / c.ranks
+    return NcclChoice("ring", pick.protocol, us, n_bytes * factor / (1000 * us) if us > 0 else math.inf)
+
+
+def ring_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, busbw_GBps: float) -> float:
+    """Seconds a ring call takes beyond its bytes at ``busbw_GBps`` (the group's measured large-message bus
+    bandwidth, on which the engines move the bytes): the call's fixed cost, the synchronisations that grow with the
+    ranks and nodes, and the bandwidth lost by small messages' protocols and fewer channels. Added to the wire time
+    at that bandwidth it gives ``ring_call``'s time (never less than the wire time)."""
+    if c.ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    wire_us = n_bytes * _steps(collective, c.ranks) / c.ranks / (1000 * busbw_GBps)
+    return max(0.0, ring_call(c, collective, n_bytes, t).time_us - wire_us) * 1e-6

@@ -229,6 +229,29 @@ class FabricTier(_Strict):
         return 0 if self.nodes_per_switch is None else node // self.nodes_per_switch
 
 
+class NcclSection(_Strict):
+    """What NCCL finds on this node type and what its published nccl-tests curve says NCCL's own model leaves out
+    (``plansim.costs.nccl``; docs/network-model.md). ``arch``: NCCL's GPU generation index (its per-channel ceilings
+    and latencies); ``channels`` and the per-channel bandwidths inside a node and across nodes, GB/s, as NCCL's
+    topology search sets them; ``cpu``: the host CPU vendor (NCCL's LL ceiling across nodes and network overhead);
+    ``call_us`` and ``sync_us`` (LL, LL128, Simple): the fitted per-call and per-synchronisation costs
+    (``scripts/fit_nccl.py``)."""
+
+    arch: Literal["volta", "ampere", "hopper", "blackwell"]
+    channels: int = Field(ge=1, le=64)
+    channel_bw_intra_GBps: PositiveFloat
+    channel_bw_inter_GBps: PositiveFloat
+    cpu: Literal["intel", "amd"] = "intel"
+    call_us: float = Field(ge=0, le=1e4)
+    sync_us: tuple[float, float, float]
+
+    @model_validator(mode="after")
+    def _nonnegative(self) -> NcclSection:
+        if any(not 0 <= v <= 1e4 for v in self.sync_us):
+            raise ValueError("sync_us: three costs (LL, LL128, Simple) between 0 and 10,000 us")
+        return self
+
+
 class NodeSpec(_Strict):
     """One node type: its GPU (by file stem), GPUs per node, intra-node fabric, NICs and network tiers.
 
@@ -248,6 +271,7 @@ class NodeSpec(_Strict):
     intra_node: IntraNode
     nics: Nics
     fabric: tuple[FabricTier, ...] = Field(min_length=1)
+    nccl: NcclSection | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeSpec:

@@ -34,6 +34,7 @@ from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
+from plansim.hardware.nccl import ring_overhead_s
 from plansim.mesh import DeviceMesh
 from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
@@ -133,6 +134,7 @@ class _Engine:
         # when a collective really started (its last member arrived), per (rank, task index) of each member
         self.comm_start: dict[tuple[int, int], float] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
+        self.extra_cache: dict[tuple[Any, ...], float] = {}
         # (rank, comm) -> (members, simulated members, phases): what each of a rank's collectives needs
         self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase]]] = {}
         self.devices: dict[int, _Device] = {}
@@ -242,8 +244,9 @@ class _Engine:
             participants = 1 if comm.group == "pp" else sum(1 for r in members if r in self.devices)
             known = self.groups[group_key] = (members, participants, self.phases(comm, members))
         members, participants, phases = known
+        extra = self._nccl_extra(comm, members)
         if participants <= 1:  # a send, or the only simulated member (symmetric mode): nobody to wait for
-            return self._collective(comm, phases)
+            return self._collective(comm, phases, extra_s=extra)
         key = (dev.program.tasks[index].name, members)
         entry = self.rendezvous.setdefault(key, [0, self.env.event(), []])
         entry[0] += 1
@@ -252,17 +255,40 @@ class _Engine:
             del self.rendezvous[key]
             for waiter in entry[2]:
                 self.comm_start[waiter] = self.env.now
-            self._collective(comm, phases, entry[1])
+            self._collective(comm, phases, entry[1], extra)
         return entry[1]
 
-    def _collective(self, comm: Comm, phases: list[_Phase], done: simpy.Event | None = None) -> simpy.Event:
+    def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
+        """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
+        adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
+        figures (whose phases carry the per-step latency instead)."""
+        if comm.algorithm != "ring" or comm.group == "pp" or self.cluster.node.nccl is None:
+            return 0.0
+        key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
+        got = self.extra_cache.get(key)
+        if got is None:
+            nodes = len({self.cluster.node_of(r) for r in members})
+            if comm.group == "emb" or len(members) < 2:  # the analytic engine's links (mesh.link, p2p_link)
+                link = self.cluster.p2p_link(members[0], members[-1])
+            else:
+                link = self.cluster.group_link(len(members), members[1] - members[0])
+            busbw = link.bandwidth_Bps
+            got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw) or 0.0
+            self.extra_cache[key] = got
+        return got
+
+    def _collective(
+        self, comm: Comm, phases: list[_Phase], done: simpy.Event | None = None, extra_s: float = 0.0
+    ) -> simpy.Event:
         """Run the collective's phases one after another (each starts when the previous one's transfer ends, by a
-        callback: no SimPy process per collective). Returns the event that fires at the end: ``done`` if given,
-        else the last transfer's own event when there is one phase."""
+        callback: no SimPy process per collective); ``extra_s`` is added to the last phase's latency. Returns the
+        event that fires at the end: ``done`` if given, else the last transfer's own event when there is one
+        phase."""
         send, n_bytes, kind = self.net.send, comm.n_bytes, comm.kind
+        last = len(phases) - 1
         if done is None and len(phases) == 1:
             ph = phases[0]
-            return send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s, kind)
+            return send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s + extra_s, kind)
         end = done if done is not None else self.env.event()
 
         def advance(k: int) -> None:
@@ -270,7 +296,8 @@ class _Engine:
                 end.succeed()
                 return
             ph = phases[k]
-            event = send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s, kind)
+            latency = ph.latency_s + (extra_s if k == last else 0.0)
+            event = send(ph.route, ph.bytes_factor * n_bytes, latency, kind)
             event.callbacks.append(lambda _event: advance(k + 1))
 
         advance(0)
@@ -314,6 +341,7 @@ class _Engine:
     def _build_phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         p = len(members)
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
+        nccl = comm.algorithm == "ring" and comm.group != "pp" and self.cluster.node.nccl is not None
         channels = self._channels(comm, members)
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
@@ -343,7 +371,8 @@ class _Engine:
                     if src == dst or size <= 0:
                         continue
                     w = float(size) / biggest
-                    latency = max(latency, self.fabric.latency_s(src, dst))
+                    if not nccl:
+                        latency = max(latency, self.fabric.latency_s(src, dst))
                     if src in self.devices:
                         own.update(self.fabric.route(src, dst))
                     for off in offsets:
@@ -558,8 +587,8 @@ def simulate_collective(
 
     >>> from plansim.hardware import load_hardware
     >>> run = simulate_collective(load_hardware("dgx-a100", gpus=8), "all_reduce", "ring", range(8), 1e9)
-    >>> round(run.seconds * 1e3, 2)   # 2 (p-1)/p n / busbw + 2 (p-1) latency
-    7.64
+    >>> round(run.seconds * 1e3, 2)   # 2 (p-1)/p n / busbw + what NCCL adds (ring_overhead_s)
+    8.17
     """
     members = tuple(ranks)
     what_if = what_if or WhatIf()
@@ -573,11 +602,13 @@ def simulate_collective(
     engine = _Engine(graph, cluster, "full", what_if)
     comm = Comm(collective, algorithm, "custom", n_bytes, "dp", local=local)
     phases = engine._build_phases(comm, members)
+    extra = engine._nccl_extra(comm, members)
     done = engine.env.event()
 
     def run() -> Generator[Any, Any, None]:
-        for ph in phases:
-            yield engine.net.transfer(ph.weights, ph.bytes_factor * n_bytes, ph.latency_s, comm.kind)
+        for k, ph in enumerate(phases):
+            latency = ph.latency_s + (extra if k == len(phases) - 1 else 0.0)
+            yield engine.net.transfer(ph.weights, ph.bytes_factor * n_bytes, latency, comm.kind)
         done.succeed()
 
     engine.env.process(run())

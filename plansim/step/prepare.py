@@ -17,6 +17,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, bytes_sent_per_rank,
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
+from plansim.hardware.nccl import ring_overhead_s
 from plansim.mesh import mesh_of
 from plansim.step.layers import CommPricer
 from plansim.strategy import Strategy
@@ -31,6 +32,7 @@ __all__ = [
     "comm_pricer",
     "p2p_message_bytes",
     "prepare_step",
+    "ring_call_s",
     "shard_algorithm",
     "tied_copy_params",
 ]
@@ -101,7 +103,18 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
         link = links.get(axis)
         if link is None:
             link = links[axis] = mesh.link(axis, cluster)
-        seconds = collective_time(collective, "ring", p, n_bytes, link.latency_s, link.bandwidth_Bps)
+        nodes = p // mesh.local_size(axis, cluster.gpus_per_node)
+        seconds = ring_call_s(cluster, collective, p, nodes, n_bytes, link)
         return seconds, bytes_sent_per_rank(collective, "ring", p, n_bytes)
 
     return price
+
+
+def ring_call_s(cluster: Cluster, collective: str, p: int, nodes: int, n_bytes: float, link: Link) -> float:
+    """Seconds of one ring call among ``p`` ranks on ``nodes`` nodes: its bytes at ``link``'s bus bandwidth plus
+    what NCCL adds to them (``plansim.hardware.nccl.ring_overhead_s``: the call's fixed cost, synchronisations growing
+    with ranks and nodes, small messages' protocols); the alpha-beta latency where the node has no NCCL figures."""
+    overhead = ring_overhead_s(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps)
+    if overhead is None:
+        return collective_time(collective, "ring", p, n_bytes, link.latency_s, link.bandwidth_Bps)
+    return collective_time(collective, "ring", p, n_bytes, 0.0, link.bandwidth_Bps) + overhead

@@ -1,0 +1,65 @@
+"""A group of ranks as NCCL's tuner sees it, from the node profile's ``nccl`` section."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning
+from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
+from plansim.hardware.cluster import Cluster
+from plansim.hardware.schema import NodeSpec
+
+__all__ = ["nccl_comm", "nccl_tuning", "ring_overhead_s"]
+
+
+def nccl_comm(cluster: Cluster, ranks: int, nodes: int, *, cpu: str | None = None) -> NcclComm:
+    """The communicator of ``ranks`` over ``nodes`` nodes of ``cluster``'s type (as many ranks on each node).
+
+    Raises
+    ------
+    ValueError
+        The node profile has no ``nccl`` section.
+    """
+    section = cluster.node.nccl
+    if section is None:
+        raise ValueError(f"node type {cluster.node.name} has no nccl section")
+    intra = "pci" if cluster.node.intra_node.topology == "pcie" else "nvlink"
+    return NcclComm(
+        ranks, nodes, section.arch, section.channels, section.channel_bw_intra_GBps, section.channel_bw_inter_GBps,
+        intra=intra, cpu=cpu or section.cpu,
+    )  # fmt: skip
+
+
+def nccl_tuning(cluster: Cluster) -> NcclTuning | None:
+    """The node type's fitted per-call and per-synchronisation costs; None without an ``nccl`` section."""
+    section = cluster.node.nccl
+    return None if section is None else NcclTuning(section.call_us, section.sync_us)
+
+
+def ring_overhead_s(
+    cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
+) -> float | None:
+    """Seconds a ring collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the
+    group's bus bandwidth ``busbw_Bps``, as NCCL runs it (``plansim.costs.nccl.ring_overhead_s``): both engines add
+    it to a ring's wire time in place of a per-step latency. None where the node profile has no ``nccl`` section
+    (the alpha-beta latency then applies)."""
+    if cluster.node.nccl is None:
+        return None
+    if collective not in COLLECTIVES or ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    nodes = max(1, min(nodes, ranks))
+    return _ring_overhead(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps))
+
+
+@lru_cache(maxsize=65536)
+def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float) -> float:
+    section = node.nccl
+    assert section is not None
+    per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
+    intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
+    comm = NcclComm(
+        per_node * nodes, nodes, section.arch, section.channels, section.channel_bw_intra_GBps,
+        section.channel_bw_inter_GBps, intra=intra, cpu=section.cpu,
+    )  # fmt: skip
+    tuning = NcclTuning(section.call_us, section.sync_us)
+    return _costs_ring_overhead_s(comm, collective, n_bytes, tuning, busbw / 1e9)

@@ -1,0 +1,82 @@
+"""Fit NCCL's per-call and per-synchronisation costs (``plansim.costs.nccl.NcclTuning``) to a published nccl-tests
+curve, and print the model against every point.
+
+The fit minimises the worst error in log bus bandwidth over every message size of the curve, by a grid search refined
+around its best point; NCCL's own model picks the protocol of each call (so the fit does not choose it). Only a
+micro-benchmark of the collective alone is read (``calibration/*.yaml``), never a training run.
+
+Run: python scripts/fit_nccl.py [calibration/nccl-tests-a100.yaml]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from pathlib import Path
+
+from plansim.costs.nccl import NcclTuning, ring_call
+from plansim.hardware import load_hardware
+from plansim.hardware.nccl import nccl_comm
+from plansim.yamlfile import parse_yaml, read_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_curve(path: Path) -> dict:
+    return parse_yaml(read_text(path, "nccl-tests curve"), str(path))
+
+
+def errors(curve: dict, tuning: NcclTuning) -> dict[int, tuple[str, float, float]]:
+    cluster = load_hardware(curve["node"], gpus=curve["ranks"])
+    comm = nccl_comm(cluster, curve["ranks"], curve["nodes"], cpu=curve.get("cpu"))
+    out = {}
+    for size, measured in curve["busbw_GBps"].items():
+        call = ring_call(comm, curve["collective"], float(size), tuning)
+        out[int(size)] = (call.protocol, call.busbw_GBps, measured)
+    return out
+
+
+def loss(curve: dict, tuning: NcclTuning) -> tuple[float, float]:
+    """The worst relative error in log bus bandwidth over the curve, then the sum of squares (ties)."""
+    logs = [math.log(b / m) for _, b, m in errors(curve, tuning).values()]
+    return max(abs(x) for x in logs), sum(x * x for x in logs)
+
+
+def fit(curve: dict) -> NcclTuning:
+    grid = {"call": [5, 10, 15, 20, 25, 30, 35, 40], "LL": [0.25, 0.5, 1, 1.5, 2, 3], "LL128": [1, 2, 3, 4, 6, 8],
+            "Simple": [2, 4, 6, 8, 10, 12]}  # fmt: skip
+    best = min(
+        (NcclTuning(c, (a, b, s)) for c, a, b, s in itertools.product(*grid.values())), key=lambda t: loss(curve, t)
+    )
+    step = [2.5, 0.125, 0.5, 1.0]
+    for _ in range(40):  # coordinate descent with a halving step
+        improved = False
+        for i in range(4):
+            for sign in (-1, 1):
+                values = [best.call_us, *best.sync_us]
+                values[i] = max(0.0, values[i] + sign * step[i])
+                trial = NcclTuning(values[0], (values[1], values[2], values[3]))
+                if loss(curve, trial) < loss(curve, best):
+                    best, improved = trial, True
+        if not improved:
+            step = [s / 2 for s in step]
+    return best
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "calibration/nccl-tests-a100.yaml"
+    curve = load_curve(path)
+    tuning = fit(curve)
+    print(f"call_us {tuning.call_us:.2f}, sync_us LL {tuning.sync_us[0]:.3f}, LL128 {tuning.sync_us[1]:.3f}, "
+          f"Simple {tuning.sync_us[2]:.3f}")  # fmt: skip
+    worst = 0.0
+    for size, (proto, model, measured) in errors(curve, tuning).items():
+        err = model / measured - 1
+        worst = max(worst, abs(err))
+        print(f"{size:>12,} B  {proto:<6} model {model:7.2f} GB/s  measured {measured:7.2f} GB/s  {err:+6.1%}")
+    print(f"worst error {worst:.1%}")
+
+
+if __name__ == "__main__":
+    main()
