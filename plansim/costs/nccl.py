@@ -327,6 +327,8 @@ CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 2097152}
 #: Synchronisations per ring step: Simple moves a chunk in ``CHUNKSTEPS / SLICESTEPS`` = 2 slices, each with its
 #: own flag handshake (``NCCL_MAX_SLICE_PER_CHUNK``); LL and LL128 carry their flags in the data (one per step).
 SLICES = {"LL": 1, "LL128": 1, "Simple": 2}
+#: The ring's bandwidth per protocol relative to the channel's (``ncclTopoTuneModel``: LL half, LL128 0.92).
+_RING_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 
 
 @dataclass(frozen=True)
@@ -381,10 +383,6 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
     chunk = per_ch / (c.ranks * loops)
     base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
     return t.call_us + base + loops * (_ring_sync_us(c, collective, protocol, t) + steps * chunk / per_channel)
-
-
-#: The ring's bandwidth per protocol relative to the channel's (``ncclTopoTuneModel``: LL half, LL128 0.92).
-_RING_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 
 
 def ring_call(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning) -> NcclChoice:

@@ -9,31 +9,30 @@ from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["nccl_comm", "nccl_tuning", "ring_overhead_s"]
+__all__ = ["nccl_comm", "ring_overhead_s"]
 
 
 def nccl_comm(cluster: Cluster, ranks: int, nodes: int, *, cpu: str | None = None) -> NcclComm:
-    """The communicator of ``ranks`` over ``nodes`` nodes of ``cluster``'s type (as many ranks on each node).
+    """The communicator of ``ranks`` over ``nodes`` nodes of ``cluster``'s type (as many ranks on each node;
+    ``cpu`` overrides the profile's host CPU vendor).
 
     Raises
     ------
     ValueError
         The node profile has no ``nccl`` section.
     """
-    section = cluster.node.nccl
+    return _comm(cluster.node, ranks, nodes, cpu)
+
+
+def _comm(node: NodeSpec, ranks: int, nodes: int, cpu: str | None = None) -> NcclComm:
+    section = node.nccl
     if section is None:
-        raise ValueError(f"node type {cluster.node.name} has no nccl section")
-    intra = "pci" if cluster.node.intra_node.topology == "pcie" else "nvlink"
+        raise ValueError(f"node type {node.name} has no nccl section")
+    intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
     return NcclComm(
         ranks, nodes, section.arch, section.channels, section.channel_bw_intra_GBps, section.channel_bw_inter_GBps,
         intra=intra, cpu=cpu or section.cpu,
     )  # fmt: skip
-
-
-def nccl_tuning(cluster: Cluster) -> NcclTuning | None:
-    """The node type's fitted per-call and per-synchronisation costs; None without an ``nccl`` section."""
-    section = cluster.node.nccl
-    return None if section is None else NcclTuning(section.call_us, section.sync_us)
 
 
 def ring_overhead_s(
@@ -56,10 +55,6 @@ def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_by
     section = node.nccl
     assert section is not None
     per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
-    intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
-    comm = NcclComm(
-        per_node * nodes, nodes, section.arch, section.channels, section.channel_bw_intra_GBps,
-        section.channel_bw_inter_GBps, intra=intra, cpu=section.cpu,
-    )  # fmt: skip
+    comm = _comm(node, per_node * nodes, nodes)
     tuning = NcclTuning(section.call_us, section.sync_us)
     return _costs_ring_overhead_s(comm, collective, n_bytes, tuning, busbw / 1e9)

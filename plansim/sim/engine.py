@@ -262,13 +262,13 @@ class _Engine:
         """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
         adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
         figures (whose phases carry the per-step latency instead)."""
-        if comm.algorithm != "ring" or comm.group == "pp" or self.cluster.node.nccl is None:
+        if comm.algorithm != "ring" or comm.group == "pp" or self.cluster.node.nccl is None or len(members) < 2:
             return 0.0
         key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
         got = self.extra_cache.get(key)
         if got is None:
             nodes = len({self.cluster.node_of(r) for r in members})
-            if comm.group == "emb" or len(members) < 2:  # the analytic engine's links (mesh.link, p2p_link)
+            if comm.group == "emb":  # the analytic engine's links (p2p_link for the two embedding copies, mesh.link)
                 link = self.cluster.p2p_link(members[0], members[-1])
             else:
                 link = self.cluster.group_link(len(members), members[1] - members[0])
