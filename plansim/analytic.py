@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import networkx as nx
+
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
@@ -29,6 +31,7 @@ from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
 from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import (
     PreparedStep,
     comm_pricer,
@@ -107,7 +110,8 @@ class _PipelineKey(StrategyProjection):
 
 @dataclass(frozen=True)
 class _SendsKey(StrategyProjection):
-    """What the pipeline sends of every stage read beyond ``_LayerKey`` (the pp axis's stride is tp * dp)."""
+    """What the pipeline sends of every stage read beyond ``_LayerKey`` (the pp axis's stride is tp * dp; the
+    schedule also says whether the sends block)."""
 
     schedule: str
     pp: int
@@ -130,6 +134,7 @@ class _StatesKey(StrategyProjection):
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
+_Sends = tuple[float, float, float]  # a stage's pipeline traffic per micro-batch: (seconds, pp bytes, tp bytes)
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
 
@@ -156,12 +161,11 @@ class _Priced:
 
     prep: PreparedStep
     costs: dict[int, LayerCost]
-    p2p_bytes: float
     model_flops: float
     stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
     pipelines: dict[_PipelineKey, _Pipeline] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
-    p2p: dict[_SendsKey, list[tuple[float, float]]] = field(default_factory=dict)
+    p2p: dict[_SendsKey, list[_Sends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> _StageSums:
@@ -176,12 +180,12 @@ class _Priced:
             self.stage_sums[layers] = hit
         return hit
 
-    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[tuple[float, float]]:
+    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[_Sends]:
         """``_p2p`` of every stage of ``s``'s pipeline."""
         key = _SendsKey.of(s)
         hit = self.p2p.get(key)
         if hit is None:
-            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.p2p_bytes) for idx in range(s.pp)]
+            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.prep.graph) for idx in range(s.pp)]
         return hit
 
 
@@ -261,7 +265,7 @@ class AnalyticCache:
             costs = layer_costs(programs, comm_pricer(self.cluster, prep.strategy))
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
-            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
+            hit = _Priced(prep, costs, model_flops(prep.graph))
             self._priced[key] = hit
         return hit
 
@@ -362,21 +366,32 @@ class _Pipeline:
         )  # fmt: skip
 
 
-def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[float, float]:
-    """(seconds, bytes) of one micro-batch's activation and gradient sends from ``stage``, each on its own boundary
-    (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the
-    first)."""
-    fwd, bwd = get_schedule(s.schedule).sends_per_microbatch(stage, s.pp, s.virtual_stages)
+def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph) -> _Sends:
+    """(seconds, pp bytes, tp bytes) of one micro-batch's pipeline traffic on ``stage``, as Megatron-LM issues it
+    (``plansim.step.p2p``): its activation and gradient sends, each on its own boundary (the stage's first rank to
+    its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the first) and, where they block,
+    the idle launch after each call; the all-gather that rebuilds each received activation under the scatter/gather
+    optimization, a tensor-parallel collective."""
+    sched = get_schedule(s.schedule)
+    fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
+    n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
+    call = call_overhead_s(cluster.gpu, s)
 
     def send(steps: int) -> float:
         link = cluster.p2p_link(first, mesh.shift("pp", first, steps))
-        return link.latency_s + n_bytes / link.bandwidth_Bps
+        return link.latency_s + n_bytes / link.bandwidth_Bps + call
 
-    return fwd * send(+1) + bwd * send(-1), (fwd + bwd) * n_bytes
+    seconds = fwd * send(+1) + bwd * send(-1)
+    gather = regather(graph, s)
+    if gather is None:
+        return seconds, (fwd + bwd) * n_bytes, 0.0
+    received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
+    gather_s, gather_sent = comm_pricer(cluster, s)(gather.group, gather.collective, gather.n_bytes)
+    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent
 
 
 def _price(
@@ -432,13 +447,14 @@ def _stage_cost(
     sums: _StageSums,
     remat: str,
     in_flight: float,
-    p2p: tuple[float, float],
+    p2p: _Sends,
     params: int,
     ends_saved: float,
     plan: StageRemat | None = None,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
-    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes) of its sends, ``params`` it
+    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes) of its pipeline
+    traffic (``_p2p``), ``params`` it
     holds and ``ends_saved`` bytes of embedding/output activations."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
@@ -451,7 +467,7 @@ def _stage_cost(
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
         comm_s=sums.comm_s + recompute_comm_s + p2p[0],
-        axis_bytes=_rerun_bytes(sums, remat),
+        axis_bytes=_plus(_rerun_bytes(sums, remat), "tp", p2p[2]),
         params=params,
         largest_layer_params=sums.largest_layer_params,
         activations=activations,
@@ -460,6 +476,13 @@ def _stage_cost(
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
     )
+
+
+def _plus(axis_bytes: dict[str, float], axis: str, n_bytes: float) -> dict[str, float]:
+    """``axis_bytes`` with ``n_bytes`` more on ``axis`` (a new dict; unchanged when there are none)."""
+    if not n_bytes:
+        return axis_bytes
+    return {**axis_bytes, axis: axis_bytes.get(axis, 0.0) + n_bytes}
 
 
 def _most_per_axis(per_stage: Iterable[dict[str, float]]) -> dict[str, float]:
@@ -635,7 +658,6 @@ def _assemble(
         time_breakdown_s=breakdown,
         reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
         num_microbatches=m,
-        bubble_fraction=breakdown["bubble"] / pipe.pipe_s if pipe.pipe_s else 0.0,
         stage_peak_memory_bytes=[int(p) for p in peaks],
     )
 

@@ -38,6 +38,7 @@ from plansim.stages import chunk_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import LayerProgram, Segment, layer_programs
 from plansim.step.memory import milp_stage_plans, model_states, stage_params
+from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
 from plansim.strategy import Strategy
@@ -66,6 +67,11 @@ class _Ctx:
     p2p_bytes: float
     dp_plan: DataParallelPlan | None
     mesh: DeviceMesh
+    # pipeline sends as Megatron-LM issues them (plansim/step/p2p.py): the all-gather after each receive under the
+    # scatter/gather optimization, and whether a send blocks the stage's compute (and its call's idle time after)
+    regather: Comm | None = None
+    blocking_p2p: bool = False
+    call_s: float = 0.0
     # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
     milp: dict[int, LayerRemat] = field(default_factory=dict)
     # cross-stage dependencies by key, resolved once every stage is built
@@ -89,6 +95,7 @@ class _StageLowering:
         self.zero3 = self.plan is not None and self.plan.per_layer
         self.split = get_schedule(self.s.schedule).split_backward
         self.last_compute = -1
+        self.join: tuple[int, int] | None = None  # (asynchronous collective, compute tasks to let by first)
         self.last_dp = -1
         self.bucket: list[float] = [0.0]
         self.bucket_dep = -1
@@ -99,6 +106,13 @@ class _StageLowering:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _compute(self, task: Task) -> int:
+        if self.join is not None:  # an asynchronous collective: the second compute task after it waits for it
+            collective, skip = self.join
+            if skip:
+                self.join = (collective, skip - 1)
+            else:
+                task.deps = (*task.deps, (self.stage, collective))
+                self.join = None
         idx = self.prog.add(task)
         self.last_compute = idx
         return idx
@@ -128,21 +142,30 @@ class _StageLowering:
             segments = [Segment()]
             n = 1
         for i, seg in enumerate(segments):
-            cat = "tp_comm" if seg.comm is not None else category
+            head = first < 0  # the pass's first compute task takes its dependencies, allocations and receive
+            if seg.hidden_s > 0 and seg.comm is not None:
+                # launched asynchronously once the compute before it is done, on a stream of its own (Megatron's
+                # async_op collectives); the compute task after the one beside it waits for it (``_compute``)
+                before = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
+                side = Task(f"{name}.{i}", "tp", "tp_comm", comm=seg.comm, deps=before, microbatch=mb)
+                if head:
+                    side.deps = (*first_deps, *before)
+                self.join = (self.prog.add(side), 1)
+                continue
             idx = self._compute(
                 Task(
                     f"{name}.{i}" if n > 1 else name,
                     "compute",
-                    cat,
+                    "tp_comm" if seg.comm is not None else category,
                     duration_s=seg.seconds,
                     comm=seg.comm,
-                    deps=first_deps if i == 0 else (),
-                    alloc=alloc if i == 0 else (),
+                    deps=first_deps if head else (),
+                    alloc=alloc if head else (),
                     free=free if i == n - 1 else (),
                     microbatch=mb,
                 )
             )
-            if i == 0:
+            if head:
                 first = idx
                 if wait_key is not None:
                     self.ctx.waits.append((self.stage, idx, wait_key))
@@ -157,9 +180,19 @@ class _StageLowering:
         return not policy.scheduled or self.ctx.milp[layer].recompute_s > 0
 
     # -- passes ------------------------------------------------------------------------------------------------
+    def _regather(self, key: tuple[str, int, int]) -> tuple[str, int, int] | None:
+        """The receive ``key`` and, under the scatter/gather optimization, the all-gather that rebuilds it (the
+        receive's wait goes on the gather, which the pass then follows); returns the wait left for the pass."""
+        if self.ctx.regather is None:
+            return key
+        direction, mb, g = key
+        self._run([Segment(comm=self.ctx.regather)], f"gather{direction}{mb}.c{g}", "tp_comm", mb, wait_key=key)
+        return None
+
     def forward(self, mb: int, g: int) -> None:
         ctx, s = self.ctx, self.s
         layers = ctx.chunks[g]
+        received = self._regather(("F", mb, g - 1)) if g > 0 else None
         k_seg = math.ceil(math.sqrt(sum(1 for x in layers if ctx.is_block(x)) or 1))
         for pos, layer in enumerate(layers):
             lp = ctx.programs.get(layer)
@@ -185,7 +218,7 @@ class _StageLowering:
                 if gather >= 0:
                     deps = ((self.stage, gather),)
                     free += (f"g/{mb}/{layer}/f",)
-            wait = ("F", mb, g - 1) if pos == 0 and g > 0 else None
+            wait = received if pos == 0 else None
             self._run(
                 lp.fwd, f"F{mb}.L{layer}", "forward", mb, first_deps=deps, alloc=tuple(alloc), free=free, wait_key=wait
             )
@@ -198,11 +231,12 @@ class _StageLowering:
         blocks = [x for x in layers if ctx.is_block(x)]
         k_seg = math.ceil(math.sqrt(len(blocks) or 1))
         rev = list(reversed(layers))
+        received = self._regather(("B", mb, g + 1)) if g < len(ctx.chunks) - 1 else None
         for pos, layer in enumerate(rev):
             lp = ctx.programs.get(layer)
             if lp is None:
                 continue
-            wait = ("B", mb, g + 1) if pos == 0 and g < len(ctx.chunks) - 1 else None
+            wait = received if pos == 0 else None
             deps: tuple[tuple[int, int], ...] = ()
             frees: list[str] = []
             if self.zero3:
@@ -310,6 +344,9 @@ class _StageLowering:
             )
         )
         self.ctx.sends[(direction, mb, g)] = (self.stage, idx)
+        if self.ctx.blocking_p2p:  # the call returns once its transfer is done, then the device idles for a launch
+            self._compute(Task(f"call{direction}{mb}.c{g}", "compute", "p2p_call", self.ctx.call_s,
+                               deps=((self.stage, idx),), microbatch=mb))  # fmt: skip
 
     # -- data parallelism --------------------------------------------------------------------------------------
     def _gather(self, mb: int, order: list[int], pos: int, phase: str) -> int:
@@ -426,6 +463,9 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         p2p_bytes=p2p_message_bytes(graph, s),
         dp_plan=data_parallel_plan(cluster, s),
         mesh=mesh,
+        regather=regather(graph, s),
+        blocking_p2p=get_schedule(s.schedule).blocking_p2p,
+        call_s=call_overhead_s(cluster.gpu, s),
     )
     milp_flops = 0.0
     if REMAT_POLICIES[s.remat].scheduled:

@@ -39,6 +39,9 @@ class Result:
     time_breakdown_s: dict[str, float]
     reason: str = ""
     num_microbatches: int = 1
+    #: ``time_breakdown_s["bubble"] / step_time_s``: the pipeline schedule's idle time of compute on the critical
+    #: stage (not waits for data-parallel communication, which are exposed communication), over the whole step; the
+    #: same definition in both engines (``plansim.step.result.step_result``).
     bubble_fraction: float = 0.0
     stage_peak_memory_bytes: list[int] = field(default_factory=list)
     stage_time_breakdown_s: list[dict[str, float]] = field(default_factory=list)

@@ -49,6 +49,13 @@ class PipelineSchedule:
     with separate W passes for the weight gradients. ``model_chunks`` says whether it runs ``v >= 2`` model chunks
     per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
     multiple of ``pp`` (``plansim.strategy_checks``); the others run one chunk per stage.
+
+    ``blocking_p2p`` says how Megatron-LM issues the schedule's pipeline sends: blocking (``batch_isend_irecv``, a
+    wait on every request, then ``torch.cuda.synchronize()``: ``batch_p2p_comm`` and ``batch_p2p_sync``, both on by
+    default in ``megatron/core/model_parallel_config.py``), or as separate ``isend``/``irecv`` whose handles are
+    waited for only where the data is needed (``overlap_p2p_comm``, which ``megatron/training/arguments.py`` keeps
+    only for the interleaved schedule, where it is the default, and which turns ``batch_p2p_comm`` off:
+    ``argument_utils.py``). Both at NVIDIA/Megatron-LM d98e8a64. ``plansim.step.p2p`` prices what follows.
     """
 
     name: str
@@ -59,6 +66,7 @@ class PipelineSchedule:
     order: Callable[[int, int, int, int], list[PipeOp]]
     split_backward: bool = False
     model_chunks: bool = False
+    blocking_p2p: bool = True
 
     def sends_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
         """(forward, backward) activation sends of one micro-batch from ``stage``.
@@ -69,6 +77,13 @@ class PipelineSchedule:
         if p <= 1:
             return 0, 0
         return v - (stage == p - 1), v - (stage == 0)
+
+    def receives_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
+        """(forward, backward) activation receives of one micro-batch on ``stage``: every send's other end (the
+        first stage's first chunk receives no forward input, the last stage's last chunk no output gradient)."""
+        if p <= 1:
+            return 0, 0
+        return v - (stage == 0), v - (stage == p - 1)
 
 
 def _flush_step_time(
@@ -187,6 +202,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             "1F1B over v model chunks per stage (Megatron-LM)",
             interleaved_order,
             model_chunks=True,
+            blocking_p2p=False,
         ),
         PipelineSchedule(
             "zb-h1",

@@ -18,8 +18,9 @@ from plansim.mesh import DeviceMesh
 __all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
 
 #: compute: kernels and the blocking tensor-parallel collectives; p2p: pipeline sends; dp: data-parallel and ZeRO
-#: collectives (NCCL runs them on their own stream, overlapping compute).
-STREAMS = ("compute", "p2p", "dp")
+#: collectives (NCCL runs them on their own stream, overlapping compute); tp: tensor-parallel collectives launched
+#: asynchronously beside a kernel (a linear layer's input re-gathered in backward under sequence parallelism).
+STREAMS = ("compute", "p2p", "dp", "tp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +48,9 @@ class Comm:
 class Task:
     """One task on one stream of a stage.
 
-    ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, grad_reduce,
-    param_gather, embedding_sync, optimizer. ``duration_s`` is the compute time from the cost model (0 for
+    ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, p2p_call (the device's
+    idle time after a blocking pipeline call, ``plansim.step.p2p``), grad_reduce, param_gather, embedding_sync,
+    optimizer. ``duration_s`` is the compute time from the cost model (0 for
     communication, whose time the network decides). ``alloc`` tensors ``(name, bytes, memory category)`` are
     allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task index)``.
     """

@@ -143,18 +143,47 @@ def test_invariants(tp: int, pp: int, zero: int, remat: str, schedule: str, m: i
     assert (r.comm_bytes_per_gpu["dp"] > 0) == (dp > 1 or pp > 1)
 
 
-def test_each_pipeline_boundary_is_priced_on_its_own_link() -> None:
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: bool) -> None:
+    """Stage 1 of 4 sends forward to stage 2 (across nodes) and back to stage 0 (inside the node), one blocking call
+    each: the transfer, then one kernel launch while the device restarts after ``torch.cuda.synchronize()``. Each
+    tensor-parallel rank sends 1/tp of the activation (scatter/gather, Narayanan et al. 2021 sec 4.1) and the stage
+    rebuilds each of its two receives with a ring all-gather over its tp pair: (tp-1) steps of 1/tp of the
+    activation. Sequence parallelism sends its sequence shard and gathers nothing."""
     from plansim.analytic import _p2p
 
     cluster = load_hardware("dgx-a100", gpus=16)
-    s = Strategy.parse("dp=2,tp=2,pp=4,micro_batch=1,global_batch=8").resolve(cluster)
-    n = 1e6
+    s = Strategy.parse(f"dp=2,tp=2,pp=4,micro_batch=1,global_batch=8,sequence_parallel={sequence_parallel}")
+    s = s.resolve(cluster)
+    m = gpt()
+    activation = m.seq_len * m.hidden * 2  # one micro-batch's bf16 block input, whole
+    graph = build_graph(m, micro_batch=1, tp=2, sequence_parallel=sequence_parallel)
+    n = activation / 2
     # Stage s's ranks start at 4s: boundary 1->2 (ranks 4 -> 8) crosses the node boundary, 0->1 does not.
-    seconds, sent = _p2p(cluster, s, 1, n)
+    seconds, sent, tp_sent = _p2p(cluster, s, 1, graph)
     back, fwd = cluster.p2p_link(4, 0), cluster.p2p_link(4, 8)
     assert fwd.bandwidth_Bps < back.bandwidth_Bps
-    assert seconds == pytest.approx(back.latency_s + n / back.bandwidth_Bps + fwd.latency_s + n / fwd.bandwidth_Bps)
+    launch = cluster.gpu.kernel_launch_s
+    sends = back.latency_s + n / back.bandwidth_Bps + fwd.latency_s + n / fwd.bandwidth_Bps + 2 * launch
+    pair = cluster.group_link(2, 1)  # the tp group: two ranks side by side on one node
+    gathers = 0.0 if sequence_parallel else 2 * (pair.latency_s + activation / 2 / pair.bandwidth_Bps)
+    assert seconds == pytest.approx(sends + gathers)
     assert sent == 2 * n
+    assert tp_sent == (0.0 if sequence_parallel else 2 * activation / 2)
+
+
+def test_interleaved_sends_do_not_block() -> None:
+    """Megatron-LM runs the interleaved schedule's sends as separate isend/irecv (overlap_p2p_comm): no call
+    overhead. 1F1B's blocking calls cost one kernel launch per send on top of the same transfers."""
+    from plansim.analytic import _p2p
+
+    cluster = load_hardware("dgx-a100", gpus=4)
+    graph = build_graph(gpt(), micro_batch=1, tp=1)
+    base = "dp=1,tp=1,pp=4,micro_batch=1,global_batch=8"
+    blocking = _p2p(cluster, Strategy.parse(f"{base},schedule=1f1b").resolve(cluster), 1, graph)
+    free = _p2p(cluster, Strategy.parse(f"{base},schedule=interleaved,virtual_stages=1").resolve(cluster), 1, graph)
+    assert blocking[0] - free[0] == pytest.approx(2 * cluster.gpu.kernel_launch_s)
+    assert blocking[1:] == free[1:]
 
 
 def test_zero3_on_one_gpu_gathers_nothing() -> None:

@@ -112,3 +112,61 @@ def test_a_layer_is_stamped_once() -> None:
     stamp(graph, block, 0, "L0.", None)
     with pytest.raises(ValueError, match="layer 0 stamped twice"):
         stamp(graph, block, 0, "L0b.", "L0.a")
+
+
+@pytest.mark.parametrize("preset", ["gpt3-1.3b", "llama3-8b"])
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_sequence_parallel_backward_regathers_each_column_parallel_input(preset: str, tp: int) -> None:
+    """Bytes one rank sends in a block's tensor-parallel collectives, counted by hand from Megatron-LM's layers
+    (Korthikanti et al. 2022, sec 4.2.2): without sequence parallelism two all-reduces forward and two backward, 2
+    (t-1)/t N bytes each (N = one micro-batch's whole activation); with it an all-gather and a reduce-scatter
+    replace each all-reduce ((t-1)/t N each, the same volume), and the backward of each column-parallel linear
+    (QKV, first MLP GEMM) gathers its input once more for the weight gradient: 2 (t-1)/t N more."""
+    model = load_model(preset)
+    kernels = KernelCostModel(load_hardware("dgx-a100", gpus=8).gpu, "bf16")
+    mesh = mesh_of(Strategy(tp=tp, dp=8 // tp, micro_batch=1, global_batch=8 // tp))
+    share = (tp - 1) / tp * model.seq_len * model.hidden * 2
+
+    def sent(axis: str, coll: str, n: float) -> tuple[float, float]:
+        return 0.0, (2 if coll == "all_reduce" else 1) * (tp - 1) / tp * n
+
+    for sp, (fwd, bwd) in ((False, (4, 4)), (True, (4, 6))):
+        graph = build_graph(model, micro_batch=1, tp=tp, sequence_parallel=sp)
+        block = layer_costs(layer_programs(graph, kernels, mesh), sent)[0]
+        (axis,) = block.comm
+        assert axis.axis == "tp"
+        assert axis.fwd_bytes == pytest.approx(fwd * share, rel=1e-12)
+        assert axis.bwd_bytes == pytest.approx(bwd * share, rel=1e-12)
+
+
+def test_the_regather_hides_behind_the_input_gradient_gemm() -> None:
+    """Megatron-LM launches the re-gather before the input-gradient GEMM and waits for it after (layers.py,
+    LinearWithGradAccumulationAndAsyncCommunication.backward): a gather of g seconds beside a GEMM of d seconds is
+    exposed for max(0, g - d). The segment right after the gather is that GEMM alone; the weight gradient follows."""
+    model = load_model("gpt3-1.3b")
+    kernels = KernelCostModel(load_hardware("dgx-a100", gpus=8).gpu, "bf16")
+    mesh = mesh_of(Strategy(tp=2, dp=4, micro_batch=1, global_batch=4))
+    graph = build_graph(model, micro_batch=1, tp=2, sequence_parallel=True)
+    programs = layer_programs(graph, kernels, mesh)
+    qkv = graph.nodes["L0.qkv"]
+    dgrad = kernels.backward(qkv) - weight_gradient_s(qkv, kernels)
+    lp = programs[0]
+    for segments in (lp.bwd, lp.bwd_input):
+        hidden = [i for i, seg in enumerate(segments) if seg.hidden_s > 0]
+        assert len(hidden) == 2  # QKV and fc1
+        assert [seg.comm.collective for seg in (segments[i] for i in hidden)] == ["all_gather", "all_gather"]
+        assert all(segments[i + 1].comm is None for i in hidden)
+    qkv_gather = max(i for i, seg in enumerate(lp.bwd) if seg.hidden_s > 0)  # the walk runs backward: QKV is last
+    assert lp.bwd[qkv_gather].hidden_s == pytest.approx(dgrad, rel=1e-12)
+    assert lp.bwd[qkv_gather + 1].seconds == pytest.approx(dgrad, rel=1e-12)
+    for g in (0.5 * dgrad, 3 * dgrad):  # hidden, then exposed by the difference
+
+        def price(axis: str, coll: str, n: float, g: float = g) -> tuple[float, float]:
+            return (g, n) if coll == "all_gather" else (0.0, n)
+
+        c = layer_costs({0: lp}, price)[0]
+        fc1 = graph.nodes["L0.fc1"]
+        fc1_dgrad = kernels.backward(fc1) - weight_gradient_s(fc1, kernels)
+        blocking = 2 * g  # the two blocking all-gathers of the row-parallel outputs' gradients
+        exposed = max(0.0, g - dgrad) + max(0.0, g - fc1_dgrad)
+        assert c.comm_bwd_s == pytest.approx(blocking + exposed, rel=1e-12)

@@ -18,6 +18,7 @@ simulates every rank and rendezvous each collective among its members; tests hol
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import defaultdict
@@ -53,8 +54,6 @@ __all__ = ["MODES", "CollectiveRun", "WhatIf", "simulate_collective", "simulate_
 MODES = ("symmetric", "full")
 #: Task categories that are model compute (not recompute, communication or the optimizer).
 _COMPUTE = frozenset({"forward", "backward", "weight_grad"})
-#: Categories of dp-stream tasks: waiting on them is exposed communication.
-_DP_COMM = frozenset({"grad_reduce", "param_gather", "embedding_sync"})
 _TOP_LINKS = 20
 
 
@@ -398,11 +397,17 @@ def _link_name(link: LinkId) -> str:
 
 
 def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
-    """The device's step time by part; they sum to ``step``. Idle time on the compute stream is exposed
-    communication when the task it waited for was communication (a pipeline send's transfer time, a dp-stream
-    collective), else pipeline bubble."""
+    """The device's step time by part; they sum to ``step``.
+
+    Idle time on the compute stream is split by what it waited for (the dependency that was satisfied last): while
+    the stream that task runs on was moving data (a pipeline send and the sends queued before it, the dp stream's
+    gradient buckets and gathers, a tensor-parallel collective beside a kernel), it is exposed communication; the
+    rest is pipeline bubble: waiting for another stage's compute, or for a peer to reach a collective (the
+    tied-embedding all-reduce's wait for stage 0 to drain). So the bubble is the pipeline schedule's idle time and
+    nothing of the data-parallel traffic, as in the analytic engine."""
     tasks = dev.program.tasks
     out = dict.fromkeys(("compute", "recompute", "exposed_comm", "bubble", "optimizer"), 0.0)
+    busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
     prev_end = 0.0
     for i, task in enumerate(tasks):
         if task.stream != "compute":
@@ -414,10 +419,9 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             deps = [(engine.devices[st * engine.width + dev.offset], j) for st, j in task.deps]
             if deps:
                 owner, j = max(deps, key=lambda d: d[0].end[d[1]])
-                category = owner.program.tasks[j].category
-                if category == "send" or category in _DP_COMM:
-                    # the transfer's own time; waiting for a peer to reach the collective is pipeline drain
-                    comm_part = min(gap, owner.end[j] - owner.start[j])
+                waited = owner.program.tasks[j]
+                if waited.stream != "compute":
+                    comm_part = min(gap, _busy_within(busy, owner, waited.stream, prev_end, start))
             out["exposed_comm"] += comm_part
             out["bubble"] += gap - comm_part
         elapsed = end - start
@@ -436,6 +440,25 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     out["exposed_comm"] += tail_comm
     out["bubble"] += tail - tail_comm
     return out
+
+
+def _busy_within(
+    cache: dict[tuple[int, str], tuple[list[float], list[float]]], dev: _Device, stream: str, lo: float, hi: float
+) -> float:
+    """Seconds within ``[lo, hi]`` during which ``dev``'s ``stream`` ran communication (its tasks run one at a time,
+    so their start and end times are both sorted; a collective's start is when its members had all arrived)."""
+    key = (dev.rank, stream)
+    spans = cache.get(key)
+    if spans is None:
+        pairs = [(dev.start[i], dev.end[i]) for i, t in enumerate(dev.program.tasks) if t.stream == stream and t.comm]
+        spans = cache[key] = ([a for a, _ in pairs], [b for _, b in pairs])
+    starts, ends = spans
+    total = 0.0
+    k = bisect.bisect_right(ends, lo)
+    while k < len(starts) and starts[k] < hi:
+        total += max(0.0, min(ends[k], hi) - max(starts[k], lo))
+        k += 1
+    return total
 
 
 @lru_cache(maxsize=4096)
@@ -538,7 +561,6 @@ def _result(
         time_breakdown_s=breakdown,
         reason=reason,
         num_microbatches=graph.num_microbatches,
-        bubble_fraction=breakdown["bubble"] / step if step else 0.0,
         stage_peak_memory_bytes=stage_peaks,
         stage_time_breakdown_s=stage_breakdowns,
         busiest_links=[{"link": k, "bytes": link_bytes[k], "utilization": util[k]} for k in top],

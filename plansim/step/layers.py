@@ -7,7 +7,8 @@ them (``layer_costs``), pricing each collective on the mesh axis its op names. S
 engines by construction: there is one walk, and the closed form is its sum.
 
 Sources: Megatron-LM's tensor-parallel collectives are blocking, so they sit between compute kernels on the critical
-path (Shoeybi et al. 2019, sec 3); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
+path (Shoeybi et al. 2019, sec 3), except the one a linear layer launches asynchronously in its own backward (see
+``_regathered``); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
 split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GEMM-like kinds only (Narayanan et al.
 2021, sec 5.1).
 """
@@ -46,10 +47,15 @@ CommPricer = Callable[[str, str, float], tuple[float, float]]
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """A run of compute (``seconds``) or one collective (``comm``) inside a layer's pass."""
+    """A run of compute (``seconds``) or one collective (``comm``) inside a layer's pass.
+
+    A collective with ``hidden_s > 0`` does not block: it is launched asynchronously and runs beside the next segment
+    (``hidden_s`` seconds of compute), and the segment after that waits for it, so ``max(0, its time - hidden_s)`` of
+    it is exposed."""
 
     seconds: float = 0.0
     comm: Comm | None = None
+    hidden_s: float = 0.0
 
 
 @dataclass
@@ -115,6 +121,15 @@ class _Runs:
                 segments.append(Segment(comm=comm))
         self.bwd = self.bwd_input = 0.0
 
+    def regather_bwd(self, comm: Comm, dgrad_s: float) -> None:
+        """A linear layer's backward that re-gathers its input (``_regathered``): the all-gather beside the input
+        gradient GEMM (``dgrad_s``), which is a segment of its own because what follows (the weight gradient) waits
+        for the gather. Both passes run it (split backward gathers in B and keeps the input for W)."""
+        self.close_bwd()
+        for segments in (self.lp.bwd, self.lp.bwd_input):
+            segments.append(Segment(comm=comm, hidden_s=dgrad_s))
+            segments.append(Segment(dgrad_s))
+
 
 def _execution_order(graph: nx.DiGraph) -> tuple[list[str], bool]:
     """The ops in an order that runs each after its inputs, and whether it is the insertion order: as inserted where
@@ -124,6 +139,26 @@ def _execution_order(graph: nx.DiGraph) -> tuple[list[str], bool]:
     if all(position[u] < position[v] for u, v in graph.edges):
         return order, True
     return list(nx.topological_sort(graph)), False
+
+
+def _regathered(graph: nx.DiGraph, name: str, mesh: DeviceMesh) -> Comm | None:
+    """The all-gather a linear layer's backward repeats, or None.
+
+    With sequence parallelism a column-parallel linear all-gathers its sequence-sharded input in forward but saves
+    only its shard; its backward all-gathers the input again for the weight gradient, launched asynchronously
+    before the input-gradient GEMM and waited for after it (Korthikanti et al. 2022, sec 4.2.2; NVIDIA/Megatron-LM
+    d98e8a64, ``megatron/core/tensor_parallel/layers.py``, ``LinearWithGradAccumulationAndAsyncCommunication``:
+    ``ctx.save_for_backward(input, ...)``, then in ``backward`` ``dist_all_gather_func(..., async_op=True)``,
+    ``grad_output.matmul(weight)``, ``handle.wait()``). A GEMM fed by a forward all-gather on an axis of size > 1
+    is such a layer; the gather's message is the forward's."""
+    op = graph.nodes[name]
+    if op["kind"] not in MATMUL_KINDS:
+        return None
+    for pred in graph.predecessors(name):
+        c = graph.nodes[pred]
+        if c["kind"] == "collective" and c["collective"] == "all_gather" and mesh.size(c["group"]) > 1:
+            return Comm("all_gather", "ring", c["group"], c["comm_bytes"], c["group"])
+    return None
 
 
 def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
@@ -173,6 +208,12 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
             continue
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)
+        gathered = _regathered(graph, name, mesh)
+        if gathered is not None:
+            r.regather_bwd(gathered, bwd - wgrad)
+            r.bwd += wgrad
+            r.lp.wgrad_s += wgrad
+            continue
         if bwd > 0:
             r.bwd += bwd
         if bwd - wgrad > 0:
@@ -236,13 +277,14 @@ class LayerCost:
 
 
 def _priced(segments: Iterable[Segment], price: CommPricer) -> dict[str, tuple[float, float]]:
-    """Per axis, (seconds, bytes sent) of the collectives among ``segments``."""
+    """Per axis, (exposed seconds, bytes sent) of the collectives among ``segments`` (an asynchronous one is exposed
+    for what the compute beside it does not cover)."""
     out: dict[str, tuple[float, float]] = {}
     for seg in segments:
         if seg.comm is not None:
             seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
             was = out.get(seg.comm.group, (0.0, 0.0))
-            out[seg.comm.group] = (was[0] + seconds, was[1] + sent)
+            out[seg.comm.group] = (was[0] + max(0.0, seconds - seg.hidden_s), was[1] + sent)
     return out
 
 

@@ -49,8 +49,13 @@ def step_result(
 ) -> Result:
     """The Result of ``s``'s step: ``flops`` (model, hardware) from ``step_flops``; ``memory`` by category (the
     worst device's) and ``comm`` bytes one GPU sends by kind, both read in the contract's order (a missing key is
-    0); ``figures`` the engine's other Result fields."""
+    0); ``figures`` the engine's other Result fields, ``time_breakdown_s`` among them.
+
+    ``bubble_fraction`` is defined here, once for both engines: the breakdown's ``bubble`` (the pipeline schedule's
+    idle time of compute on the critical stage; waits for data-parallel communication are exposed communication)
+    over the step time."""
     model_fl, hardware_fl = flops
+    bubble = figures.get("time_breakdown_s", {}).get("bubble", 0.0)
     return Result(
         model=model.name,
         hardware=cluster.name,
@@ -68,5 +73,6 @@ def step_result(
         memory_breakdown_bytes={k: round(memory.get(k, 0)) for k in MEMORY_CATEGORIES},
         comm_bytes_per_gpu={k: comm.get(k, 0.0) for k in COMM_KINDS},
         cost_model=cost_model,
+        bubble_fraction=bubble / step_s if step_s > 0 else 0.0,
         **figures,
     )
