@@ -151,6 +151,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     rebuilds each of its two receives with a ring all-gather over its tp pair: (tp-1) steps of 1/tp of the
     activation. Sequence parallelism sends its sequence shard and gathers nothing."""
     from plansim.analytic import _p2p
+    from plansim.step.prepare import ring_call_s
 
     cluster = load_hardware("dgx-a100", gpus=16)
     s = Strategy.parse(f"dp=2,tp=2,pp=4,micro_batch=1,global_batch=8,sequence_parallel={sequence_parallel}")
@@ -166,7 +167,8 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     launch = cluster.gpu.kernel_launch_s
     sends = back.latency_s + n / back.bandwidth_Bps + fwd.latency_s + n / fwd.bandwidth_Bps + 2 * launch
     pair = cluster.group_link(2, 1)  # the tp group: two ranks side by side on one node
-    gathers = 0.0 if sequence_parallel else 2 * (pair.latency_s + activation / 2 / pair.bandwidth_Bps)
+    # Each re-gather is one NCCL ring call over the pair, on one node (plansim.step.prepare.ring_call_s).
+    gathers = 0.0 if sequence_parallel else 2 * ring_call_s(cluster, "all_gather", 2, 1, activation, pair)
     assert seconds == pytest.approx(sends + gathers)
     assert sent == 2 * n
     assert tp_sent == (0.0 if sequence_parallel else 2 * activation / 2)
