@@ -48,9 +48,11 @@ class Task:
     """One task on one stream of a stage.
 
     ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, grad_reduce,
-    param_gather, embedding_sync, optimizer. ``duration_s`` is the compute time from the cost model (0 for
-    communication, whose time the network decides). ``alloc`` tensors ``(name, bytes, memory category)`` are
-    allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task index)``.
+    param_gather, embedding_sync, optimizer, sync_wait (the wait for the job's slowest GPU). ``duration_s`` is the
+    compute time from the cost model (0 for communication, whose time the network decides). ``wait_s``: a blocking
+    collective's expected wait for its slowest member before it starts (``plansim.costs.stragglers``). ``alloc``
+    tensors ``(name, bytes, memory category)`` are allocated when it starts, ``free`` names released when it ends.
+    ``deps`` are ``(stage, task index)``.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Task:
     alloc: tuple[tuple[str, float, str], ...] = ()
     free: tuple[str, ...] = ()
     microbatch: int = -1
+    wait_s: float = 0.0
 
 
 @dataclass
