@@ -22,6 +22,7 @@ from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
+from plansim.costs.stragglers import straggler_wait_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.mesh import mesh_of
@@ -29,7 +30,15 @@ from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
-from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
+from plansim.step.layers import (
+    AxisComm,
+    LayerCost,
+    layer_activations,
+    layer_costs,
+    layer_programs,
+    rerun,
+    rerun_sync_s,
+)
 from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import (
@@ -57,7 +66,8 @@ class StageCost:
     """One pipeline stage, one rank: per-micro-batch times (s), per-step bytes, and memory (bytes).
 
     ``bwd_weight_s`` is the weight-gradient part of ``bwd_s``, which split-backward schedules (ZB-H1) run apart;
-    ``axis_bytes`` the bytes one rank sends per micro-batch in the layers' blocking collectives, per mesh axis."""
+    ``axis_bytes`` the bytes one rank sends per micro-batch in the layers' blocking collectives, per mesh axis;
+    ``sync_s`` what those collectives (and their rerun under remat) wait for their slowest member."""
 
     fwd_s: float
     bwd_s: float
@@ -71,6 +81,7 @@ class StageCost:
     p2p_bytes: float
     num_layers: int
     bwd_weight_s: float = 0.0
+    sync_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -79,8 +90,9 @@ class StageCost:
 
     @property
     def time_s(self) -> float:
-        """Forward + backward + recompute + blocking communication of one micro-batch."""
-        return self.compute_s + self.recompute_s + self.comm_s
+        """Forward + backward + recompute + blocking communication (and its wait for the slowest member) of one
+        micro-batch."""
+        return self.compute_s + self.recompute_s + self.comm_s + self.sync_s
 
 
 @dataclass(frozen=True)
@@ -419,6 +431,7 @@ class _StageSums:
         self.fwd_s = sum(c.fwd_s for c in every)
         self.bwd_s = sum(c.bwd_s for c in every)
         self.comm_s = sum(c.comm_fwd_s + c.comm_bwd_s for c in every)
+        self.sync_s = sum(c.sync_fwd_s + c.sync_bwd_s for c in every)
         self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
         self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
         self.largest_layer_params = max(c.params for c in every)
@@ -427,12 +440,18 @@ class _StageSums:
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
         self._recompute: dict[str, Recompute] = {}
+        self._rerun_sync: dict[str, float] = {}
         self._activations: dict[str, StageActivations] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
             self._recompute[remat] = rerun(remat, self.blocks)
         return self._recompute[remat]
+
+    def rerun_sync(self, remat: str) -> float:
+        if remat not in self._rerun_sync:
+            self._rerun_sync[remat] = rerun_sync_s(remat, self.blocks)
+        return self._rerun_sync[remat]
 
     def activations(self, remat: str) -> StageActivations:
         if remat not in self._activations:
@@ -459,9 +478,11 @@ def _stage_cost(
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
+        rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
+        rerun_sync = sums.rerun_sync(remat)
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -475,6 +496,7 @@ def _stage_cost(
         p2p_bytes=p2p[1],
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
+        sync_s=sums.sync_s + rerun_sync,
     )
 
 
@@ -612,14 +634,28 @@ def _time_breakdown(
         key=lambda c: c.exposed_s,
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
+    optimizer = [_optimizer_s(kernels, s, st.params) for st in pipe.memory_groups]
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
         "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
         "bubble": pipe.pipe_s - m * bottleneck.time_s,
-        "optimizer": max(_optimizer_s(kernels, s, p) for p in {st.params for st in pipe.memory_groups}),
+        "optimizer": max(optimizer),
+        "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),
     }
     return breakdown, dpc, emb_bytes
+
+
+def _slowest_gpu_s(cluster: Cluster, s: Strategy, pipe: _Pipeline, optimizer: list[float]) -> float:
+    """What the step waits for its slowest GPU (``plansim.costs.stragglers.straggler_wait_s``): GPUs differ
+    persistently, the step ends with a synchronisation of all of them, and the slowest is slow in every kernel of its
+    stage (its micro-batches' compute and recompute, and its optimizer step)."""
+    m = s.num_microbatches
+    busy = max(
+        m * (st.compute_s + st.recompute_s) + optimizer[g]
+        for st, g in zip(pipe.stages, pipe.memory_group_of, strict=True)
+    )
+    return straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh_of(s).num_ranks, busy)
 
 
 def _assemble(

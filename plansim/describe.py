@@ -20,6 +20,7 @@ _PARTS = {
     "exposed_comm": "exposed communication",
     "bubble": "pipeline bubble",
     "optimizer": "optimizer step",
+    "sync_wait": "waiting for the slowest rank",
 }
 
 
@@ -128,7 +129,7 @@ def _because(winner: Result, other: Result, gain: float, scale: float, floor_s: 
     """``: less X (ms) and less Y (ms), despite more Z (ms)``: the parts of the step (``other``'s times ``scale``)
     the winner spends less on (at most two) and the one it spends most more on, each differing by more than
     ``floor_s``; empty unless the winner gains."""
-    diffs = [(other.time_breakdown_s[k] * scale - winner.time_breakdown_s[k], k) for k in _PARTS]
+    diffs = [(other.time_breakdown_s.get(k, 0.0) * scale - winner.time_breakdown_s.get(k, 0.0), k) for k in _PARTS]
     less = sorted((d for d in diffs if d[0] > floor_s), key=lambda d: -d[0])[:2]
     more = sorted((d for d in diffs if d[0] < -floor_s), key=lambda d: d[0])[:1]
     if not less or gain <= 5e-4:

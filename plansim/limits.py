@@ -133,6 +133,7 @@ LIMITS: dict[str, Limit] = {
     "memory_bytes": Limit(1, 2**50, "bytes", "GPUs of 2024 hold at most 192 GB; 1 PiB exceeds any"),
     "workspace_reserve_bytes": Limit(0, 2**50, "bytes", "as memory_bytes"),
     "kernel_launch_s": Limit(0, 1, "s", "launch overheads are microseconds", integer=False),
+    "cv": Limit(0, 1, "", "a coefficient of variation (std / mean); kernel times vary by a few percent", integer=False),
     "oversubscription": Limit(1, 1e6, "", "a tier's taper over the NICs (1: non-blocking)", integer=False),
     "hardware_number": Limit(
         0,

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
+from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
 from plansim.mesh import DeviceMesh, mesh_of
 from plansim.remat.plan import LayerRemat
@@ -103,6 +104,9 @@ class _StageLowering:
         # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
         # gradient is reduced with the output layer's and synchronized with stage 0's copy after backward.
         self.tied_params = tied_copy_params(ctx.model, self.s) if stage == self.s.pp - 1 else 0
+        # The wait for the job's slowest GPU, first on the compute stream (its length is set once every stage is
+        # built, ``_slowest_gpu``): what runs after it, the first ZeRO-3 gathers included, starts that much later.
+        self.slowest = self._compute(Task("slowest_gpu", "compute", "sync_wait"))
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _compute(self, task: Task) -> int:
@@ -163,6 +167,7 @@ class _StageLowering:
                     alloc=alloc if head else (),
                     free=free if i == n - 1 else (),
                     microbatch=mb,
+                    wait_s=seg.wait_s,
                 )
             )
             if head:
@@ -492,9 +497,24 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     for stage, idx, key in ctx.waits:
         task = stages[stage].tasks[idx]
         task.deps = (*task.deps, ctx.sends[key])
+    _slowest_gpu(cluster, mesh, stages)
     recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
     model_fl, hardware_fl = step_flops(model_flops(graph), recompute_flops, s)
     return TaskGraph(stages=stages, mesh=mesh, num_microbatches=m, model_flops=model_fl, hardware_flops=hardware_fl)
+
+
+def _slowest_gpu(cluster: Cluster, mesh: DeviceMesh, stages: list[StageProgram]) -> None:
+    """Set every stage's first task to the step's wait for its slowest GPU (``straggler_wait_s``): GPUs differ
+    persistently, the step ends with a synchronisation of all of them, and the slowest is slow in each of its
+    kernels, so the wait is its coefficient of variation times the expected maximum over all GPUs times the busiest
+    stage's kernel time (what the analytic engine charges)."""
+    busy = max(
+        sum(t.duration_s for t in prog.tasks if t.stream == "compute" and t.comm is None and t.category != "sync_wait")
+        for prog in stages
+    )
+    wait = straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh.num_ranks, busy)
+    for prog in stages:
+        prog.tasks[0].duration_s = wait
 
 
 def _dp_comm(c: GroupCollective, n_bytes: float, kind: str) -> Comm:

@@ -50,9 +50,11 @@ class Task:
 
     ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, p2p_call (the device's
     idle time after a blocking pipeline call, ``plansim.step.p2p``), grad_reduce, param_gather, embedding_sync,
-    optimizer. ``duration_s`` is the compute time from the cost model (0 for
-    communication, whose time the network decides). ``alloc`` tensors ``(name, bytes, memory category)`` are
-    allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task index)``.
+    optimizer, sync_wait (the wait for the job's slowest GPU). ``duration_s`` is the compute time from the cost model
+    (0 for communication, whose time the network decides). ``wait_s``: a blocking collective's expected wait for its
+    slowest member before it starts (``plansim.costs.stragglers``). ``alloc`` tensors ``(name, bytes, memory
+    category)`` are allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task
+    index)``.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Task:
     alloc: tuple[tuple[str, float, str], ...] = ()
     free: tuple[str, ...] = ()
     microbatch: int = -1
+    wait_s: float = 0.0
 
 
 @dataclass

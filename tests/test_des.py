@@ -254,8 +254,11 @@ def test_gpipe_forward_starts_follow_the_staircase() -> None:
             starts[key] = min(starts.get(key, math.inf), span.start_s)
             ends[key] = max(ends.get(key, 0.0), span.end_s)
     t0 = ends[("0", 0)] - starts[("0", 0)]
+    # the step starts with the wait for the job's slowest GPU (plansim.costs.stragglers)
+    (wait,) = [sp.end_s for sp in r.timeline.spans if sp.name == "slowest_gpu" and sp.device.startswith("gpu0 ")]
+    assert wait > 0
     for j in range(4):
-        assert starts[("0", j)] == pytest.approx(j * (t0 + send + cluster.gpu.kernel_launch_s), rel=1e-9)
+        assert starts[("0", j)] == pytest.approx(wait + j * (t0 + send + cluster.gpu.kernel_launch_s), rel=1e-9)
         assert starts[("1", j)] >= ends[("0", j)]  # waits for the activations
 
 
@@ -452,7 +455,7 @@ def test_result_carries_the_contract_and_the_des_extras() -> None:
     r = des("gpt3-125m", "dgx-a100", "dp=2,tp=2,pp=2,micro_batch=1,global_batch=8")
     d = r.to_dict()
     assert d["engine"] == "des" and "timeline" not in d
-    assert set(d["time_breakdown_s"]) == {"compute", "recompute", "exposed_comm", "bubble", "optimizer"}
+    assert set(d["time_breakdown_s"]) == {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait"}
     assert set(d["memory_breakdown_bytes"]) == {"weights", "gradients", "optimizer", "activations", "workspace"}
     assert len(d["stage_time_breakdown_s"]) == 2
     assert d["busiest_links"] and all(0 < x["utilization"] <= 1 for x in d["busiest_links"])

@@ -9,13 +9,16 @@ a kernel's achieved rate is interpolated over the measured points of its group (
 at the training dtype; normalisations, softmax, element-wise kinds and other memory-bound kinds by bytes, any
 dtype), piecewise-linear in log10(size), per pass (forward, backward) where the profile has that pass. A measured
 time includes the launch, so none is added. Outside the measured sizes, and for groups the profile lacks, the
-roofline answers. ``cost_provenance`` says which a GPU gets; every Result carries it.
+roofline answers. ``cost_provenance`` says which a GPU gets; every Result carries it. ``time_cv`` is a kernel's
+run-to-run coefficient of variation: the spread of the profile's repeats where it recorded one, else the GPU
+profile's cited default (``plansim.costs.stragglers`` charges what it makes collectives wait).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -67,6 +70,9 @@ class KernelTable:
 
     points: Mapping[tuple[str, str, str], list[tuple[float, float]]] = field(default_factory=dict)
     source: str = ""
+    #: per (group, pass, dtype), the median coefficient of variation of the points' timed repeats (profiles that
+    #: recorded it); the kernel's run-to-run noise
+    cvs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
 
     def rate(self, group: str, direction: str, dtype: str, size: float) -> float | None:
         """The measured rate at ``size``, or None outside the measured sizes or without such points."""
@@ -83,16 +89,22 @@ class KernelTable:
     def from_profile(cls, profile: KernelProfile, source: str = "") -> KernelTable:
         """The table of a measured profile; points of one group at the same size are averaged."""
         rates: dict[tuple[str, str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        spreads: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for p in profile.points:
             group = _GROUP_OF_OP.get(p.op)
             if group is None:
                 continue
             compute = group in _COMPUTE_GROUPS
             size = p.flops if compute else p.bytes
+            key = (group, p.direction, p.dtype if compute else "any")
             if size > 0:
-                rates[(group, p.direction, p.dtype if compute else "any")][size].append(size / p.time_s)
+                rates[key][size].append(size / p.time_s)
+                if p.cv is not None:
+                    spreads[key].append(p.cv)
         return cls(
-            {key: sorted((x, sum(r) / len(r)) for x, r in by_size.items()) for key, by_size in rates.items()}, source
+            {key: sorted((x, sum(r) / len(r)) for x, r in by_size.items()) for key, by_size in rates.items()},
+            source,
+            {key: statistics.median(cvs) for key, cvs in spreads.items()},
         )
 
 
@@ -155,6 +167,18 @@ class KernelCostModel:
         if hit is None:
             hit = self._memo[key] = self._kernel_time(kind, flops, nbytes, direction)
         return hit
+
+    def time_cv(self, kind: str, direction: str = "fwd") -> float:
+        """Run-to-run coefficient of variation of one kernel of ``kind`` (``direction``: the pass): the measured
+        profile's (median over its group's points) where it recorded one, else the GPU profile's cited
+        ``kernel_time_cv``."""
+        group = _GROUP_OF_KIND.get(kind)
+        if self.table is not None and group is not None:
+            dtype = self.dtype if group in _COMPUTE_GROUPS else "any"
+            cv = self.table.cvs.get((group, direction, dtype))
+            if cv is not None:
+                return cv
+        return self.gpu.kernel_time_cv
 
     def _measured(self, kind: str, flops: float, nbytes: float, direction: str) -> float | None:
         group = _GROUP_OF_KIND.get(kind)

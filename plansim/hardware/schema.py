@@ -97,6 +97,13 @@ class GPUSpec(_Strict):
     efficiency: EfficiencyCurves
     kernel_launch_s: float = field("kernel_launch_s")
     workspace_reserve_bytes: int = field("workspace_reserve_bytes")
+    #: Run-to-run coefficient of variation of one kernel's time on one GPU, independent per kernel (a measured
+    #: profile's repeats replace it); 0 when unknown. Synchronising collectives wait for the slowest member's
+    #: noise (``plansim.costs.stragglers``).
+    kernel_time_cv: float = field("cv", default=0.0)
+    #: Coefficient of variation of one kernel's time between GPUs of this model (persistent per GPU:
+    #: manufacturing and power management); the step waits for the slowest GPU. 0 when unknown.
+    gpu_to_gpu_cv: float = field("cv", default=0.0)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:

@@ -148,11 +148,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _timer(device: torch.device, warmup: int, repeats: int) -> Callable[[Callable[[], Any]], float]:
-    """A function that times ``fn()``: median seconds of ``repeats`` runs after ``warmup``."""
+def _timer(
+    device: torch.device, warmup: int, repeats: int
+) -> Callable[[Callable[[], Any]], tuple[float, float | None]]:
+    """A function that times ``fn()``: median seconds of ``repeats`` runs after ``warmup``, and their coefficient of
+    variation (``spread``; None for one repeat)."""
     cuda = device.type == "cuda"
 
-    def measure(fn: Callable[[], Any]) -> float:
+    def measure(fn: Callable[[], Any]) -> tuple[float, float | None]:
         for _ in range(warmup):
             fn()
         times = []
@@ -168,9 +171,21 @@ def _timer(device: torch.device, warmup: int, repeats: int) -> Callable[[Callabl
                 began = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - began)
-        return max(statistics.median(times), 1e-9)
+        return max(statistics.median(times), 1e-9), spread(times)
 
     return measure
+
+
+def spread(times: list[float]) -> float | None:
+    """Coefficient of variation of timed runs (sample standard deviation over mean); None for fewer than two.
+
+    >>> round(spread([1.0, 1.1, 0.9]), 6)
+    0.1
+    """
+    if len(times) < 2:
+        return None
+    mean = statistics.fmean(times)
+    return statistics.stdev(times) / mean if mean > 0 else None
 
 
 def profile_kernels(
@@ -203,7 +218,8 @@ def profile_kernels(
         if group:
             group(label)
         for fn, point in jobs():  # the group's tensors live while its kernels are timed
-            points.append(KernelPoint(**point, time_s=measure(fn), repeats=repeats))
+            median, cv = measure(fn)
+            points.append(KernelPoint(**point, time_s=median, repeats=repeats, cv=cv))
         if progress:
             progress(k + 1, len(groups))
     return KernelProfile(environment=environment(dev, command), points=points)

@@ -2,7 +2,9 @@
 it was measured, and one point per timed kernel. Plain pydantic and YAML: reading a profile needs no torch.
 
 A point's ``flops`` count multiply-adds twice (GEMM ``2mnk``); memory-bound kinds count 0 FLOPs and are judged by
-``bytes`` (read + written once each). ``time_s`` is the median of ``repeats`` timed runs after warm-up.
+``bytes`` (read + written once each). ``time_s`` is the median of ``repeats`` timed runs after warm-up, ``cv`` their
+coefficient of variation (sample standard deviation over mean; absent in profiles written before it was recorded, and
+for a single repeat), which the kernel model reads as the kernel's run-to-run noise (``plansim.costs.stragglers``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class KernelPoint(_Strict):
     bytes: float = Field(ge=0)
     time_s: float = Field(gt=0)
     repeats: int = Field(ge=1)
+    cv: float | None = Field(default=None, ge=0, allow_inf_nan=False, description="std / mean of the repeats")
 
     @property
     def flops_per_s(self) -> float:

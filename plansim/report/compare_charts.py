@@ -35,7 +35,7 @@ __all__ = [
     "timeline_figure",
 ]
 
-_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
+_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
 _MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
 _KINDS = ("dp", "tp", "pp", "zero")
 #: Gantt colours by task category (the lowering's categories), one hue per kind of work.
@@ -63,7 +63,9 @@ def _colours(names: tuple[str, ...]) -> dict[str, str]:
 def time_figure(frame: Any, title: str) -> Any:
     """Stacked horizontal bars: each run's step time by part (ms)."""
     fig, (ax,) = bar_figure(len(frame))
-    series = {p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS}
+    series = {
+        p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS if f"time_{p}_s" in frame
+    }
     stacked_barh(ax, list(frame["label"]), nonzero_series(series), _colours(_PARTS))
     ax.set_xlabel("step time (ms)")
     ax.set_title(f"{title}: step time by part", fontsize=10)

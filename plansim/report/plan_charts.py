@@ -12,7 +12,7 @@ from plansim.units import GB
 
 __all__ = ["memory_chart", "memory_figure", "time_chart", "time_figure"]
 
-_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
+_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
 
 
 def _labels(frame: Any) -> list[str]:
@@ -26,7 +26,9 @@ def time_figure(frame: Any, title: str) -> Any:
     """Stacked horizontal bars: each finalist's step time by part (ms), best at the top; parts that are zero for
     every finalist are left out."""
     fig, (ax,) = bar_figure(len(frame))
-    series = {p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS}
+    series = {
+        p.replace("_", " "): [float(v) * 1e3 for v in frame[f"time_{p}_s"]] for p in _PARTS if f"time_{p}_s" in frame
+    }
     colours = {p.replace("_", " "): f"C{k}" for k, p in enumerate(_PARTS)}
     stacked_barh(ax, _labels(frame), nonzero_series(series), colours)
     ax.set_xlabel("step time (ms)")

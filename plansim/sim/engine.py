@@ -64,7 +64,9 @@ class WhatIf:
     ``stragglers``: rank -> factor by which that GPU's kernels are slower (1.5 = 50 % slower). ``link_factors``:
     link selector (``plansim.sim.routing``: a vertex such as ``node0/nic0`` or an edge ``u--v``) -> bandwidth
     factor. ``failed_links``: selectors removed from the topology; routes go around them. ``jitter``: standard
-    deviation of the log of a random factor on every kernel time (log-normal with mean 1), drawn with ``seed``.
+    deviation of the log of a random factor on every kernel time (log-normal with mean 1), drawn with ``seed``; it
+    replaces the expected wait of each blocking collective for its slowest member (``Task.wait_s``), which the run
+    charges otherwise, by the sampled one (the wait for the job's slowest GPU, a property of the chips, stays).
     """
 
     stragglers: Mapping[int, float] = field(default_factory=dict)
@@ -129,6 +131,8 @@ class _Engine:
         self.mesh = graph.mesh
         self.width = self.mesh.stride("pp")  # ranks per pipeline stage
         self.rng = np.random.default_rng(what_if.seed)
+        # the expected waits of blocking collectives for their slowest member; sampled jitter replaces them
+        self.sync_waits = not what_if.jitter
         self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
         # when a collective really started (its last member arrived), per (rank, task index) of each member
         self.comm_start: dict[tuple[int, int], float] = {}
@@ -178,7 +182,7 @@ class _Engine:
 
     def _stream(self, dev: _Device, indices: list[int]) -> Generator[simpy.Event, Any, None]:
         env, tasks, jitter = self.env, dev.program.tasks, self.what_if.jitter
-        deps = dev.deps
+        deps, sync_waits = dev.deps, self.sync_waits
         for i in indices:
             task = tasks[i]
             if task.deps:
@@ -189,9 +193,15 @@ class _Engine:
             for name, n_bytes, cat in task.alloc:
                 dev.mem.alloc(name, n_bytes, start, cat)
             if task.comm is not None:
+                if task.wait_s > 0 and sync_waits:  # the expected wait for the group's slowest member
+                    yield env.timeout(task.wait_s)
+                    start = env.now
                 done = self._communicate(dev, i, task.comm)
                 yield done
                 start = self.comm_start.pop((dev.rank, i), start)
+            elif task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
+                if task.duration_s > 0:
+                    yield env.timeout(task.duration_s)
             elif task.duration_s > 0:
                 d = task.duration_s * dev.factor
                 if jitter:
@@ -399,14 +409,15 @@ def _link_name(link: LinkId) -> str:
 def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     """The device's step time by part; they sum to ``step``.
 
-    Idle time on the compute stream is split by what it waited for (the dependency that was satisfied last): while
-    the stream that task runs on was moving data (a pipeline send and the sends queued before it, the dp stream's
-    gradient buckets and gathers, a tensor-parallel collective beside a kernel), it is exposed communication; the
-    rest is pipeline bubble: waiting for another stage's compute, or for a peer to reach a collective (the
-    tied-embedding all-reduce's wait for stage 0 to drain). So the bubble is the pipeline schedule's idle time and
-    nothing of the data-parallel traffic, as in the analytic engine."""
+    Idle time on the compute stream is first a collective's expected wait for its slowest member (``Task.wait_s``),
+    then split by what it waited for (the dependency that was satisfied last): while the stream that task runs on
+    was moving data (a pipeline send and the sends queued before it, the dp stream's gradient buckets and gathers, a
+    tensor-parallel collective beside a kernel), it is exposed communication; the rest is pipeline bubble: waiting
+    for another stage's compute, or for a peer to reach a collective (the tied-embedding all-reduce's wait for stage
+    0 to drain). So the bubble is the pipeline schedule's idle time and nothing of the data-parallel traffic, as in
+    the analytic engine."""
     tasks = dev.program.tasks
-    out = dict.fromkeys(("compute", "recompute", "exposed_comm", "bubble", "optimizer"), 0.0)
+    out = dict.fromkeys(("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait"), 0.0)
     busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
     prev_end = 0.0
     for i, task in enumerate(tasks):
@@ -414,6 +425,10 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             continue
         start, end = dev.start[i], dev.end[i]
         gap = start - prev_end
+        if gap > 0 and task.wait_s > 0 and engine.sync_waits:
+            waited = min(gap, task.wait_s)
+            out["sync_wait"] += waited
+            gap -= waited
         if gap > 0:
             comm_part = 0.0
             deps = [(engine.devices[st * engine.width + dev.offset], j) for st, j in task.deps]
@@ -431,6 +446,8 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             out["recompute"] += elapsed
         elif task.category == "optimizer":
             out["optimizer"] += elapsed
+        elif task.category == "sync_wait":
+            out["sync_wait"] += elapsed
         else:
             out["exposed_comm"] += elapsed
         prev_end = end

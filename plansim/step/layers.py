@@ -24,6 +24,7 @@ import networkx as nx
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
+from plansim.costs.stragglers import collective_wait_s
 from plansim.mesh import DeviceMesh
 from plansim.taskgraph import Comm
 from plansim.workload.graph import MATMUL_KINDS
@@ -38,6 +39,7 @@ __all__ = [
     "layer_costs",
     "layer_programs",
     "rerun",
+    "rerun_sync_s",
     "weight_gradient_s",
 ]
 
@@ -51,11 +53,13 @@ class Segment:
 
     A collective with ``hidden_s > 0`` does not block: it is launched asynchronously and runs beside the next segment
     (``hidden_s`` seconds of compute), and the segment after that waits for it, so ``max(0, its time - hidden_s)`` of
-    it is exposed."""
+    it is exposed. A collective's ``wait_s`` is the expected time it waits, beyond the mean, for its slowest member's
+    run of kernels since the pass's previous collective (``plansim.costs.stragglers.collective_wait_s``)."""
 
     seconds: float = 0.0
     comm: Comm | None = None
     hidden_s: float = 0.0
+    wait_s: float = 0.0
 
 
 @dataclass
@@ -98,28 +102,36 @@ def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
 
 class _Runs:
     """A layer's passes being built: compute accumulates into the open run of each pass until a collective closes
-    it (consecutive kernels are one segment)."""
+    it (consecutive kernels are one segment), with the run's variance (kernels' noise independent: s^2 adds); a
+    collective among ``members`` ranks waits for the slowest member's run."""
 
-    __slots__ = ("bwd", "bwd_input", "fwd", "lp")
+    __slots__ = ("bwd", "bwd_input", "fwd", "lp", "var_bwd", "var_fwd")
 
     def __init__(self, lp: LayerProgram) -> None:
         self.lp = lp
         self.fwd = self.bwd = self.bwd_input = 0.0
+        self.var_fwd = self.var_bwd = 0.0
 
-    def close_fwd(self, comm: Comm | None = None) -> None:
+    def close_fwd(self, comm: Comm | None = None, members: int = 1) -> None:
         if self.fwd > 0:
             self.lp.fwd.append(Segment(self.fwd))
             self.fwd = 0.0
         if comm is not None:
-            self.lp.fwd.append(Segment(comm=comm))
+            self.lp.fwd.append(Segment(comm=comm, wait_s=collective_wait_s(self.var_fwd, members)))
+        self.var_fwd = 0.0
 
-    def close_bwd(self, comm: Comm | None = None) -> None:
+    def close_bwd(self, comm: Comm | None = None, members: int = 1) -> None:
+        # One wait per collective, from the whole backward's run, for both forms of the pass: under split backward
+        # (ZB-H1) the input-gradient run before a collective is shorter, so this overstates its wait slightly; the
+        # analytic engine prices the whole backward, and so both engines charge the same.
+        wait = collective_wait_s(self.var_bwd, members)
         for segments, run in ((self.lp.bwd, self.bwd), (self.lp.bwd_input, self.bwd_input)):
             if run > 0:
                 segments.append(Segment(run))
             if comm is not None:
-                segments.append(Segment(comm=comm))
+                segments.append(Segment(comm=comm, wait_s=wait))
         self.bwd = self.bwd_input = 0.0
+        self.var_bwd = 0.0
 
     def regather_bwd(self, comm: Comm, dgrad_s: float) -> None:
         """A linear layer's backward that re-gathers its input (``_regathered``): the all-gather beside the input
@@ -180,12 +192,14 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
             r = runs[op["layer"]] = _Runs(LayerProgram(op["layer"]))
         lp = r.lp
         if op["kind"] == "collective":
-            if mesh.size(op["group"]) > 1 and op["collective"] != "none":
-                r.close_fwd(Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
+            members = mesh.size(op["group"])
+            if members > 1 and op["collective"] != "none":
+                r.close_fwd(Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]), members)
             continue
         fwd = kernels.forward(op)
         if fwd > 0:
             r.fwd += fwd
+            r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
         lp.params += op["params"]
         lp.saved += op["saved_bytes"]
         if op["kind"] in MATMUL_KINDS:
@@ -203,8 +217,9 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         op = nodes[name]
         r = runs[op["layer"]]
         if op["kind"] == "collective":
-            if mesh.size(op["group"]) > 1 and op["bwd_collective"] != "none":
-                r.close_bwd(Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"]))
+            members = mesh.size(op["group"])
+            if members > 1 and op["bwd_collective"] != "none":
+                r.close_bwd(Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"]), members)
             continue
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)
@@ -212,10 +227,12 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         if gathered is not None:
             r.regather_bwd(gathered, bwd - wgrad)
             r.bwd += wgrad
+            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2  # both GEMMs run before the next collective
             r.lp.wgrad_s += wgrad
             continue
         if bwd > 0:
             r.bwd += bwd
+            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2
         if bwd - wgrad > 0:
             r.bwd_input += bwd - wgrad
         r.lp.wgrad_s += wgrad
@@ -246,7 +263,8 @@ class LayerCost:
 
     Times in seconds: ``fwd_s``/``bwd_s`` compute; ``bwd_weight_s`` the weight-gradient part of ``bwd_s``;
     ``selective_fwd_s`` the forward time of the ops that selective recompute rebuilds; ``comm`` the blocking
-    collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path).
+    collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path); ``sync_fwd_s`` /
+    ``sync_bwd_s`` what those collectives wait for their slowest member, per pass (``Segment.wait_s``).
     """
 
     fwd_s: float = 0.0
@@ -254,6 +272,8 @@ class LayerCost:
     bwd_weight_s: float = 0.0
     selective_fwd_s: float = 0.0
     comm: tuple[AxisComm, ...] = ()
+    sync_fwd_s: float = 0.0
+    sync_bwd_s: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
@@ -298,6 +318,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
     return LayerCost(
         fwd_s=sum(seg.seconds for seg in lp.fwd),
         bwd_s=sum(seg.seconds for seg in lp.bwd),
+        sync_fwd_s=sum(seg.wait_s for seg in lp.fwd),
+        sync_bwd_s=sum(seg.wait_s for seg in lp.bwd),
         bwd_weight_s=lp.wgrad_s,
         selective_fwd_s=lp.selective_s,
         comm=tuple(comm),
@@ -323,6 +345,14 @@ def layer_activations(cost: LayerCost, layer_input_bytes: float) -> LayerActivat
     return LayerActivations(
         full=cost.saved_bytes, selective=cost.saved_bytes - cost.selective_saved_bytes, layer_input=layer_input_bytes
     )
+
+
+def rerun_sync_s(remat: str, blocks: Sequence[LayerCost]) -> float:
+    """What the collectives of ``remat``'s rerun wait for their slowest member per micro-batch of these blocks: the
+    blocks' forward waits where the policy reruns their forward with its collectives, else none."""
+    return REMAT_POLICIES[remat].recompute(Recompute(0.0, sum(c.sync_fwd_s for c in blocks), 0.0), Recompute(0, 0, 0))[
+        1
+    ]
 
 
 def rerun(remat: str, blocks: Sequence[LayerCost]) -> Recompute:
