@@ -426,9 +426,9 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
         start, end = dev.start[i], dev.end[i]
         gap = start - prev_end
         if gap > 0 and task.wait_s > 0 and engine.sync_waits:
-            waited = min(gap, task.wait_s)
-            out["sync_wait"] += waited
-            gap -= waited
+            slowest = min(gap, task.wait_s)
+            out["sync_wait"] += slowest
+            gap -= slowest
         if gap > 0:
             comm_part = 0.0
             deps = [(engine.devices[st * engine.width + dev.offset], j) for st, j in task.deps]
