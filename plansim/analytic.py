@@ -28,7 +28,15 @@ from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
-from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.step.memory import (
+    ends_saved,
+    fixed_bytes,
+    milp_stage_plans,
+    rounding_ratio,
+    saved_figures,
+    stage_params,
+    static_bytes,
+)
 from plansim.step.prepare import (
     PreparedStep,
     comm_pricer,
@@ -67,6 +75,8 @@ class StageCost:
     p2p_bytes: float
     num_layers: int
     bwd_weight_s: float = 0.0
+    #: the caching allocator's rounding of ``activations`` (``plansim.step.memory.rounding_ratio``)
+    fragmentation: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -150,6 +160,19 @@ class _DataParallelKey(StrategyProjection):
 
 
 @dataclass(frozen=True)
+class _FixedKey(StrategyProjection):
+    """What the CUDA context and NCCL's buffers per stage read (``step.memory.fixed_bytes``): the mesh, which
+    reductions the dp and tp groups run (all-reduce or not), the interleaved pipeline's wrap-around peer."""
+
+    tp: int
+    dp: int | None
+    pp: int
+    virtual_stages: int
+    zero: int
+    sequence_parallel: bool
+
+
+@dataclass(frozen=True)
 class _Priced:
     """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
 
@@ -193,6 +216,7 @@ class AnalyticCache:
         self.model, self.cluster = model, cluster
         self._priced: dict[_LayerKey, _Priced] = {}
         self._states: dict[_StatesKey, int] = {}
+        self._fixed: dict[_FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
         self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent]]] = {}
 
@@ -246,6 +270,15 @@ class AnalyticCache:
                 for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
             )  # fmt: skip
         return self._states[key]
+
+    def fixed(self, s: Strategy) -> list[dict[str, float]]:
+        """``fixed_bytes`` of every stage of a resolved strategy (CUDA context, NCCL buffers)."""
+        key = _FixedKey.of(s)
+        hit = self._fixed.get(key)
+        if hit is None:
+            tied = tied_copy_params(self.model, s) > 0
+            hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied) for idx in range(s.pp)]
+        return hit
 
     def priced(self, prep_strategy: Strategy) -> _Priced:
         """The shared part for a resolved, checked strategy."""
@@ -333,6 +366,7 @@ class _Pipeline:
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
+    fragmentation: list[int]
     axis_bytes: dict[str, float]
     p2p_bytes: float
     recompute_matmul_flops: float
@@ -355,7 +389,7 @@ class _Pipeline:
             group_of.append(g)
         return cls(
             stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
-            [round(st.activations) for st in stages],
+            [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
         )  # fmt: skip
@@ -404,6 +438,9 @@ class _StageSums:
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
+        self._saved = tuple(saved_figures(c) for c in self.blocks)
+        self._ends_saved = tuple(saved_figures(costs[i]) for i in layers if not 0 <= i < model.layers and i in costs)
+        self.transient = max((c.transient_bytes for c in every), default=0.0)
         self._recompute: dict[str, Recompute] = {}
         self._activations: dict[str, StageActivations] = {}
 
@@ -411,6 +448,10 @@ class _StageSums:
         if remat not in self._recompute:
             self._recompute[remat] = rerun(remat, self.blocks)
         return self._recompute[remat]
+
+    def rounding(self, remat: str) -> float:
+        """The caching allocator's reserved over allocated bytes of this stage's activations under ``remat``."""
+        return rounding_ratio(remat, self._saved, self._ends_saved, self.layer_input)
 
     def activations(self, remat: str) -> StageActivations:
         if remat not in self._activations:
@@ -438,7 +479,7 @@ def _stage_cost(
         activations = plan.activation_bytes + ends_saved
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
+        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient)
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -452,6 +493,7 @@ def _stage_cost(
         p2p_bytes=p2p[1],
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
+        fragmentation=activations * (sums.rounding(remat) - 1.0),
     )
 
 
@@ -596,10 +638,17 @@ def _assemble(
     step = sum(breakdown.values())
     static = [static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
     totals = [sum(x.values()) for x in static]
-    peaks = [totals[g] + a for g, a in zip(pipe.memory_group_of, pipe.activations, strict=True)]
+    fixed = shared.fixed(s)
+    peaks = [
+        totals[g] + a + f + sum(fixed[i].values())
+        for i, (g, a, f) in enumerate(zip(pipe.memory_group_of, pipe.activations, pipe.fragmentation, strict=True))
+    ]
     worst = max(range(len(stages)), key=peaks.__getitem__)
     worst_static = dict(static[pipe.memory_group_of[worst]])
-    memory = {**worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace")}
+    memory = {
+        **worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace"),
+        **fixed[worst], "fragmentation": pipe.fragmentation[worst],
+    }  # fmt: skip
     fits = peaks[worst] <= cluster.gpu.memory_bytes
     return step_result(
         model,
@@ -622,7 +671,7 @@ def _assemble(
     )
 
 
-def _no_fit_reason(stage: int, mem: dict[str, int], peak: float, cluster: Cluster) -> str:
+def _no_fit_reason(stage: int, mem: dict[str, float], peak: float, cluster: Cluster) -> str:
     parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in mem.items())
     return (
         f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "

@@ -25,6 +25,7 @@ __all__ = [
     "FabricTier",
     "GPUSpec",
     "IntraNode",
+    "NcclSetup",
     "Nics",
     "NodeSpec",
 ]
@@ -97,12 +98,15 @@ class GPUSpec(_Strict):
     efficiency: EfficiencyCurves
     kernel_launch_s: float = field("kernel_launch_s")
     workspace_reserve_bytes: int = field("workspace_reserve_bytes")
+    #: Device memory of the CUDA context (driver, loaded kernels) per process, which no allocator counter sees.
+    cuda_context_bytes: int = field("cuda_context_bytes", default=0)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
-        if self.workspace_reserve_bytes >= self.memory_bytes:
+        fixed = self.workspace_reserve_bytes + self.cuda_context_bytes
+        if fixed >= self.memory_bytes:
             raise ValueError(
-                f"workspace_reserve_bytes ({self.workspace_reserve_bytes}) must be below memory_bytes "
+                f"workspace_reserve_bytes + cuda_context_bytes ({fixed}) must be below memory_bytes "
                 f"({self.memory_bytes})"
             )
         return self
@@ -229,6 +233,16 @@ class FabricTier(_Strict):
         return 0 if self.nodes_per_switch is None else node // self.nodes_per_switch
 
 
+class NcclSetup(_Strict):
+    """What NCCL's topology search finds on this node type, as its init log prints it (``NCCL_DEBUG=INFO``: "N coll
+    channels, M nvls channels, P p2p channels, Q p2p channels per peer"): the memory its buffers take per
+    communicator follows (``plansim.costs.nccl_memory``)."""
+
+    coll_channels: int = field("nccl_channels")
+    p2p_channels_per_peer: int = field("nccl_channels")
+    nvls_channels: int = field("nccl_channels", default=0)
+
+
 class NodeSpec(_Strict):
     """One node type: its GPU (by file stem), GPUs per node, intra-node fabric, NICs and network tiers.
 
@@ -248,6 +262,8 @@ class NodeSpec(_Strict):
     intra_node: IntraNode
     nics: Nics
     fabric: tuple[FabricTier, ...] = Field(min_length=1)
+    #: NCCL's channels on this node type; without it NCCL's buffers are not counted in memory.
+    nccl: NcclSetup | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeSpec:

@@ -108,7 +108,7 @@ class _Device:
         self.offset = offset
         self.program = program
         self.label = f"gpu{rank} (stage {stage})"
-        self.mem = MemoryTracker(self.label, capacity)
+        self.mem = MemoryTracker(self.label, capacity, program.activation_rounding)
         n = len(program.tasks)
         self.start = [math.nan] * n
         self.end = [math.nan] * n
