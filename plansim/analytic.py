@@ -39,7 +39,15 @@ from plansim.step.layers import (
     rerun,
     rerun_sync_s,
 )
-from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.step.memory import (
+    ends_saved,
+    fixed_bytes,
+    milp_stage_plans,
+    rounding_ratio,
+    saved_figures,
+    stage_params,
+    static_bytes,
+)
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import (
     PreparedStep,
@@ -82,6 +90,8 @@ class StageCost:
     num_layers: int
     bwd_weight_s: float = 0.0
     sync_s: float = 0.0
+    #: the caching allocator's rounding of ``activations`` (``plansim.step.memory.rounding_ratio``)
+    fragmentation: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -168,6 +178,19 @@ class _DataParallelKey(StrategyProjection):
 
 
 @dataclass(frozen=True)
+class _FixedKey(StrategyProjection):
+    """What the CUDA context and NCCL's buffers per stage read (``step.memory.fixed_bytes``): the mesh, which
+    reductions the dp and tp groups run (all-reduce or not), the interleaved pipeline's wrap-around peer."""
+
+    tp: int
+    dp: int | None
+    pp: int
+    virtual_stages: int
+    zero: int
+    sequence_parallel: bool
+
+
+@dataclass(frozen=True)
 class _Priced:
     """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
 
@@ -210,6 +233,7 @@ class AnalyticCache:
         self.model, self.cluster = model, cluster
         self._priced: dict[_LayerKey, _Priced] = {}
         self._states: dict[_StatesKey, int] = {}
+        self._fixed: dict[_FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
         self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent]]] = {}
 
@@ -263,6 +287,15 @@ class AnalyticCache:
                 for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
             )  # fmt: skip
         return self._states[key]
+
+    def fixed(self, s: Strategy) -> list[dict[str, float]]:
+        """``fixed_bytes`` of every stage of a resolved strategy (CUDA context, NCCL buffers)."""
+        key = _FixedKey.of(s)
+        hit = self._fixed.get(key)
+        if hit is None:
+            tied = tied_copy_params(self.model, s) > 0
+            hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied) for idx in range(s.pp)]
+        return hit
 
     def priced(self, prep_strategy: Strategy) -> _Priced:
         """The shared part for a resolved, checked strategy."""
@@ -350,6 +383,7 @@ class _Pipeline:
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
+    fragmentation: list[int]
     axis_bytes: dict[str, float]
     p2p_bytes: float
     recompute_matmul_flops: float
@@ -372,7 +406,7 @@ class _Pipeline:
             group_of.append(g)
         return cls(
             stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
-            [round(st.activations) for st in stages],
+            [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
         )  # fmt: skip
@@ -439,6 +473,9 @@ class _StageSums:
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
+        self._saved = tuple(saved_figures(c) for c in self.blocks)
+        self._ends_saved = tuple(saved_figures(costs[i]) for i in layers if not 0 <= i < model.layers and i in costs)
+        self.transient = max((c.transient_bytes for c in every), default=0.0)
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
         self._activations: dict[str, StageActivations] = {}
@@ -452,6 +489,10 @@ class _StageSums:
         if remat not in self._rerun_sync:
             self._rerun_sync[remat] = rerun_sync_s(remat, self.blocks)
         return self._rerun_sync[remat]
+
+    def rounding(self, remat: str) -> float:
+        """The caching allocator's reserved over allocated bytes of this stage's activations under ``remat``."""
+        return rounding_ratio(remat, self._saved, self._ends_saved, self.layer_input)
 
     def activations(self, remat: str) -> StageActivations:
         if remat not in self._activations:
@@ -481,7 +522,7 @@ def _stage_cost(
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
+        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient)
         rerun_sync = sums.rerun_sync(remat)
     return StageCost(
         fwd_s=sums.fwd_s,
@@ -497,6 +538,7 @@ def _stage_cost(
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
+        fragmentation=activations * (sums.rounding(remat) - 1.0),
     )
 
 
@@ -673,10 +715,17 @@ def _assemble(
     step = sum(breakdown.values())
     static = [static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
     totals = [sum(x.values()) for x in static]
-    peaks = [totals[g] + a for g, a in zip(pipe.memory_group_of, pipe.activations, strict=True)]
+    fixed = shared.fixed(s)
+    peaks = [
+        totals[g] + a + f + sum(fixed[i].values())
+        for i, (g, a, f) in enumerate(zip(pipe.memory_group_of, pipe.activations, pipe.fragmentation, strict=True))
+    ]
     worst = max(range(len(stages)), key=peaks.__getitem__)
     worst_static = dict(static[pipe.memory_group_of[worst]])
-    memory = {**worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace")}
+    memory = {
+        **worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace"),
+        **fixed[worst], "fragmentation": pipe.fragmentation[worst],
+    }  # fmt: skip
     fits = peaks[worst] <= cluster.gpu.memory_bytes
     return step_result(
         model,
@@ -698,7 +747,7 @@ def _assemble(
     )
 
 
-def _no_fit_reason(stage: int, mem: dict[str, int], peak: float, cluster: Cluster) -> str:
+def _no_fit_reason(stage: int, mem: dict[str, float], peak: float, cluster: Cluster) -> str:
     parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in mem.items())
     return (
         f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "

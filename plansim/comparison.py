@@ -26,12 +26,12 @@ from plansim.hardware.topology import link_tier
 from plansim.limits import whole
 from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
+from plansim.step.result import MEMORY_CATEGORIES
 from plansim.strategy import Strategy
 from plansim.workload import ModelSpec
 
 __all__ = ["COMPARE_OBJECTIVES", "SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
 
-_MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
 #: How the global batch follows the GPU count in scaling curves (see the module docstring).
 SCALING_BATCH = ("fixed", "per-replica")
 #: What ``compare`` ranks runs by: the planner's objective names (``planner.search.OBJECTIVES``). Runs may differ in
@@ -138,7 +138,7 @@ class Comparison:
                     "peak_memory_bytes": r.peak_memory_bytes,
                     "memory_capacity_bytes": run.memory_capacity_bytes,
                     "bubble_fraction": r.bubble_fraction,
-                    **{f"mem_{k}_bytes": r.memory_breakdown_bytes.get(k, 0) for k in _MEMORY},
+                    **{f"mem_{k}_bytes": r.memory_breakdown_bytes.get(k, 0) for k in MEMORY_CATEGORIES},
                     **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
                     **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
                     **{f"tier_{k}_bytes": v for k, v in run.tier_bytes().items()},

@@ -9,8 +9,9 @@ backward) or, with ``overlap_grad_reduce: false``, as one collective after backw
 weights before its forward and backward with a prefetch depth of one layer; the optimizer step follows, then ZeRO-1/2's
 all-gather of the updated weights.
 
-Memory: model states and the workspace reserve are static; each layer's saved activations are allocated at its
-forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
+Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static (activations carry the
+caching allocator's rounding, ``plansim.step.memory.rounding_ratio``); each layer's saved activations are allocated at
+its forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
 transient of the forward and is rebuilt by the recompute task (``remat: milp``: per block, what its stage's MILP
 schedule keeps from forward to backward and recomputes in the stages of the block's gradient nodes; recomputed
 tensor-parallel collectives run at their priced time inside that task); ZeRO-3's gathered weights live from their
@@ -38,7 +39,14 @@ from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import LayerProgram, Segment, layer_programs
-from plansim.step.memory import milp_stage_plans, model_states, stage_params
+from plansim.step.memory import (
+    fixed_bytes,
+    milp_stage_plans,
+    model_states,
+    rounding_ratio,
+    saved_figures,
+    stage_params,
+)
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
@@ -212,7 +220,7 @@ class _StageLowering:
             # With backward split (ZB-H1), the weight GEMMs' inputs outlive B until the deferred W pass.
             keep = min(stored, lp.wgrad_saved) if self.split else 0.0
             alloc = [(f"a/{mb}/{layer}", stored - keep, "activations"), (f"k/{mb}/{layer}", keep, "activations")]
-            transient = lp.saved - stored
+            transient = lp.saved - stored + lp.transient
             free: tuple[str, ...] = ()
             if transient > 0:
                 alloc.append((f"w/{mb}/{layer}", transient, "activations"))
@@ -444,7 +452,12 @@ class _StageLowering:
             comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
-        self.prog.static_memory = model_states(ctx.cluster, s, params)
+        self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
+            ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0
+        )
+        blocks = tuple(saved_figures(ctx.programs[x]) for x in layers if ctx.is_block(x) and x in ctx.programs)
+        ends = tuple(saved_figures(ctx.programs[x]) for x in layers if not ctx.is_block(x) and x in ctx.programs)
+        self.prog.activation_rounding = rounding_ratio(s.remat, blocks, ends, ctx.layer_input)
 
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:

@@ -49,6 +49,10 @@ class Result:
     engine_stats: dict[str, Any] = field(default_factory=dict)
     #: Where the kernel times came from: a measured profile (file, device, torch, date) or the roofline.
     cost_model: str = ""
+    #: The fraction of the GPU's memory left free at the worst device's peak (negative: over by that much).
+    memory_margin: float = 0.0
+    #: What the caller should know about this result (a thin memory margin: ``plansim.step.result.THIN_MARGIN``).
+    warnings: list[str] = field(default_factory=list)
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.timeline.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)

@@ -456,7 +456,9 @@ def test_result_carries_the_contract_and_the_des_extras() -> None:
     d = r.to_dict()
     assert d["engine"] == "des" and "timeline" not in d
     assert set(d["time_breakdown_s"]) == {"compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait"}
-    assert set(d["memory_breakdown_bytes"]) == {"weights", "gradients", "optimizer", "activations", "workspace"}
+    assert set(d["memory_breakdown_bytes"]) == {
+        "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "fragmentation"
+    }  # fmt: skip
     assert len(d["stage_time_breakdown_s"]) == 2
     assert d["busiest_links"] and all(0 < x["utilization"] <= 1 for x in d["busiest_links"])
     assert all(0 < u <= 1 for u in r.timeline.link_utilization.values())

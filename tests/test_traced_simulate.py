@@ -170,8 +170,9 @@ def test_traced_validator_model_matches_its_spec(traced, family, strategy, engin
         assert got.model_flops_per_step == want.model_flops_per_step
         assert got.hardware_flops_per_step == want.hardware_flops_per_step  # recompute: same GEMMs rerun
         have, need = got.memory_breakdown_bytes, want.memory_breakdown_bytes
-        assert {k: v for k, v in have.items() if k != "activations"} == {
-            k: v for k, v in need.items() if k != "activations"
+        # fragmentation: the allocator's rounding of each op's saved tensor, and the trace splits ops differently
+        assert {k: v for k, v in have.items() if k not in ("activations", "fragmentation")} == {
+            k: v for k, v in need.items() if k not in ("activations", "fragmentation")
         }
         # at most one micro-batch's extra per micro-batch in flight (at most M), plus one in the rebuilt working set
         assert 0 <= have["activations"] - need["activations"] <= (M + 1) * extra_saved, remat

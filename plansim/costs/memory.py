@@ -113,6 +113,10 @@ def sqrt_segments(layers: Sequence[LayerActivations]) -> StageActivations:
     return StageActivations(stored, max(sum(a.full for a in seg) for seg in segments))
 
 
-def stage_activation_bytes_of(stage: StageActivations, in_flight: float, unrecomputed: float = 0.0) -> float:
-    """``stage_activation_bytes`` from a policy's stored and working bytes (its ``activations`` of the layers)."""
-    return in_flight * stage.stored_per_microbatch + unrecomputed + stage.working
+def stage_activation_bytes_of(
+    stage: StageActivations, in_flight: float, unrecomputed: float = 0.0, transient: float = 0.0
+) -> float:
+    """``stage_activation_bytes`` from a policy's stored and working bytes (its ``activations`` of the layers);
+    ``transient`` bytes live only during a forward pass (the loss's logits), never beside the working set, which
+    backward rebuilds."""
+    return in_flight * stage.stored_per_microbatch + unrecomputed + max(stage.working, transient)

@@ -9,7 +9,12 @@ from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["nccl_comm", "ring_overhead_s"]
+__all__ = ["nccl_comm", "ring_overhead_s", "timed"]
+
+
+def timed(cluster: Cluster) -> bool:
+    """Whether ``cluster``'s node profile times NCCL's calls (its ``nccl`` section has the call-timing fields)."""
+    return cluster.node.nccl is not None and cluster.node.nccl.timed
 
 
 def nccl_comm(cluster: Cluster, ranks: int, nodes: int, *, cpu: str | None = None) -> NcclComm:
@@ -26,8 +31,9 @@ def nccl_comm(cluster: Cluster, ranks: int, nodes: int, *, cpu: str | None = Non
 
 def _comm(node: NodeSpec, ranks: int, nodes: int, cpu: str | None = None) -> NcclComm:
     section = node.nccl
-    if section is None:
-        raise ValueError(f"node type {node.name} has no nccl section")
+    if section is None or not section.timed:
+        raise ValueError(f"node type {node.name} has no nccl call-timing fields")
+    assert section.arch is not None and section.channel_bw_intra_GBps and section.channel_bw_inter_GBps
     intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
     return NcclComm(
         ranks, nodes, section.arch, section.channels, section.channel_bw_intra_GBps, section.channel_bw_inter_GBps,
@@ -40,9 +46,9 @@ def ring_overhead_s(
 ) -> float | None:
     """Seconds a ring collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the
     group's bus bandwidth ``busbw_Bps``, as NCCL runs it (``plansim.costs.nccl.ring_overhead_s``): both engines add
-    it to a ring's wire time in place of a per-step latency. None where the node profile has no ``nccl`` section
+    it to a ring's wire time in place of a per-step latency. None where the node profile does not time NCCL's calls
     (the alpha-beta latency then applies)."""
-    if cluster.node.nccl is None:
+    if not timed(cluster):
         return None
     if collective not in COLLECTIVES or ranks <= 1 or n_bytes <= 0:
         return 0.0
@@ -53,7 +59,7 @@ def ring_overhead_s(
 @lru_cache(maxsize=65536)
 def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float) -> float:
     section = node.nccl
-    assert section is not None
+    assert section is not None and section.call_us is not None and section.sync_us is not None
     per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
     comm = _comm(node, per_node * nodes, nodes)
     tuning = NcclTuning(section.call_us, section.sync_us)

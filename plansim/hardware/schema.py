@@ -104,12 +104,15 @@ class GPUSpec(_Strict):
     #: Coefficient of variation of one kernel's time between GPUs of this model (persistent per GPU:
     #: manufacturing and power management); the step waits for the slowest GPU. 0 when unknown.
     gpu_to_gpu_cv: float = field("cv", default=0.0)
+    #: Device memory of the CUDA context (driver, loaded kernels) per process, which no allocator counter sees.
+    cuda_context_bytes: int = field("cuda_context_bytes", default=0)
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
-        if self.workspace_reserve_bytes >= self.memory_bytes:
+        fixed = self.workspace_reserve_bytes + self.cuda_context_bytes
+        if fixed >= self.memory_bytes:
             raise ValueError(
-                f"workspace_reserve_bytes ({self.workspace_reserve_bytes}) must be below memory_bytes "
+                f"workspace_reserve_bytes + cuda_context_bytes ({fixed}) must be below memory_bytes "
                 f"({self.memory_bytes})"
             )
         return self
@@ -237,24 +240,42 @@ class FabricTier(_Strict):
 
 
 class NcclSection(_Strict):
-    """What NCCL finds on this node type and what its published nccl-tests curve says NCCL's own model leaves out
-    (``plansim.costs.nccl``; docs/network-model.md). ``arch``: NCCL's GPU generation index (its per-channel ceilings
-    and latencies); ``channels`` and the per-channel bandwidths inside a node and across nodes, GB/s, as NCCL's
-    topology search sets them; ``cpu``: the host CPU vendor (NCCL's LL ceiling across nodes and network overhead);
-    ``call_us`` and ``sync_us`` (LL, LL128, Simple): the fitted per-call and per-synchronisation costs
-    (``scripts/fit_nccl.py``)."""
+    """What NCCL finds on this node type and what its published nccl-tests curve says NCCL's own model leaves out.
 
-    arch: Literal["volta", "ampere", "hopper", "blackwell"]
-    channels: int = Field(ge=1, le=64)
-    channel_bw_intra_GBps: PositiveFloat
-    channel_bw_inter_GBps: PositiveFloat
+    ``channels`` (the collective channels, "N coll channels" in NCCL's ``NCCL_DEBUG=INFO`` init log),
+    ``p2p_channels_per_peer`` and ``nvls_channels`` from the same log: with them, the memory NCCL's buffers take per
+    communicator (``plansim.costs.nccl_memory``). The call-timing fields (``plansim.costs.nccl``;
+    docs/network-model.md), all or none: ``arch``, NCCL's GPU generation index (its per-channel ceilings and
+    latencies); the per-channel bandwidths inside a node and across nodes, GB/s, as NCCL's topology search sets them;
+    ``cpu``, the host CPU vendor (NCCL's LL ceiling across nodes and network overhead); ``call_us`` and ``sync_us``
+    (LL, LL128, Simple), the fitted per-call and per-synchronisation costs (``scripts/fit_nccl.py``). Without them
+    collectives keep the alpha-beta latency (``timed`` is False)."""
+
+    channels: int = field("nccl_channels")
+    p2p_channels_per_peer: int = field("nccl_channels")
+    nvls_channels: int = field("nccl_channels", default=0)
+    arch: Literal["volta", "ampere", "hopper", "blackwell"] | None = None
+    channel_bw_intra_GBps: PositiveFloat | None = None
+    channel_bw_inter_GBps: PositiveFloat | None = None
     cpu: Literal["intel", "amd"] = "intel"
-    call_us: float = Field(ge=0, le=1e4)
-    sync_us: tuple[float, float, float]
+    call_us: float | None = Field(default=None, ge=0, le=1e4)
+    sync_us: tuple[float, float, float] | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether NCCL's calls are timed on this node (the call-timing fields are given)."""
+        return self.arch is not None
 
     @model_validator(mode="after")
-    def _nonnegative(self) -> NcclSection:
-        if any(not 0 <= v <= 1e4 for v in self.sync_us):
+    def _timing_all_or_none(self) -> NcclSection:
+        timing = {
+            "arch": self.arch, "channel_bw_intra_GBps": self.channel_bw_intra_GBps,
+            "channel_bw_inter_GBps": self.channel_bw_inter_GBps, "call_us": self.call_us, "sync_us": self.sync_us,
+        }  # fmt: skip
+        missing = [k for k, v in timing.items() if v is None]
+        if missing and len(missing) < len(timing):
+            raise ValueError(f"the call-timing fields come all or none: add {', '.join(missing)}")
+        if self.sync_us is not None and any(not 0 <= v <= 1e4 for v in self.sync_us):
             raise ValueError("sync_us: three costs (LL, LL128, Simple) between 0 and 10,000 us")
         return self
 
@@ -278,6 +299,8 @@ class NodeSpec(_Strict):
     intra_node: IntraNode
     nics: Nics
     fabric: tuple[FabricTier, ...] = Field(min_length=1)
+    #: What NCCL finds and costs on this node type; without it collectives keep the alpha-beta latency and NCCL's
+    #: buffers are not counted in memory.
     nccl: NcclSection | None = None
 
     @model_validator(mode="after")

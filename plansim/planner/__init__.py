@@ -206,6 +206,8 @@ def plan(
         None if mega is not None or not _set_constraints(c) else _megatron_excluded(spec, cluster, global_batch, c)
     )
     result.explanation = _explain(result, excluded)
+    if winner.warnings:  # a thin memory margin (plansim.step.result.THIN_MARGIN): said, not hidden
+        result.explanation += " Note: the winner's " + "; ".join(winner.warnings) + "."
     if tokens is not None:
         result.training = training_cost(winner, tokens, spec.seq_len, global_batch, price_per_gpu_hour)
     return result

@@ -20,6 +20,8 @@ from plansim.report.figures import (
     save_figure,
     stacked_barh,
 )
+from plansim.step.result import MEMORY_CATEGORIES as _MEMORY
+from plansim.step.result import TIME_PARTS as _PARTS
 from plansim.units import GB
 
 __all__ = [
@@ -35,8 +37,6 @@ __all__ = [
     "timeline_figure",
 ]
 
-_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
-_MEMORY = ("weights", "gradients", "optimizer", "activations", "workspace")
 _KINDS = ("dp", "tp", "pp", "zero")
 #: Gantt colours by task category (the lowering's categories), one hue per kind of work.
 _CATEGORY_COLOURS = {
@@ -83,7 +83,7 @@ def memory_figure(frame: Any, title: str) -> Any:
     """Stacked horizontal bars: each run's worst-GPU memory by category (GB), with its device's capacity marked."""
     fig, (ax,) = bar_figure(len(frame))
     labels = list(frame["label"])
-    series = {k: [float(v) / GB for v in frame[f"mem_{k}_bytes"]] for k in _MEMORY}
+    series = {k.replace("_", " "): [float(v) / GB for v in frame[f"mem_{k}_bytes"]] for k in _MEMORY}
     totals = stacked_barh(ax, labels, nonzero_series(series), _colours(_MEMORY))
     capacity = [float(v) / GB for v in frame["memory_capacity_bytes"]][::-1]
     ax.scatter(capacity, range(len(labels)), marker="|", s=600, color="black", zorder=3, label="device capacity")

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from plansim.report.figures import bar_figure, legend_right, nonzero_series, save_figure, stacked_barh
+from plansim.step.result import TIME_PARTS as _PARTS
 from plansim.units import GB
 
 __all__ = ["memory_chart", "memory_figure", "time_chart", "time_figure"]
-
-_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
 
 
 def _labels(frame: Any) -> list[str]:

@@ -68,6 +68,8 @@ def _headline(r: Result) -> Table:
         ("micro-batches per step", str(r.num_microbatches)),
         ("peak memory (worst GPU)", f"{r.peak_memory_bytes / GB:.2f} GB"),
         ("fits", fit),
+        ("memory free at the peak", f"{r.memory_margin:.1%}"),
+        *(("[yellow]warning[/yellow]", w) for w in r.warnings),
     ]
     for row in rows:
         t.add_row(*row)

@@ -35,14 +35,14 @@ from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
-from plansim.hardware.nccl import ring_overhead_s
+from plansim.hardware.nccl import ring_overhead_s, timed
 from plansim.mesh import DeviceMesh
 from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
 from plansim.sim.size import sized_lowering
-from plansim.step.result import COMM_KINDS, step_result
+from plansim.step.result import COMM_KINDS, TIME_PARTS, step_result
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
 from plansim.timeline import Span, Timeline
@@ -110,7 +110,7 @@ class _Device:
         self.offset = offset
         self.program = program
         self.label = f"gpu{rank} (stage {stage})"
-        self.mem = MemoryTracker(self.label, capacity)
+        self.mem = MemoryTracker(self.label, capacity, program.activation_rounding)
         n = len(program.tasks)
         self.start = [math.nan] * n
         self.end = [math.nan] * n
@@ -271,7 +271,7 @@ class _Engine:
         """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
         adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
         figures (whose phases carry the per-step latency instead)."""
-        if comm.algorithm != "ring" or comm.group == "pp" or self.cluster.node.nccl is None or len(members) < 2:
+        if comm.algorithm != "ring" or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
             return 0.0
         key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
         got = self.extra_cache.get(key)
@@ -350,7 +350,7 @@ class _Engine:
     def _build_phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         p = len(members)
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
-        nccl = comm.algorithm == "ring" and comm.group != "pp" and self.cluster.node.nccl is not None
+        nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
         channels = self._channels(comm, members)
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
@@ -417,7 +417,7 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     0 to drain). So the bubble is the pipeline schedule's idle time and nothing of the data-parallel traffic, as in
     the analytic engine."""
     tasks = dev.program.tasks
-    out = dict.fromkeys(("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait"), 0.0)
+    out = dict.fromkeys(TIME_PARTS, 0.0)
     busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
     prev_end = 0.0
     for i, task in enumerate(tasks):

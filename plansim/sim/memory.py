@@ -16,6 +16,18 @@ a free of something not live, or time going backwards is a bug in the caller and
 >>> m.alloc("act mb1", 7e9, 1.5, "activations")
 >>> print(m.oom.message())
 gpu 0 (stage 0) ran out of memory at 1.500 s: 11.0 GB live of 10.0 GB; largest: act mb1 (7.0 GB), weights (4.0 GB)
+
+``rounding`` is reserved over allocated bytes of the caching allocator for activations
+(``plansim.step.memory.rounding_ratio``): each activation allocation also holds ``(rounding - 1) x`` its bytes in
+the category ``fragmentation`` until it is freed.
+
+>>> m = MemoryTracker("gpu 0", capacity_bytes=10e9, rounding=1.01)
+>>> m.alloc("act", 1e9, 0.0, "activations")
+>>> {k: round(v) for k, v in m.peak_by_category.items()}
+{'activations': 1000000000, 'fragmentation': 10000000}
+>>> m.free("act", 1.0)
+>>> m.live_bytes
+0.0
 """
 
 from __future__ import annotations
@@ -84,14 +96,16 @@ class MemoryTracker:
         "peak_by_category",
         "peak_bytes",
         "peak_time_s",
+        "rounding",
         "timeline",
     )
 
-    def __init__(self, device: str, capacity_bytes: float) -> None:
+    def __init__(self, device: str, capacity_bytes: float, rounding: float = 1.0) -> None:
         if not capacity_bytes >= 0:
             raise ValueError(f"{device}: memory capacity must be >= 0 bytes, got {capacity_bytes!r}")
         self.device = device
         self.capacity_bytes = capacity_bytes
+        self.rounding = rounding
         self.live_bytes: float = 0.0
         self.peak_bytes: float = 0.0
         self.peak_time_s: float = 0.0
@@ -125,6 +139,19 @@ class MemoryTracker:
         if not n_bytes >= 0:
             raise ValueError(f"{self.device}: {name!r} allocated with {n_bytes!r} bytes (must be >= 0)")
         self._advance(t, name)
+        self._add(name, n_bytes, category)
+        if category == "activations" and self.rounding != 1.0:
+            self._add(name + "#rounding", n_bytes * (self.rounding - 1.0), "fragmentation")
+        self._record(t)
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            self.peak_time_s = t
+            self.peak_by_category = dict(self._cat_live)
+        if self.oom is None and self.live_bytes > self.capacity_bytes:
+            largest = heapq.nlargest(OOM_LARGEST, ((n, b) for n, (b, _) in self._live.items()), key=lambda x: x[1])
+            self.oom = OutOfMemory(self.device, t, self.live_bytes, self.capacity_bytes, tuple(largest))
+
+    def _add(self, name: str, n_bytes: float, category: str) -> None:
         self._live[name] = (n_bytes, category)
         cat_live = self._cat_live
         if category in cat_live:
@@ -134,21 +161,8 @@ class MemoryTracker:
             cat_live[category] = n_bytes
             self._cat_count[category] = 1
         self.live_bytes += n_bytes
-        self._record(t)
-        if self.live_bytes > self.peak_bytes:
-            self.peak_bytes = self.live_bytes
-            self.peak_time_s = t
-            self.peak_by_category = dict(cat_live)
-        if self.oom is None and self.live_bytes > self.capacity_bytes:
-            largest = heapq.nlargest(OOM_LARGEST, ((n, b) for n, (b, _) in self._live.items()), key=lambda x: x[1])
-            self.oom = OutOfMemory(self.device, t, self.live_bytes, self.capacity_bytes, tuple(largest))
 
-    def free(self, name: str, t: float) -> None:
-        """Free the live tensor ``name`` at time ``t``."""
-        entry = self._live.get(name)
-        if entry is None:
-            raise ValueError(f"{self.device}: {name!r} freed at {t!r} s but it is not live")
-        self._advance(t, name)
+    def _remove(self, name: str, entry: tuple[float, str]) -> None:
         del self._live[name]
         n_bytes, category = entry
         count = self._cat_count[category] - 1
@@ -156,6 +170,17 @@ class MemoryTracker:
         # Snap sums to exactly 0 when nothing is left, so float rounding does not leave crumbs behind.
         self._cat_live[category] = self._cat_live[category] - n_bytes if count else 0.0
         self.live_bytes = self.live_bytes - n_bytes if self._live else 0.0
+
+    def free(self, name: str, t: float) -> None:
+        """Free the live tensor ``name`` at time ``t``."""
+        entry = self._live.get(name)
+        if entry is None:
+            raise ValueError(f"{self.device}: {name!r} freed at {t!r} s but it is not live")
+        self._advance(t, name)
+        self._remove(name, entry)
+        rounding = self._live.get(name + "#rounding")
+        if rounding is not None:
+            self._remove(name + "#rounding", rounding)
         self._record(t)
 
     def live_tensors(self) -> dict[str, float]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import networkx as nx
 
+from plansim.costs.allocator import reserved_bytes
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
@@ -85,6 +86,12 @@ class LayerProgram:
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     same_as: int | None = None
+    #: ``saved`` and ``selective_saved`` as the caching allocator reserves them, each op's tensor rounded
+    #: (``plansim.costs.allocator.reserved_bytes``)
+    saved_reserved: float = 0.0
+    selective_saved_reserved: float = 0.0
+    #: bytes live only while its forward runs (the loss's bf16 logits beside the fp32 softmax: ``transient_bytes``)
+    transient: float = 0.0
 
 
 def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
@@ -202,6 +209,8 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
         lp.params += op["params"]
         lp.saved += op["saved_bytes"]
+        lp.saved_reserved += reserved_bytes(op["saved_bytes"])
+        lp.transient += op.get("transient_bytes", 0)
         if op["kind"] in MATMUL_KINDS:
             lp.fwd_matmul_flops += op["flops"]
             if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
@@ -209,6 +218,7 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         if op["selective_recompute"]:
             lp.selective_s += fwd
             lp.selective_saved += op["saved_bytes"]
+            lp.selective_saved_reserved += reserved_bytes(op["saved_bytes"])
             if op["kind"] in MATMUL_KINDS:
                 lp.selective_matmul_flops += op["flops"]
     for r in runs.values():
@@ -279,6 +289,9 @@ class LayerCost:
     params: float = 0.0
     saved_bytes: float = 0.0
     selective_saved_bytes: float = 0.0
+    saved_reserved_bytes: float = 0.0
+    selective_saved_reserved_bytes: float = 0.0
+    transient_bytes: float = 0.0
 
     @property
     def comm_fwd_s(self) -> float:
@@ -328,6 +341,9 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
         params=lp.params,
         saved_bytes=lp.saved,
         selective_saved_bytes=lp.selective_saved,
+        saved_reserved_bytes=lp.saved_reserved,
+        selective_saved_reserved_bytes=lp.selective_saved_reserved,
+        transient_bytes=lp.transient,
     )
 
 

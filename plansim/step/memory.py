@@ -2,21 +2,34 @@
 embedding copy included), its model states and workspace, and the embedding/output activations in flight; and the
 ``remat: milp`` schedule of each stage, which is budgeted from them.
 
+It also holds what a real run loses beside the tensors (``fixed_bytes``, ``rounding_ratio``): the CUDA context (the
+GPU profile's ``cuda_context_bytes``), NCCL's buffers for the communicators the stage's ranks belong to
+(``plansim.costs.nccl_memory``, from the node profile's ``nccl`` channels) and the caching allocator's block rounding
+of the stored activations (``plansim.costs.allocator``). Both engines add them: the DES holds the first two static
+and rounds each activation it allocates by the stage's ratio; the analytic engine adds the same figures in closed form.
+
 Sources: ZeRO's model-state formulas (Rajbhandari et al. 2020, sec 3 and 5, via ``plansim.costs.memory``); the
-tied-embedding copy on Megatron-LM's last stage (``plansim.step.prepare.tied_copy_params``).
+tied-embedding copy on Megatron-LM's last stage (``plansim.step.prepare.tied_copy_params``); NCCL's buffers
+(NVIDIA/nccl at 5067397c, see ``plansim.costs.nccl_memory``); PyTorch's caching allocator
+(``c10/cuda/CUDACachingAllocator.cpp``, see ``plansim.costs.allocator``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
 
-from plansim.costs.memory import model_state_bytes
+from plansim.costs.allocator import reserved_bytes
+from plansim.costs.memory import LayerActivations, model_state_bytes
+from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
+from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
-from plansim.step.layers import LayerCost, layer_costs, layer_programs
+from plansim.step.layers import LayerCost, LayerProgram, layer_costs, layer_programs
 from plansim.step.prepare import PreparedStep, comm_pricer, tied_copy_params
 from plansim.strategy import Strategy
 from plansim.units import dtype_bytes
@@ -25,7 +38,22 @@ from plansim.workload.traced import Workload
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
 
-__all__ = ["ends_saved", "milp_stage_plans", "model_states", "stage_params", "static_bytes"]
+__all__ = [
+    "FIXED_CATEGORIES",
+    "communicators",
+    "ends_saved",
+    "fixed_bytes",
+    "milp_stage_plans",
+    "model_states",
+    "rounding_ratio",
+    "saved_figures",
+    "stage_params",
+    "static_bytes",
+]
+
+#: The memory categories a real run holds beside the tensors torch's allocator counts: the CUDA context and NCCL's
+#: buffers (static, per stage), and the allocator's rounding of the activations (``fragmentation``).
+FIXED_CATEGORIES = ("cuda_context", "nccl")
 
 
 class _HasParams(Protocol):
@@ -49,6 +77,94 @@ def ends_saved(
     return sum(
         costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
     )
+
+
+def _channels(cluster: Cluster) -> NcclChannels | None:
+    """The node profile's NCCL channels, with the channels per network peer that NCCL derives from the NICs
+    (``src/graph/paths.cc`` ``ncclTopoGetNchannels``: one per local NIC at least, and ``ceil(NIC GB/s / 14)``)."""
+    setup = cluster.node.nccl
+    if setup is None:
+        return None
+    nics = cluster.node.nics
+    per_gpu = max(1, nics.count // cluster.gpus_per_node)
+    net = max(per_gpu, math.ceil(nics.bandwidth_Bps / 1e9 / 14))
+    return NcclChannels(setup.channels, setup.p2p_channels_per_peer, setup.nvls_channels, net)
+
+
+def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list[Communicator]:
+    """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group, one
+    point-to-point pair per pipeline neighbour (interleaving wraps the last stage to the first) and, with tied
+    embeddings (``tied``) on the first and last stage, Megatron-LM's embedding group of those two."""
+    mesh = mesh_of(s)
+    gpn = cluster.gpus_per_node
+    first = mesh.rank(pp=stage)
+    out = [
+        Communicator("tp", s.tp, mesh.local_size("tp", gpn), all_reduce=not s.sequence_parallel),
+        Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=s.zero == 0),
+    ]
+    if s.pp > 1:
+        wraps = s.virtual_stages > 1
+        peers = {
+            mesh.shift("pp", first, step)
+            for step, present in ((-1, stage > 0 or wraps), (+1, stage < s.pp - 1 or wraps))
+            if present
+        }
+        for peer in sorted(peers - {first}):
+            out.append(Communicator("pp", 2, 2 if peer // gpn == first // gpn else 1, p2p=True))
+        if tied and stage in (0, s.pp - 1):
+            last = mesh.rank(pp=s.pp - 1 if stage == 0 else 0)
+            out.append(Communicator("embedding", 2, 2 if last // gpn == first // gpn else 1, all_reduce=True))
+    return out
+
+
+def fixed_bytes(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> dict[str, float]:
+    """What a rank of ``stage`` holds beside its tensors for the whole run, by category (``FIXED_CATEGORIES``):
+    the CUDA context and NCCL's buffers of its communicators (0 where the node profile names no NCCL channels)."""
+    channels = _channels(cluster)
+    nccl = (
+        0 if channels is None else sum(communicator_bytes(c, channels) for c in communicators(cluster, s, stage, tied))
+    )
+    return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl)}
+
+
+#: A layer's saved bytes and what the allocator reserves for them: (saved, selective_saved, saved reserved,
+#: selective_saved reserved).
+Saved = tuple[float, float, float, float]
+
+
+def saved_figures(layer: LayerCost | LayerProgram) -> Saved:
+    """``Saved`` of a layer's cost (the analytic engine) or program (the lowering)."""
+    if isinstance(layer, LayerCost):
+        return (layer.saved_bytes, layer.selective_saved_bytes, layer.saved_reserved_bytes,
+                layer.selective_saved_reserved_bytes)  # fmt: skip
+    return layer.saved, layer.selective_saved, layer.saved_reserved, layer.selective_saved_reserved
+
+
+@lru_cache(maxsize=4096)
+def rounding_ratio(remat: str, blocks: tuple[Saved, ...], ends: tuple[Saved, ...], layer_input: float) -> float:
+    """Reserved over allocated bytes of what a stage stores for one micro-batch under ``remat`` (its blocks'
+    stored and working activations and the embedding/output layer's), with each op's saved tensor rounded as the
+    caching allocator rounds it (``reserved_bytes``); 1.0 when nothing is stored. A scheduled policy (``milp``)
+    takes the ratio of everything the blocks save. Both engines multiply the stage's activations by it less one to
+    get the ``fragmentation`` category."""
+    policy = REMAT_POLICIES[remat].activations or REMAT_POLICIES["none"].activations
+    assert policy is not None
+
+    def total(exact: bool) -> float:
+        at = 0 if exact else 2
+        acts = [
+            LayerActivations(
+                full=b[at], selective=b[at] - b[at + 1],
+                layer_input=layer_input if exact else reserved_bytes(layer_input),
+            )
+            for b in blocks
+        ]  # fmt: skip
+        st = policy(acts)
+        ends_bytes = sum(e[at] for e in ends)
+        return st.stored_per_microbatch + st.working + ends_bytes
+
+    allocated = total(True)
+    return total(False) / allocated if allocated > 0 else 1.0
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
@@ -84,8 +200,8 @@ def milp_stage_plans(
     prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
 ) -> dict[int, StageRemat]:
     """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
-    leaves after model states, workspace and the embedding/output activations), with the stage's micro-batches in
-    flight. Both engines price the stage from it."""
+    leaves after model states, workspace, CUDA context, NCCL buffers and the embedding/output activations), with
+    the stage's micro-batches in flight. Both engines price the stage from it."""
     from plansim.remat.plan import stage_remat
 
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
@@ -93,6 +209,7 @@ def milp_stage_plans(
     if costs is None:
         costs = layer_costs(layer_programs(graph, kernels, mesh_of(s)), comm)
     sched = get_schedule(s.schedule)
+    tied = tied_copy_params(model, s) > 0
     plans = {}
     for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         blocks = [i for i in layers if 0 <= i < model.layers]
@@ -102,7 +219,8 @@ def milp_stage_plans(
         budget = s.remat_budget
         if budget is None:
             ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
-            budget = cluster.gpu.memory_bytes - static - ends_saved(layers, costs, ends, model)
+            fixed = sum(fixed_bytes(cluster, s, idx, tied).values())
+            budget = cluster.gpu.memory_bytes - static - fixed - ends_saved(layers, costs, ends, model)
         plans[idx] = stage_remat(
             graph,
             blocks,

@@ -14,12 +14,36 @@ from typing import Any
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
 from plansim.strategy import Strategy
+from plansim.units import GB
 from plansim.workload.traced import Workload
 
-__all__ = ["COMM_KINDS", "MEMORY_CATEGORIES", "step_flops", "step_result"]
+__all__ = [
+    "COMM_KINDS",
+    "MEMORY_CATEGORIES",
+    "THIN_MARGIN",
+    "TIME_PARTS",
+    "margin_warning",
+    "step_flops",
+    "step_result",
+]
 
-#: ``Result.memory_breakdown_bytes`` keys, in order.
-MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "workspace")
+#: ``Result.memory_breakdown_bytes`` keys, in order: the tensors (model states, activations), the profile's
+#: workspace reserve, then what a real run holds beside the tensors torch counts: the CUDA context, NCCL's buffers,
+#: and the caching allocator's rounding of the activations (``plansim.step.memory``).
+MEMORY_CATEGORIES = (
+    "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "fragmentation",
+)  # fmt: skip
+
+#: ``Result.time_breakdown_s`` keys, in order: kernels of the passes, remat's rebuilds, communication nothing hides,
+#: the pipeline schedule's idle time, the optimizer step, and the waits for the slowest rank (``costs.stragglers``).
+TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
+
+#: Below this fraction of the GPU's memory left free at the peak, a strategy that fits is flagged as a thin margin.
+#: Why 5 %: what the memory model leaves out grows with the run and is of that order on an 80 GB GPU: kernels that
+#: lazy module loading adds to the CUDA context as they are first used, the communicators a framework creates beyond
+#: the step's (the world group), and the allocator's fragmentation from interleaved lifetimes beyond its block
+#: rounding (not modelled, plansim.costs.allocator). 5 % of 80 GiB is 4.3 GB: about ten times the CUDA context.
+THIN_MARGIN = 0.05
 
 #: ``Result.comm_bytes_per_gpu`` keys, in order: gradient reduction, tensor-parallel collectives (the tp axis),
 #: pipeline sends, ZeRO's parameter gathers.
@@ -56,6 +80,9 @@ def step_result(
     over the step time."""
     model_fl, hardware_fl = flops
     bubble = figures.get("time_breakdown_s", {}).get("bubble", 0.0)
+    capacity = cluster.gpu.memory_bytes
+    margin = (capacity - figures["peak_memory_bytes"]) / capacity
+    warning = margin_warning(margin, capacity) if figures.get("fits", True) else ""
     return Result(
         model=model.name,
         hardware=cluster.name,
@@ -74,5 +101,24 @@ def step_result(
         comm_bytes_per_gpu={k: comm.get(k, 0.0) for k in COMM_KINDS},
         cost_model=cost_model,
         bubble_fraction=bubble / step_s if step_s > 0 else 0.0,
+        memory_margin=margin,
+        warnings=[warning] if warning else [],
         **figures,
+    )
+
+
+def margin_warning(margin: float, capacity: float) -> str:
+    """The warning for a strategy that fits with ``margin`` (a fraction of ``capacity`` bytes) left at its peak
+    below ``THIN_MARGIN``; empty otherwise.
+
+    >>> margin_warning(0.066, 85.9e9)
+    ''
+    >>> margin_warning(0.02, 85.9e9)
+    'thin memory margin: 1.7 GB (2.0% of 85.9 GB) free at the peak, below 5%; a real run may not fit'
+    """
+    if margin >= THIN_MARGIN:
+        return ""
+    return (
+        f"thin memory margin: {margin * capacity / GB:.1f} GB ({margin:.1%} of {capacity / GB:.1f} GB) free at the "
+        f"peak, below {THIN_MARGIN:.0%}; a real run may not fit"
     )

@@ -2,8 +2,9 @@
 point's remat policy, priced with the measured kernel profile of the GPU when one is committed.
 
 What is compared with ``torch.cuda.max_memory_allocated`` is the peak of live tensors: plansim's peak memory less
-the GPU profile's ``workspace_reserve_bytes`` (CUDA context, NCCL buffers and transient gradients, which the
-allocator's counter does not see or plansim does not model op by op). The reserve is reported beside it.
+what that counter does not see (``NOT_ALLOCATED``): the GPU profile's workspace reserve (transients plansim does not
+model op by op), the CUDA context, NCCL's buffers (none on one device) and the caching allocator's rounding
+(``fragmentation``: reserved, not allocated). They are reported beside it (``workspace_bytes``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from plansim.hardware import Cluster
 from plansim.strategy import Strategy
 from plansim.validation.points import ValidationPoint
 
-__all__ = ["Prediction", "predict_point"]
+__all__ = ["NOT_ALLOCATED", "Prediction", "predict_point"]
+
+#: Memory categories of a Result that ``torch.cuda.max_memory_allocated`` does not count.
+NOT_ALLOCATED = ("workspace", "cuda_context", "nccl", "fragmentation")
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """plansim's step time, peak tensor bytes (peak less the workspace reserve), the reserve, and where the kernel
-    costs came from."""
+    """plansim's step time, peak tensor bytes (peak less ``NOT_ALLOCATED``), those left-out bytes
+    (``workspace_bytes``), and where the kernel costs came from."""
 
     step_time_s: float
     peak_memory_bytes: int
@@ -41,7 +45,7 @@ def predict_point(
         dp=1, tp=1, pp=1, micro_batch=point.micro_batch, global_batch=point.micro_batch, remat=point.remat, dtype=dtype
     )
     result = simulate(point.model, resize(cluster, 1), strategy, engine=engine)
-    workspace = int(result.memory_breakdown_bytes.get("workspace", 0))
+    workspace = sum(int(result.memory_breakdown_bytes.get(k, 0)) for k in NOT_ALLOCATED)
     return Prediction(
         step_time_s=result.step_time_s,
         peak_memory_bytes=int(result.peak_memory_bytes) - workspace,

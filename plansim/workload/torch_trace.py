@@ -639,8 +639,15 @@ def _graph(tr: _Trace, meta: dict[str, Any]) -> nx.DiGraph:
     core_names = _attention_cores(graph)
     core = {i for i, o in enumerate(tr.ops) if o.node in core_names}
     saved = _charge_saved(tr, _owner_of_save(tr), core)
+    # The output head's last GEMM makes the logits; autograd does not save them (the loss keeps its softmax), but they
+    # live while the loss runs: the builders' ``transient_bytes`` of the loss (plansim.workload.transformer).
+    last = max((o.layer for o in tr.ops), default=0)
+    head = [i for i, o in enumerate(tr.ops) if o.layer == last and o.kind in MATMUL_KINDS]
+    logits = head[-1] if head else None
     for i, o in enumerate(tr.ops):
         attrs = op(o.kind, flops=o.est_flops, nbytes=o.nbytes, saved=saved.get(i, 0), params=o.params)
+        if i == logits:
+            attrs["transient_bytes"] = sum(_footprint(t) for t in o.outputs)
         attrs.update(
             flops=o.flops + o.est_flops,
             bwd_flops=o.bwd_flops + attrs["bwd_flops"],  # measured (matmul-like) + builders' ratio (the rest)

@@ -292,7 +292,12 @@ def head_nodes(d: Dims, norm: Attrs | None, *, tied: bool, bias: bool) -> list[N
     nodes.append(Node("logits", gemm(d.rows, d.v_l, d.h, E, bias=d.v_l if bias else 0, saved=E * d.x, params=weights)))
     if d.t > 1:
         nodes.append(Node("loss_stats", collective("all_reduce", "none", 3 * 4 * d.rows)))
-    loss = op("loss", flops=LOSS_FLOPS * logits, nbytes=(E + 4) * logits, saved=4 * logits)  # fp32 softmax kept
+    # The loss keeps the fp32 softmax (Korthikanti et al. 2022 sec 4.3, 4sbV) until backward. The logits GEMM's output
+    # (E bytes per logit) lives beside it while the loss runs, and the logits' gradient (as large) beside it at the
+    # start of backward: a transient of the last stage, at its peak when every activation is live, never at the same
+    # time as a remat working set (``transient_bytes``; both engines read it through ``LayerProgram.transient``).
+    loss = op("loss", flops=LOSS_FLOPS * logits, nbytes=(E + 4) * logits, saved=4 * logits)
+    loss["transient_bytes"] = E * logits
     return [*nodes, Node("loss", loss)]
 
 
