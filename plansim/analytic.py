@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.interference import Interference, collective_load, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import optimizer_step_s
@@ -36,7 +37,7 @@ from plansim.step.prepare import (
     prepare_step,
     tied_copy_params,
 )
-from plansim.step.result import step_flops, step_result
+from plansim.step.result import overlap_figures, step_flops, step_result
 from plansim.strategy import Strategy, StrategyProjection
 from plansim.strategy_checks import check_strategy
 from plansim.units import GB
@@ -67,6 +68,8 @@ class StageCost:
     p2p_bytes: float
     num_layers: int
     bwd_weight_s: float = 0.0
+    interference_s: float = 0.0
+    overlapped_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -75,8 +78,9 @@ class StageCost:
 
     @property
     def time_s(self) -> float:
-        """Forward + backward + recompute + blocking communication of one micro-batch."""
-        return self.compute_s + self.recompute_s + self.comm_s
+        """Forward + backward + recompute + blocking communication of one micro-batch, and what its pipeline sends
+        cost the compute running beside them (``interference_s``, over ``overlapped_s``)."""
+        return self.compute_s + self.recompute_s + self.comm_s + self.interference_s
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,8 @@ class _StatesKey(StrategyProjection):
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
+#: A stage's pipeline sends per micro-batch: (seconds, bytes, ((seconds, compute rate beside it) per send))
+_Sends = tuple[float, float, tuple[tuple[float, float], ...]]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
 
@@ -160,7 +166,7 @@ class _Priced:
     stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
     pipelines: dict[_PipelineKey, _Pipeline] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
-    p2p: dict[_SendsKey, list[tuple[float, float]]] = field(default_factory=dict)
+    p2p: dict[_SendsKey, list[_Sends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> _StageSums:
@@ -175,12 +181,16 @@ class _Priced:
             self.stage_sums[layers] = hit
         return hit
 
-    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[tuple[float, float]]:
-        """``_p2p`` of every stage of ``s``'s pipeline."""
+    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[_Sends]:
+        """``_p2p`` of every stage of ``s``'s pipeline, with each send's time and the compute rate beside it."""
         key = _SendsKey.of(s)
         hit = self.p2p.get(key)
         if hit is None:
-            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.p2p_bytes) for idx in range(s.pp)]
+            model = _interference(cluster, self.prep.kernels)
+            hit = self.p2p[key] = [
+                (*_p2p(cluster, s, idx, self.p2p_bytes), _p2p_beside(cluster, s, idx, self.p2p_bytes, model))
+                for idx in range(s.pp)
+            ]
         return hit
 
 
@@ -330,6 +340,7 @@ class _Pipeline:
     pipe_s: float
     bottleneck: StageCost
     dp_groups: list[StageCost]
+    dp_group_sizes: list[int]
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
@@ -344,17 +355,20 @@ class _Pipeline:
         pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
         bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
         dp_groups: dict[tuple[float, ...], StageCost] = {}
+        dp_sizes: dict[tuple[float, ...], int] = {}
         memory_groups: dict[tuple[float, float], int] = {}
         representatives: list[StageCost] = []
         group_of = []
         for st in stages:
-            dp_groups.setdefault((st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s), st)
+            dp_key = (st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s)
+            dp_groups.setdefault(dp_key, st)
+            dp_sizes[dp_key] = dp_sizes.get(dp_key, 0) + 1
             g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
             if g == len(representatives):
                 representatives.append(st)
             group_of.append(g)
         return cls(
-            stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
+            stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), representatives, group_of,
             [round(st.activations) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
@@ -376,6 +390,25 @@ def _p2p(cluster: Cluster, s: Strategy, stage: int, n_bytes: float) -> tuple[flo
         return link.latency_s + n_bytes / link.bandwidth_Bps
 
     return fwd * send(+1) + bwd * send(-1), (fwd + bwd) * n_bytes
+
+
+def _p2p_beside(
+    cluster: Cluster, s: Strategy, stage: int, n_bytes: float, model: Interference
+) -> tuple[tuple[float, float], ...]:
+    """Per send of one micro-batch from ``stage`` (as ``_p2p``): its seconds and the compute stream's rate beside it
+    (the DES runs a send on the p2p stream while the stage computes on)."""
+    fwd, bwd = get_schedule(s.schedule).sends_per_microbatch(stage, s.pp, s.virtual_stages)
+    mesh = mesh_of(s)
+    first = mesh.rank(pp=stage)
+    out = []
+    for count, steps in ((fwd, +1), (bwd, -1)):
+        if not count:
+            continue
+        peer = mesh.shift("pp", first, steps)
+        link = cluster.p2p_link(first, peer)
+        rate = model.rate(send_load(cluster, first, peer))
+        out += [(link.latency_s + n_bytes / link.bandwidth_Bps, rate)] * count
+    return tuple(out)
 
 
 def _price(coll: str, algorithm: str, p: int, n_bytes: float, link: Link, **kw: Any) -> tuple[float, float]:
@@ -425,20 +458,30 @@ def _stage_cost(
     sums: _StageSums,
     remat: str,
     in_flight: float,
-    p2p: tuple[float, float],
+    p2p: _Sends,
     params: int,
     ends_saved: float,
     plan: StageRemat | None = None,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
-    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes) of its sends, ``params`` it
-    holds and ``ends_saved`` bytes of embedding/output activations."""
+    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes, each send beside compute) of its
+    sends, ``params`` it holds and ``ends_saved`` bytes of embedding/output activations.
+
+    Each send runs beside the compute that follows it, an equal share of the micro-batch's compute per send
+    (``overlap_cost``); the analytic engine still charges the send itself on the critical path (``comm_s``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
+    sends = p2p[2]
+    beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
+    lost = overlapped = 0.0
+    for seconds, rate in sends:
+        ov, cost = overlap_cost(beside, seconds, rate)
+        overlapped += ov
+        lost += cost
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -452,6 +495,8 @@ def _stage_cost(
         p2p_bytes=p2p[1],
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
+        interference_s=lost,
+        overlapped_s=overlapped,
     )
 
 
@@ -483,11 +528,14 @@ def _rerun_bytes(sums: _StageSums, remat: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class DataParallelComm:
-    """Per step: exposed seconds, bytes one GPU sends for gradient reduction (dp) and for parameter gathers (zero)."""
+    """Per step: exposed seconds, bytes one GPU sends for gradient reduction (dp) and for parameter gathers (zero),
+    and the seconds compute ran beside them and lost to them (``plansim.costs.interference``)."""
 
     exposed_s: float
     dp_bytes: float
     zero_bytes: float
+    interference_s: float = 0.0
+    overlapped_s: float = 0.0
 
 
 def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
@@ -514,15 +562,24 @@ def _price_dp(
 
 
 def _dp_comm(
-    s: Strategy, plan: DataParallelPlan | None, price: _DpPricer, stage: StageCost, backward_s: float, fwd_s: float
+    s: Strategy,
+    plan: DataParallelPlan | None,
+    price: _DpPricer,
+    stage: StageCost,
+    backward_s: float,
+    fwd_s: float,
+    rate: float = 1.0,
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
-    gathers, and how much of them backward does not hide; ``price`` is ``_price_dp`` of a collective of ``plan``.
+    gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
+    of a collective of ``plan``, ``rate`` the compute stream's rate while one runs (``plansim.costs.interference``).
 
     Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
     bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
     first layer's, which cannot be prefetched, and per-layer reduce-scatters behind the rest of backward. Volumes are
-    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
+    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7). Interference: the
+    hidden part and the compute beside it start together and compute runs at ``rate`` while it lasts
+    (``overlap_cost``); the compute it stretches hides that much more of the collective.
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
@@ -534,12 +591,28 @@ def _dp_comm(
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
     if plan.per_layer:
         n = stage.num_layers
-        exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_r - backward_s, (t_ag + t_r) / n))
-        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent)
+        hidden = 1.0 - 1.0 / n
+        ov_f, lost_f = overlap_cost(fwd_s, t_ag * hidden, rate)
+        ov_b, lost_b = overlap_cost(backward_s, (t_ag + t_r) * hidden, rate)
+        exposed = m * (max(t_ag - fwd_s - lost_f, t_ag / n) + max(t_ag + t_r - backward_s - lost_b, (t_ag + t_r) / n))
+        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent, m * (lost_f + lost_b), m * (ov_f + ov_b))
     buckets = max(1, math.ceil(grad_bytes / plan.bucket_bytes))
-    hidden = max(t_r - backward_s, t_r / buckets) if plan.overlap else t_r
+    overlapped = lost = 0.0
+    if plan.overlap:
+        overlapped, lost = overlap_cost(backward_s, t_r * (1.0 - 1.0 / buckets), rate)
+        exposed = max(t_r - backward_s - lost, t_r / buckets)
+    else:
+        exposed = t_r
     reductions = m if plan.reduce_every_microbatch else 1
-    return DataParallelComm(reductions * hidden + t_ag, reductions * r_sent, ag_sent)
+    return DataParallelComm(
+        reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped
+    )
+
+
+def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> float:
+    """The compute stream's rate while one of the data-parallel group's collectives runs beside it."""
+    mesh = mesh_of(s)
+    return model.rate(collective_load(cluster, mesh.size("dp"), mesh.stride("dp")))
 
 
 def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
@@ -566,9 +639,14 @@ def _time_breakdown(
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
     plan, price = shared.data_parallel(s)
-    dpc = max(
-        (_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
-        key=lambda c: c.exposed_s,
+    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if plan is not None else 1.0
+    comms = [_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s, rate) for st in pipe.dp_groups]
+    # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
+    # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first)
+    dpc = replace(
+        max(comms, key=lambda c: c.exposed_s),
+        interference_s=sum(c.interference_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
+        overlapped_s=sum(c.overlapped_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     breakdown = {
@@ -577,8 +655,14 @@ def _time_breakdown(
         "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
         "bubble": pipe.pipe_s - m * bottleneck.time_s,
         "optimizer": max(_optimizer_s(kernels, s, p) for p in {st.params for st in pipe.memory_groups}),
+        "interference": m * bottleneck.interference_s + dpc.interference_s,
     }
     return breakdown, dpc, emb_bytes
+
+
+def _interference(cluster: Cluster, kernels: KernelCostModel) -> Interference:
+    """The GPU's interference model, from the measured profile's overlap section when it has one."""
+    return interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
 
 
 def _assemble(
@@ -619,6 +703,11 @@ def _assemble(
         num_microbatches=m,
         bubble_fraction=breakdown["bubble"] / pipe.pipe_s if pipe.pipe_s else 0.0,
         stage_peak_memory_bytes=[int(p) for p in peaks],
+        overlap=overlap_figures(
+            m * pipe.bottleneck.overlapped_s + dpc.overlapped_s,
+            breakdown["interference"],
+            _interference(cluster, kernels).source,
+        ),
     )
 
 

@@ -25,8 +25,10 @@ __all__ = [
     "FabricTier",
     "GPUSpec",
     "IntraNode",
+    "NcclChannels",
     "Nics",
     "NodeSpec",
+    "OverlapMeasurement",
 ]
 
 #: The dtypes a GPU profile may list under ``peak_flops``.
@@ -77,6 +79,32 @@ def _interpolate(points: tuple[CurvePoint, ...], size: float) -> float:
     return float(np.interp(x, sizes, fractions))
 
 
+class OverlapMeasurement(_Strict):
+    """One compute kernel timed alone and while a communication load ran beside it on the same GPU.
+
+    ``alone_s`` and ``overlapped_s``: the kernel's time without and with the load; ``channels``: the SMs the load
+    held for itself (NCCL runs one thread block per channel on an SM of its own; a copy stream holds none);
+    ``load_hbm_Bps``: the HBM bytes per second the load moved while they overlapped; ``source``: where the figures
+    come from. ``plansim.costs.interference`` splits the slowdown into the SM share and a memory-contention part.
+    """
+
+    kernel: str = Field(min_length=1)
+    alone_s: PositiveFloat
+    overlapped_s: PositiveFloat
+    channels: int = Field(ge=0, le=1_024)
+    load_hbm_Bps: PositiveFloat
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _slower(self) -> OverlapMeasurement:
+        if self.overlapped_s < self.alone_s:
+            raise ValueError(
+                f"overlapped_s ({self.overlapped_s}) is below alone_s ({self.alone_s}): a kernel sharing the GPU is "
+                "not faster than alone; swap them"
+            )
+        return self
+
+
 class GPUSpec(_Strict):
     """One GPU model: memory, bandwidth, dense peak FLOP/s per dtype and default efficiency curves.
 
@@ -97,9 +125,18 @@ class GPUSpec(_Strict):
     efficiency: EfficiencyCurves
     kernel_launch_s: float = field("kernel_launch_s")
     workspace_reserve_bytes: int = field("workspace_reserve_bytes")
+    #: Streaming multiprocessors (None: unknown, and communication is then taken to hold no SM of compute's).
+    sm_count: int | None = Field(default=None, ge=1, le=100_000)
+    #: A published measurement of compute slowed by a concurrent collective on this GPU (None: none published).
+    overlap: OverlapMeasurement | None = None
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
+        if self.overlap is not None and self.sm_count is not None and self.overlap.channels >= self.sm_count:
+            raise ValueError(
+                f"overlap.channels ({self.overlap.channels}) must be below sm_count ({self.sm_count}): the load "
+                "cannot hold every SM"
+            )
         if self.workspace_reserve_bytes >= self.memory_bytes:
             raise ValueError(
                 f"workspace_reserve_bytes ({self.workspace_reserve_bytes}) must be below memory_bytes "
@@ -229,6 +266,14 @@ class FabricTier(_Strict):
         return 0 if self.nodes_per_switch is None else node // self.nodes_per_switch
 
 
+class NcclChannels(_Strict):
+    """The channels (one thread block, so one SM, each) NCCL's topology search gives a collective among GPUs of one
+    node (``intra``) and among GPUs on several nodes (``inter``)."""
+
+    intra: int = Field(ge=1, le=1_024)
+    inter: int = Field(ge=1, le=1_024)
+
+
 class NodeSpec(_Strict):
     """One node type: its GPU (by file stem), GPUs per node, intra-node fabric, NICs and network tiers.
 
@@ -248,6 +293,8 @@ class NodeSpec(_Strict):
     intra_node: IntraNode
     nics: Nics
     fabric: tuple[FabricTier, ...] = Field(min_length=1)
+    #: NCCL's channels inside a node and across nodes (None: two per NIC, ``plansim.costs.interference``).
+    nccl_channels: NcclChannels | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeSpec:

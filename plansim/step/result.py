@@ -16,10 +16,14 @@ from plansim.result import Result, step_rates
 from plansim.strategy import Strategy
 from plansim.workload.traced import Workload
 
-__all__ = ["COMM_KINDS", "MEMORY_CATEGORIES", "step_flops", "step_result"]
+__all__ = ["BREAKDOWN_PARTS", "COMM_KINDS", "MEMORY_CATEGORIES", "overlap_figures", "step_flops", "step_result"]
 
 #: ``Result.memory_breakdown_bytes`` keys, in order.
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "workspace")
+
+#: ``Result.time_breakdown_s`` keys, in order: the parts of the step (they sum to it); ``interference`` is what
+#: collectives running beside compute added to it (``plansim.costs.interference``).
+BREAKDOWN_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "interference")
 
 #: ``Result.comm_bytes_per_gpu`` keys, in order: gradient reduction, tensor-parallel collectives (the tp axis),
 #: pipeline sends, ZeRO's parameter gathers.
@@ -32,6 +36,12 @@ def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) ->
     copies = s.tp * (s.dp or 1) * s.num_microbatches
     model = micro_batch_flops * copies
     return model, model + recompute_flops * copies
+
+
+def overlap_figures(overlapped_s: float, interference_s: float, source: str) -> dict[str, float | str]:
+    """``Result.overlap``: seconds compute ran beside communication on the reported stage, the seconds that cost
+    (``time_breakdown_s["interference"]``), and where the interference model's measurement came from."""
+    return {"overlapped_comm_s": overlapped_s, "interference_s": interference_s, "source": source}
 
 
 def step_result(
