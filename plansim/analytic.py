@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
 from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.interference import Interference, collective_load, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import optimizer_step_s
@@ -57,7 +58,7 @@ from plansim.step.prepare import (
     ring_call_s,
     tied_copy_params,
 )
-from plansim.step.result import step_flops, step_result
+from plansim.step.result import overlap_figures, step_flops, step_result
 from plansim.strategy import Strategy, StrategyProjection
 from plansim.strategy_checks import check_strategy
 from plansim.units import GB
@@ -84,6 +85,8 @@ class StageCost:
     axis_bytes: dict[str, float]
     params: int
     largest_layer_params: float
+    #: parameters whose gradients backward produces last (the embedding, on the first stage): the last bucket
+    tail_params: float
     activations: float
     recompute_matmul_flops: float
     p2p_bytes: float
@@ -92,6 +95,8 @@ class StageCost:
     sync_s: float = 0.0
     #: the caching allocator's rounding of ``activations`` (``plansim.step.memory.rounding_ratio``)
     fragmentation: float = 0.0
+    interference_s: float = 0.0
+    overlapped_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -101,8 +106,9 @@ class StageCost:
     @property
     def time_s(self) -> float:
         """Forward + backward + recompute + blocking communication (and its wait for the slowest member) of one
-        micro-batch."""
-        return self.compute_s + self.recompute_s + self.comm_s + self.sync_s
+        micro-batch, and what its pipeline sends cost the compute running beside them (``interference_s``, over
+        ``overlapped_s``)."""
+        return self.compute_s + self.recompute_s + self.comm_s + self.sync_s + self.interference_s
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,9 @@ class _StatesKey(StrategyProjection):
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
-_Sends = tuple[float, float, float]  # a stage's pipeline traffic per micro-batch: (seconds, pp bytes, tp bytes)
+#: A stage's pipeline traffic per micro-batch: (seconds, pp bytes, tp bytes, ((seconds, compute rate beside it) per
+#: send that runs beside compute))
+_Sends = tuple[float, float, float, tuple[tuple[float, float], ...]]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
 
@@ -216,11 +224,12 @@ class _Priced:
         return hit
 
     def p2p_of(self, cluster: Cluster, s: Strategy) -> list[_Sends]:
-        """``_p2p`` of every stage of ``s``'s pipeline."""
+        """``_p2p`` of every stage of ``s``'s pipeline, with each send's time and the compute rate beside it."""
         key = _SendsKey.of(s)
         hit = self.p2p.get(key)
         if hit is None:
-            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.prep.graph) for idx in range(s.pp)]
+            model = _interference(cluster, self.prep.kernels)
+            hit = self.p2p[key] = [_p2p(cluster, s, idx, self.prep.graph, model) for idx in range(s.pp)]
         return hit
 
 
@@ -380,6 +389,7 @@ class _Pipeline:
     pipe_s: float
     bottleneck: StageCost
     dp_groups: list[StageCost]
+    dp_group_sizes: list[int]
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
@@ -395,49 +405,59 @@ class _Pipeline:
         pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
         bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
         dp_groups: dict[tuple[float, ...], StageCost] = {}
+        dp_sizes: dict[tuple[float, ...], int] = {}
         memory_groups: dict[tuple[float, float], int] = {}
         representatives: list[StageCost] = []
         group_of = []
         for st in stages:
-            dp_groups.setdefault((st.params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s), st)
+            dp_key = (st.params, st.tail_params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s)
+            dp_groups.setdefault(dp_key, st)
+            dp_sizes[dp_key] = dp_sizes.get(dp_key, 0) + 1
             g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
             if g == len(representatives):
                 representatives.append(st)
             group_of.append(g)
         return cls(
-            stages, pipe_s, bottleneck, list(dp_groups.values()), representatives, group_of,
+            stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), representatives, group_of,
             [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
         )  # fmt: skip
 
 
-def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph) -> _Sends:
-    """(seconds, pp bytes, tp bytes) of one micro-batch's pipeline traffic on ``stage``, as Megatron-LM issues it
-    (``plansim.step.p2p``): its activation and gradient sends, each on its own boundary (the stage's first rank to
-    its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the first) and, where they block,
-    the idle launch after each call; the all-gather that rebuilds each received activation under the scatter/gather
-    optimization, a tensor-parallel collective."""
+def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: Interference) -> _Sends:
+    """(seconds, pp bytes, tp bytes, sends beside compute) of one micro-batch's pipeline traffic on ``stage``, as
+    Megatron-LM issues it (``plansim.step.p2p``): its activation and gradient sends, each on its own boundary (the
+    stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the first)
+    and, where they block, the idle launch after each call; the all-gather that rebuilds each received activation
+    under the scatter/gather optimization, a tensor-parallel collective. A send that does not block runs beside the
+    stage's compute (as the DES runs it on the p2p stream): each such send's seconds and the compute stream's rate
+    beside it (``model``, ``plansim.costs.interference``); a blocking send has the device to itself."""
     sched = get_schedule(s.schedule)
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, ()
     n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
     call = call_overhead_s(cluster.gpu, s)
-
-    def send(steps: int) -> float:
-        link = cluster.p2p_link(first, mesh.shift("pp", first, steps))
-        return link.latency_s + n_bytes / link.bandwidth_Bps + call
-
-    seconds = fwd * send(+1) + bwd * send(-1)
+    seconds = 0.0
+    beside: list[tuple[float, float]] = []
+    for count, steps in ((fwd, +1), (bwd, -1)):
+        if not count:
+            continue
+        peer = mesh.shift("pp", first, steps)
+        link = cluster.p2p_link(first, peer)
+        transfer = link.latency_s + n_bytes / link.bandwidth_Bps
+        seconds += count * (transfer + call)
+        if not sched.blocking_p2p:
+            beside += [(transfer, model.rate(send_load(cluster, first, peer)))] * count
     gather = regather(graph, s)
     if gather is None:
-        return seconds, (fwd + bwd) * n_bytes, 0.0
+        return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside)
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
     gather_s, gather_sent = comm_pricer(cluster, s)(gather.group, gather.collective, gather.n_bytes)
-    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent
+    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside)
 
 
 def _price(
@@ -469,6 +489,7 @@ class _StageSums:
         self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
         self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
         self.largest_layer_params = max(c.params for c in every)
+        self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
@@ -513,9 +534,13 @@ def _stage_cost(
     plan: StageRemat | None = None,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
-    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes) of its pipeline
-    traffic (``_p2p``), ``params`` it
-    holds and ``ends_saved`` bytes of embedding/output activations."""
+    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes, each send beside
+    compute) of its pipeline traffic (``_p2p``), ``params`` it holds and ``ends_saved`` bytes of embedding/output
+    activations.
+
+    Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
+    compute per send (``overlap_cost``); the analytic engine still charges the send itself on the critical path
+    (``comm_s``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         activations = plan.activation_bytes + ends_saved
@@ -524,6 +549,13 @@ def _stage_cost(
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient)
         rerun_sync = sums.rerun_sync(remat)
+    sends = p2p[3]
+    beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
+    lost = overlapped = 0.0
+    for seconds, rate in sends:
+        ov, cost = overlap_cost(beside, seconds, rate)
+        overlapped += ov
+        lost += cost
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -532,6 +564,7 @@ def _stage_cost(
         axis_bytes=_plus(_rerun_bytes(sums, remat), "tp", p2p[2]),
         params=params,
         largest_layer_params=sums.largest_layer_params,
+        tail_params=sums.tail_params,
         activations=activations,
         recompute_matmul_flops=recompute_flops,
         p2p_bytes=p2p[1],
@@ -539,6 +572,8 @@ def _stage_cost(
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
         fragmentation=activations * (sums.rounding(remat) - 1.0),
+        interference_s=lost,
+        overlapped_s=overlapped,
     )
 
 
@@ -577,11 +612,14 @@ def _rerun_bytes(sums: _StageSums, remat: str) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class DataParallelComm:
-    """Per step: exposed seconds, bytes one GPU sends for gradient reduction (dp) and for parameter gathers (zero)."""
+    """Per step: exposed seconds, bytes one GPU sends for gradient reduction (dp) and for parameter gathers (zero),
+    and the seconds compute ran beside them and lost to them (``plansim.costs.interference``)."""
 
     exposed_s: float
     dp_bytes: float
     zero_bytes: float
+    interference_s: float = 0.0
+    overlapped_s: float = 0.0
 
 
 def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
@@ -609,15 +647,24 @@ def _price_dp(
 
 
 def _dp_comm(
-    s: Strategy, plan: DataParallelPlan | None, price: _DpPricer, stage: StageCost, backward_s: float, fwd_s: float
+    s: Strategy,
+    plan: DataParallelPlan | None,
+    price: _DpPricer,
+    stage: StageCost,
+    backward_s: float,
+    fwd_s: float,
+    rate: float = 1.0,
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
-    gathers, and how much of them backward does not hide; ``price`` is ``_price_dp`` of a collective of ``plan``.
+    gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
+    of a collective of ``plan``, ``rate`` the compute stream's rate while one runs (``plansim.costs.interference``).
 
     Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
     bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
     first layer's, which cannot be prefetched, and per-layer reduce-scatters behind the rest of backward. Volumes are
-    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
+    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7). Interference: the
+    hidden part and the compute beside it start together and compute runs at ``rate`` while it lasts
+    (``overlap_cost``); the compute it stretches hides that much more of the collective.
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
@@ -627,23 +674,41 @@ def _dp_comm(
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
         t_r, r_sent = (n * x for x in price(plan.reduce, grad_bytes / n))
         t_ag, ag_sent = (n * x for x in price(plan.gather, stage.params * plan.weight_bytes / n))
-        exposed = m * (max(t_ag - fwd_s, t_ag / n) + max(t_ag + t_r - backward_s, (t_ag + t_r) / n))
-        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent)
+        hidden = 1.0 - 1.0 / n
+        ov_f, lost_f = overlap_cost(fwd_s, t_ag * hidden, rate)
+        ov_b, lost_b = overlap_cost(backward_s, (t_ag + t_r) * hidden, rate)
+        exposed = m * (max(t_ag - fwd_s - lost_f, t_ag / n) + max(t_ag + t_r - backward_s - lost_b, (t_ag + t_r) / n))
+        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent, m * (lost_f + lost_b), m * (ov_f + ov_b))
     t_ag, ag_sent = (0.0, 0.0)
     if plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
-    if plan.overlap:  # buckets filled layer by layer as backward produces them, each flushed once full (the lowering)
-        per_bucket = max(1, math.ceil(plan.bucket_bytes / (grad_bytes / n)))
+    overlapped = lost = 0.0
+    if plan.overlap:
+        # Buckets filled layer by layer as backward produces them, each flushed once full (the lowering); the
+        # embedding's gradients (``tail_params``) come last and join the last, partly filled bucket.
+        tail = stage.tail_params * plan.grad_bytes
+        layer = (grad_bytes - tail) / n
+        per_bucket = max(1, math.ceil(plan.bucket_bytes / layer)) if layer > 0 else n
         full, rest = divmod(n, per_bucket)
-        t_full, sent_full = price(plan.reduce, grad_bytes * per_bucket / n) if full else (0.0, 0.0)
-        t_rest, sent_rest = price(plan.reduce, grad_bytes * rest / n) if rest else (0.0, 0.0)
+        t_full, sent_full = price(plan.reduce, layer * per_bucket) if full else (0.0, 0.0)
+        t_rest, sent_rest = price(plan.reduce, layer * rest + tail) if rest or tail else (0.0, 0.0)
         t_r, r_sent = full * t_full + t_rest, full * sent_full + sent_rest
-        hidden = max(t_r - backward_s, t_rest if rest else t_full)
+        last = t_rest if rest or tail else t_full  # the last bucket cannot hide: backward is over when it is flushed
+        overlapped, lost = overlap_cost(backward_s, t_r - last, rate)
+        exposed = max(t_r - backward_s - lost, last)
     else:
         t_r, r_sent = price(plan.reduce, grad_bytes)
-        hidden = t_r
+        exposed = t_r
     reductions = m if plan.reduce_every_microbatch else 1
-    return DataParallelComm(reductions * hidden + t_ag, reductions * r_sent, ag_sent)
+    return DataParallelComm(
+        reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped
+    )
+
+
+def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> float:
+    """The compute stream's rate while one of the data-parallel group's collectives runs beside it."""
+    mesh = mesh_of(s)
+    return model.rate(collective_load(cluster, mesh.size("dp"), mesh.stride("dp")))
 
 
 def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
@@ -671,9 +736,14 @@ def _time_breakdown(
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
     plan, price = shared.data_parallel(s)
-    dpc = max(
-        (_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s) for st in pipe.dp_groups),
-        key=lambda c: c.exposed_s,
+    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if plan is not None else 1.0
+    comms = [_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s, rate) for st in pipe.dp_groups]
+    # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
+    # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first)
+    dpc = replace(
+        max(comms, key=lambda c: c.exposed_s),
+        interference_s=sum(c.interference_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
+        overlapped_s=sum(c.overlapped_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     optimizer = [_optimizer_s(kernels, s, st.params) for st in pipe.memory_groups]
@@ -684,6 +754,7 @@ def _time_breakdown(
         "bubble": pipe.pipe_s - m * bottleneck.time_s,
         "optimizer": max(optimizer),
         "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),
+        "interference": m * bottleneck.interference_s + dpc.interference_s,
     }
     return breakdown, dpc, emb_bytes
 
@@ -698,6 +769,11 @@ def _slowest_gpu_s(cluster: Cluster, s: Strategy, pipe: _Pipeline, optimizer: li
         for st, g in zip(pipe.stages, pipe.memory_group_of, strict=True)
     )
     return straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh_of(s).num_ranks, busy)
+
+
+def _interference(cluster: Cluster, kernels: KernelCostModel) -> Interference:
+    """The GPU's interference model, from the measured profile's overlap section when it has one."""
+    return interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
 
 
 def _assemble(
@@ -744,6 +820,11 @@ def _assemble(
         reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
         num_microbatches=m,
         stage_peak_memory_bytes=[int(p) for p in peaks],
+        overlap=overlap_figures(
+            m * pipe.bottleneck.overlapped_s + dpc.overlapped_s,
+            breakdown["interference"],
+            _interference(cluster, kernels).source,
+        ),
     )
 
 

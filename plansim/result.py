@@ -16,7 +16,9 @@ class Result:
     Figures are SI: seconds, bytes, FLOPs. ``memory_breakdown_bytes`` and ``peak_memory_bytes`` are the worst
     device's (the pipeline stage with the highest peak); ``comm_bytes_per_gpu`` counts bytes one GPU sends per step,
     by kind (dp: gradient reduction, tp: tensor-parallel collectives, pp: pipeline send/recv, zero: ZeRO parameter
-    gathers). ``time_breakdown_s`` sums to ``step_time_s``.
+    gathers). ``time_breakdown_s`` sums to ``step_time_s``; its ``interference`` is what communication running beside
+    compute added to the step, and ``overlap`` says how long they ran together (``overlapped_comm_s``), that cost
+    again (``interference_s``) and where the interference model's measurement came from (``source``).
     """
 
     model: str
@@ -47,6 +49,7 @@ class Result:
     stage_time_breakdown_s: list[dict[str, float]] = field(default_factory=list)
     busiest_links: list[dict[str, Any]] = field(default_factory=list)
     engine_stats: dict[str, Any] = field(default_factory=dict)
+    overlap: dict[str, Any] = field(default_factory=dict)
     #: Where the kernel times came from: a measured profile (file, device, torch, date) or the roofline.
     cost_model: str = ""
     #: The fraction of the GPU's memory left free at the worst device's peak (negative: over by that much).

@@ -151,6 +151,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     rebuilds each of its two receives with a ring all-gather over its tp pair: (tp-1) steps of 1/tp of the
     activation. Sequence parallelism sends its sequence shard and gathers nothing."""
     from plansim.analytic import _p2p
+    from plansim.costs.interference import interference_model
     from plansim.step.prepare import ring_call_s
 
     cluster = load_hardware("dgx-a100", gpus=16)
@@ -161,7 +162,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     graph = build_graph(m, micro_batch=1, tp=2, sequence_parallel=sequence_parallel)
     n = activation / 2
     # Stage s's ranks start at 4s: boundary 1->2 (ranks 4 -> 8) crosses the node boundary, 0->1 does not.
-    seconds, sent, tp_sent = _p2p(cluster, s, 1, graph)
+    seconds, sent, tp_sent, beside = _p2p(cluster, s, 1, graph, interference_model(cluster.gpu))
     back, fwd = cluster.p2p_link(4, 0), cluster.p2p_link(4, 8)
     assert fwd.bandwidth_Bps < back.bandwidth_Bps
     launch = cluster.gpu.kernel_launch_s
@@ -171,21 +172,31 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     gathers = 0.0 if sequence_parallel else 2 * ring_call_s(cluster, "all_gather", 2, 1, activation, pair)
     assert seconds == pytest.approx(sends + gathers)
     assert sent == 2 * n
+    assert beside == ()  # blocking sends: nothing computes beside them
     assert tp_sent == (0.0 if sequence_parallel else 2 * activation / 2)
 
 
 def test_interleaved_sends_do_not_block() -> None:
     """Megatron-LM runs the interleaved schedule's sends as separate isend/irecv (overlap_p2p_comm): no call
-    overhead. 1F1B's blocking calls cost one kernel launch per send on top of the same transfers."""
+    overhead, and they run beside the stage's compute (at the interference model's rate). 1F1B's blocking calls cost
+    one kernel launch per send on top of the same transfers, and nothing computes beside them."""
     from plansim.analytic import _p2p
+    from plansim.costs.interference import interference_model, send_load
 
     cluster = load_hardware("dgx-a100", gpus=4)
+    model = interference_model(cluster.gpu)
     graph = build_graph(gpt(), micro_batch=1, tp=1)
     base = "dp=1,tp=1,pp=4,micro_batch=1,global_batch=8"
-    blocking = _p2p(cluster, Strategy.parse(f"{base},schedule=1f1b").resolve(cluster), 1, graph)
-    free = _p2p(cluster, Strategy.parse(f"{base},schedule=interleaved,virtual_stages=1").resolve(cluster), 1, graph)
+    blocking = _p2p(cluster, Strategy.parse(f"{base},schedule=1f1b").resolve(cluster), 1, graph, model)
+    free = _p2p(
+        cluster, Strategy.parse(f"{base},schedule=interleaved,virtual_stages=1").resolve(cluster), 1, graph, model
+    )
     assert blocking[0] - free[0] == pytest.approx(2 * cluster.gpu.kernel_launch_s)
-    assert blocking[1:] == free[1:]
+    assert blocking[1:3] == free[1:3]
+    assert blocking[3] == ()
+    # stage 1's forward send to stage 2 and backward send to stage 0, each at its own link's load
+    assert [rate for _, rate in free[3]] == [model.rate(send_load(cluster, 1, 2)), model.rate(send_load(cluster, 1, 0))]
+    assert sum(seconds for seconds, _ in free[3]) == pytest.approx(free[0])
 
 
 def test_zero3_on_one_gpu_gathers_nothing() -> None:

@@ -31,6 +31,7 @@ from plansim.workload.graph import MATMUL_KINDS
 
 if TYPE_CHECKING:
     from plansim.hardware import GPUSpec
+    from plansim.hardware.schema import OverlapMeasurement
     from plansim.profiling.schema import KernelProfile
 
 __all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "load_kernel_table"]
@@ -66,13 +67,15 @@ def _interp_log(points: list[tuple[float, float]], x: float) -> float:
 class KernelTable:
     """Measured achieved rates: for ``(group, pass, dtype)`` the sorted (size, rate) points, where size is FLOPs
     (rate FLOP/s) for the compute groups and bytes (rate bytes/s, dtype ``any``) for the memory-bound ones.
-    ``source`` says where they were measured."""
+    ``source`` says where they were measured; ``overlap`` the profile's overlap section as a measurement of compute
+    slowed by a concurrent load (``plansim.costs.interference``), None when the profile has none."""
 
     points: Mapping[tuple[str, str, str], list[tuple[float, float]]] = field(default_factory=dict)
     source: str = ""
     #: per (group, pass, dtype), the median coefficient of variation of the points' timed repeats (profiles that
     #: recorded it); the kernel's run-to-run noise
     cvs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    overlap: OverlapMeasurement | None = None
 
     def rate(self, group: str, direction: str, dtype: str, size: float) -> float | None:
         """The measured rate at ``size``, or None outside the measured sizes or without such points."""
@@ -105,7 +108,29 @@ class KernelTable:
             {key: sorted((x, sum(r) / len(r)) for x, r in by_size.items()) for key, by_size in rates.items()},
             source,
             {key: statistics.median(cvs) for key, cvs in spreads.items()},
+            _overlap_measurement(profile, source),
         )
+
+
+def _overlap_measurement(profile: KernelProfile, source: str) -> OverlapMeasurement | None:
+    """The profile's overlap section as one measurement: its GEMMs' slowdown (GEMMs are most of a transformer
+    step's compute), else that of all its kernels."""
+    from plansim.hardware.schema import OverlapMeasurement
+
+    section = profile.overlap
+    if section is None:
+        return None
+    pts = [p for p in section.points if p.op == "gemm"] or section.points
+    alone = sum(p.alone_s for p in pts)
+    overlapped = max(alone, sum(p.overlapped_s for p in pts))
+    return OverlapMeasurement(
+        kernel=pts[0].op,
+        alone_s=alone,
+        overlapped_s=overlapped,
+        channels=section.channels,
+        load_hbm_Bps=section.load_hbm_Bps,
+        source=f"{source}, {section.load}" if source else section.load,
+    )
 
 
 def _measured_dir() -> Path:

@@ -27,6 +27,7 @@ __all__ = [
     "IntraNode",
     "Nics",
     "NodeSpec",
+    "OverlapMeasurement",
 ]
 
 #: The dtypes a GPU profile may list under ``peak_flops``.
@@ -77,6 +78,32 @@ def _interpolate(points: tuple[CurvePoint, ...], size: float) -> float:
     return float(np.interp(x, sizes, fractions))
 
 
+class OverlapMeasurement(_Strict):
+    """One compute kernel timed alone and while a communication load ran beside it on the same GPU.
+
+    ``alone_s`` and ``overlapped_s``: the kernel's time without and with the load; ``channels``: the SMs the load
+    held for itself (NCCL runs one thread block per channel on an SM of its own; a copy stream holds none);
+    ``load_hbm_Bps``: the HBM bytes per second the load moved while they overlapped; ``source``: where the figures
+    come from. ``plansim.costs.interference`` splits the slowdown into the SM share and a memory-contention part.
+    """
+
+    kernel: str = Field(min_length=1)
+    alone_s: PositiveFloat
+    overlapped_s: PositiveFloat
+    channels: int = Field(ge=0, le=1_024)
+    load_hbm_Bps: PositiveFloat
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _slower(self) -> OverlapMeasurement:
+        if self.overlapped_s < self.alone_s:
+            raise ValueError(
+                f"overlapped_s ({self.overlapped_s}) is below alone_s ({self.alone_s}): a kernel sharing the GPU is "
+                "not faster than alone; swap them"
+            )
+        return self
+
+
 class GPUSpec(_Strict):
     """One GPU model: memory, bandwidth, dense peak FLOP/s per dtype and default efficiency curves.
 
@@ -106,9 +133,18 @@ class GPUSpec(_Strict):
     gpu_to_gpu_cv: float = field("cv", default=0.0)
     #: Device memory of the CUDA context (driver, loaded kernels) per process, which no allocator counter sees.
     cuda_context_bytes: int = field("cuda_context_bytes", default=0)
+    #: Streaming multiprocessors (None: unknown, and communication is then taken to hold no SM of compute's).
+    sm_count: int | None = Field(default=None, ge=1, le=100_000)
+    #: A published measurement of compute slowed by a concurrent collective on this GPU (None: none published).
+    overlap: OverlapMeasurement | None = None
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
+        if self.overlap is not None and self.sm_count is not None and self.overlap.channels >= self.sm_count:
+            raise ValueError(
+                f"overlap.channels ({self.overlap.channels}) must be below sm_count ({self.sm_count}): the load "
+                "cannot hold every SM"
+            )
         fixed = self.workspace_reserve_bytes + self.cuda_context_bytes
         if fixed >= self.memory_bytes:
             raise ValueError(
@@ -244,16 +280,19 @@ class NcclSection(_Strict):
 
     ``channels`` (the collective channels, "N coll channels" in NCCL's ``NCCL_DEBUG=INFO`` init log),
     ``p2p_channels_per_peer`` and ``nvls_channels`` from the same log: with them, the memory NCCL's buffers take per
-    communicator (``plansim.costs.nccl_memory``). The call-timing fields (``plansim.costs.nccl``;
-    docs/network-model.md), all or none: ``arch``, NCCL's GPU generation index (its per-channel ceilings and
-    latencies); the per-channel bandwidths inside a node and across nodes, GB/s, as NCCL's topology search sets them;
-    ``cpu``, the host CPU vendor (NCCL's LL ceiling across nodes and network overhead); ``call_us`` and ``sync_us``
-    (LL, LL128, Simple), the fitted per-call and per-synchronisation costs (``scripts/fit_nccl.py``). Without them
-    collectives keep the alpha-beta latency (``timed`` is False)."""
+    communicator (``plansim.costs.nccl_memory``). ``channels`` and ``channels_across_nodes`` (a collective that spans
+    nodes; without it two per NIC) are also the SMs a collective takes from compute (``plansim.costs.interference``).
+    The call-timing fields (``plansim.costs.nccl``; docs/network-model.md), all or none: ``arch``, NCCL's GPU
+    generation index (its per-channel ceilings and latencies); the per-channel bandwidths inside a node and across
+    nodes, GB/s, as NCCL's topology search sets them; ``cpu``, the host CPU vendor (NCCL's LL ceiling across nodes
+    and network overhead); ``call_us`` and ``sync_us`` (LL, LL128, Simple), the fitted per-call and
+    per-synchronisation costs (``scripts/fit_nccl.py``). Without them collectives keep the alpha-beta latency
+    (``timed`` is False)."""
 
     channels: int = field("nccl_channels")
     p2p_channels_per_peer: int = field("nccl_channels")
     nvls_channels: int = field("nccl_channels", default=0)
+    channels_across_nodes: int | None = Field(default=None, ge=1, le=1_024)
     arch: Literal["volta", "ampere", "hopper", "blackwell"] | None = None
     channel_bw_intra_GBps: PositiveFloat | None = None
     channel_bw_inter_GBps: PositiveFloat | None = None

@@ -10,7 +10,9 @@ counts T (micro-batch x sequence) and tensor-parallel shards t:
   lengths;
 - LayerNorm, RMSNorm, softmax, GELU, SiLU and the residual add over T x h elements, forward and backward;
 - the fused AdamW update over a layer's parameters; device copies; host-to-device and device-to-host transfers
-  (pinned memory; CUDA only).
+  (pinned memory; CUDA only);
+- on CUDA, the overlap section (``measure_overlap``): a GEMM and a memory-bound add timed alone and while
+  device-to-device copies run on a second stream (one GPU's stand-in for a collective beside compute).
 
 Timing: CUDA events on a GPU (``perf_counter`` after a synchronize elsewhere), ``warmup`` untimed runs, then the
 median of ``repeats`` timed ones. ``quick`` sweeps fewer sizes with fewer repeats. A CPU sweeps the token counts and
@@ -23,6 +25,7 @@ tensors made when it starts and freed when it ends, so memory holds one group's 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import platform
 import statistics
 import sys
@@ -37,7 +40,7 @@ import torch.nn.functional as F
 
 from plansim.errors import PlansimError
 from plansim.limits import whole
-from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
+from plansim.profiling.schema import Environment, KernelPoint, KernelProfile, Overlap, OverlapPoint
 from plansim.workload import ModelSpec
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "check_timing",
     "default_out",
     "environment",
+    "measure_overlap",
     "pick_device",
     "profile_kernels",
     "sweep_sizes",
@@ -211,9 +215,11 @@ def profile_kernels(
     repeats = min(repeats, 5) if quick else repeats
     measure = _timer(dev, warmup, repeats)
     groups = _groups(sizes, dev, _DTYPES[dtype], dtype)
+    cuda = dev.type == "cuda"
+    total = len(groups) + cuda
     points = []
     if progress:
-        progress(0, len(groups))
+        progress(0, total)
     for k, (label, jobs) in enumerate(groups):
         if group:
             group(label)
@@ -221,8 +227,62 @@ def profile_kernels(
             median, cv = measure(fn)
             points.append(KernelPoint(**point, time_s=median, repeats=repeats, cv=cv))
         if progress:
-            progress(k + 1, len(groups))
-    return KernelProfile(environment=environment(dev, command), points=points)
+            progress(k + 1, total)
+    overlap = None
+    if cuda:
+        if group:
+            group("overlap: a GEMM and an add beside a copy stream")
+        overlap = measure_overlap(sizes, dev, dtype, warmup=warmup, repeats=repeats)
+        if progress:
+            progress(total, total)
+    return KernelProfile(environment=environment(dev, command), points=points, overlap=overlap)
+
+
+def measure_overlap(
+    sizes: SweepSizes, device: torch.device, dtype: str, *, warmup: int = 5, repeats: int = 20
+) -> Overlap | None:
+    """The overlap section on one CUDA GPU; None elsewhere (a CPU has no streams to overlap).
+
+    What it measures: a layer's MLP-up GEMM at the sweep's largest token count and a residual add over the same
+    tokens, each timed alone and then while a second stream copies a 256 MiB buffer again and again
+    (``Tensor.copy_``), which loads the GPU's memory as a collective's receive-and-forward does. A copy kernel holds
+    no SMs for itself (the block scheduler shares them), unlike NCCL's channels, so the section says ``channels: 0``
+    and its slowdown is the memory-contention part alone; ``load_hbm_Bps`` is the copies' bytes read and written
+    over the time they ran, which spans the kernels' repeats. An NCCL collective between GPUs measures the SM share
+    too; a single lent GPU cannot run one.
+    """
+    if device.type != "cuda":
+        return None
+    dt_ = _DTYPES[dtype]
+    m, n, k = max(sizes.tokens), sizes.ffn, sizes.hidden
+    x, w = torch.randn(m, k, dtype=dt_, device=device), torch.randn(k, n, dtype=dt_, device=device)
+    a, b = torch.randn(m, k, dtype=dt_, device=device), torch.randn(m, k, dtype=dt_, device=device)
+    kernels = (("gemm", (m, n, k), lambda: x @ w), ("add", (m, k), lambda: a + b))
+    src = torch.empty(128 * 2**20, dtype=torch.float16, device=device)
+    dst = torch.empty_like(src)
+    side = torch.cuda.Stream(device)
+    measure = _timer(device, warmup, repeats)
+    copy_s, _ = measure(lambda: dst.copy_(src))
+    points = []
+    moved = spent = 0.0
+    for op, shape, fn in kernels:
+        alone, _ = measure(fn)
+        copies = max(1, math.ceil(1.5 * (warmup + repeats) * alone / copy_s))
+        torch.cuda.synchronize(device)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(side):
+            begin.record(side)
+            for _ in range(copies):
+                dst.copy_(src)
+            end.record(side)
+        overlapped = max(alone, _beside(fn, warmup, repeats))  # its median while the copies run beside it
+        torch.cuda.synchronize(device)
+        moved += 2.0 * src.numel() * src.element_size() * copies
+        spent += begin.elapsed_time(end) / 1e3
+        points.append(
+            OverlapPoint(op=op, dtype=dtype, shape=shape, alone_s=alone, overlapped_s=overlapped, repeats=repeats)
+        )
+    return Overlap(load="copy_stream", channels=0, load_hbm_Bps=moved / spent, points=points)
 
 
 _Jobs = Callable[[], Iterator[tuple[Callable[[], Any], dict]]]
@@ -359,6 +419,22 @@ def _adam(n: int, dev: torch.device) -> tuple[Callable[[], Any], dict]:
     p.grad = torch.randn(n, dtype=torch.float32, device=dev)
     opt = torch.optim.AdamW([p], lr=1e-4, fused=dev.type == "cuda", foreach=False if dev.type == "cuda" else None)
     return opt.step, _point("adam", "fwd", "fp32", (n,), 0.0, 28.0 * n)
+
+
+def _beside(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
+    """Median seconds of ``fn`` on the current stream, waiting on its own events only (a device-wide synchronize
+    would wait for the other stream's work too)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return max(statistics.median(times), 1e-9)
 
 
 def pick_device(device: str | None) -> str:

@@ -18,7 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from plansim.errors import shown_path
 from plansim.yamlfile import read_mapping, validated
 
-__all__ = ["FORMAT", "OPS", "Environment", "KernelPoint", "KernelProfile", "load_kernel_profile"]
+__all__ = [
+    "FORMAT",
+    "OPS",
+    "Environment",
+    "KernelPoint",
+    "KernelProfile",
+    "Overlap",
+    "OverlapPoint",
+    "load_kernel_profile",
+]
 
 FORMAT: Final = "plansim-kernel-profile/1"
 
@@ -75,12 +84,46 @@ class KernelPoint(_Strict):
         return self.bytes / self.time_s
 
 
+class OverlapPoint(_Strict):
+    """One compute kernel timed alone and while the section's load ran beside it (medians of ``repeats`` runs)."""
+
+    op: Op
+    dtype: Literal["fp32", "fp16", "bf16"]
+    shape: tuple[int, ...]
+    alone_s: float = Field(gt=0)
+    overlapped_s: float = Field(gt=0)
+    repeats: int = Field(ge=1)
+
+
+class Overlap(_Strict):
+    """Compute kernels timed alone and beside a communication-like load on the same GPU (CUDA only).
+
+    ``load``: ``copy_stream`` (one GPU: device-to-device copies on a second stream, which move HBM bytes but hold no
+    SMs for themselves, so ``channels`` is 0 and the slowdown measures the memory-contention part alone; a load that
+    holds SMs, such as an NCCL collective between GPUs, would give its channel count).
+    ``load_hbm_Bps``: the HBM bytes per second the load moved while the kernels ran beside it.
+    """
+
+    load: Literal["copy_stream"]
+    channels: int = Field(ge=0, le=1_024)
+    load_hbm_Bps: float = Field(gt=0)
+    points: list[OverlapPoint] = Field(min_length=1)
+
+    def slowdown(self, op: str) -> float | None:
+        """Total overlapped over total alone time of the ``op`` points (None without such points)."""
+        pts = [p for p in self.points if p.op == op]
+        if not pts:
+            return None
+        return sum(p.overlapped_s for p in pts) / sum(p.alone_s for p in pts)
+
+
 class KernelProfile(_Strict):
-    """A measured profile: the environment and the points."""
+    """A measured profile: the environment, the points and, when measured, the overlap section."""
 
     format: Literal["plansim-kernel-profile/1"] = FORMAT
     environment: Environment
     points: list[KernelPoint]
+    overlap: Overlap | None = None
 
     def to_yaml(self) -> str:
         """YAML for ``hardware_profiles/measured/``; each point carries its achieved rates for a reader."""

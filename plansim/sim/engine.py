@@ -31,6 +31,7 @@ import numpy as np
 import simpy
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
+from plansim.costs.interference import IDLE, Interference, Load, collective_load, interference_model, send_load
 from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
@@ -42,7 +43,7 @@ from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
 from plansim.sim.size import sized_lowering
-from plansim.step.result import COMM_KINDS, TIME_PARTS, step_result
+from plansim.step.result import COMM_KINDS, TIME_PARTS, overlap_figures, step_result
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
 from plansim.timeline import Span, Timeline
@@ -102,7 +103,27 @@ class _Phase:
 
 
 class _Device:
-    __slots__ = ("deps", "end", "events", "factor", "label", "mem", "offset", "program", "rank", "stage", "start")
+    __slots__ = (
+        "active",
+        "channels",
+        "deps",
+        "end",
+        "events",
+        "extra",
+        "factor",
+        "hbm_Bps",
+        "label",
+        "mem",
+        "offset",
+        "overlapped",
+        "process",
+        "program",
+        "rank",
+        "rate",
+        "running",
+        "stage",
+        "start",
+    )
 
     def __init__(self, rank: int, stage: int, offset: int, program: StageProgram, capacity: float) -> None:
         self.rank = rank
@@ -117,6 +138,16 @@ class _Device:
         self.events: dict[int, simpy.Event] = {}
         self.deps: list[list[simpy.Event]] = []  # per task, the events of the tasks it waits for
         self.factor = 1.0
+        # interference (plansim.costs.interference): the collectives running beside compute, what they take, the
+        # compute stream's rate, whether a compute task is running (interruptible), and what the rate cost
+        self.active = 0
+        self.channels = 0
+        self.hbm_Bps = 0.0
+        self.rate = 1.0
+        self.running = False
+        self.process: simpy.Process | None = None
+        self.extra: dict[int, float] = {}  # compute-stream task -> seconds it lost to interference
+        self.overlapped = 0.0  # seconds compute ran beside a collective
 
 
 class _Engine:
@@ -138,8 +169,11 @@ class _Engine:
         self.comm_start: dict[tuple[int, int], float] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
         self.extra_cache: dict[tuple[Any, ...], float] = {}
-        # (rank, comm) -> (members, simulated members, phases): what each of a rank's collectives needs
-        self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase]]] = {}
+        # (rank, comm) -> (members, simulated members, phases, load on a GPU beside compute): what each of a rank's
+        # collectives needs
+        self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase], Load]] = {}
+        table = load_kernel_table(cluster.gpu.name)
+        self.interference: Interference = interference_model(cluster.gpu, table.overlap if table else None)
         self.devices: dict[int, _Device] = {}
         offsets = range(self.width) if mode == "full" else range(1)
         for prog in graph.stages:
@@ -172,8 +206,10 @@ class _Engine:
             streams: dict[str, list[int]] = defaultdict(list)
             for i, task in enumerate(dev.program.tasks):
                 streams[task.stream].append(i)
-            for indices in streams.values():
-                self.env.process(self._stream(dev, indices))
+            for name, indices in streams.items():
+                process = self.env.process(self._stream(dev, indices))
+                if name == "compute":
+                    dev.process = process
         self.env.run()
         for dev in self.devices.values():
             unfinished = [dev.program.tasks[i].name for i, e in enumerate(dev.end) if math.isnan(e)]
@@ -206,7 +242,26 @@ class _Engine:
                 d = task.duration_s * dev.factor
                 if jitter:
                     d *= self._jitter_factor(jitter)
-                yield env.timeout(d)
+                # at the compute stream's rate; a collective starting or ending beside it interrupts the timeout and
+                # the rest of the work continues at the new rate
+                while True:
+                    began, rate = env.now, dev.rate
+                    dev.running = True
+                    try:
+                        yield env.timeout(d / rate)
+                    except simpy.Interrupt:
+                        spent = env.now - began
+                        d = max(0.0, d - spent * rate)
+                        if rate < 1.0:
+                            dev.overlapped += spent
+                            dev.extra[i] = dev.extra.get(i, 0.0) + spent * (1.0 - rate)
+                        continue
+                    dev.running = False
+                    if rate < 1.0:
+                        spent = env.now - began
+                        dev.overlapped += spent
+                        dev.extra[i] = dev.extra.get(i, 0.0) + spent * (1.0 - rate)
+                    break
             end = env.now
             for name in task.free:
                 dev.mem.free(name, end)
@@ -245,17 +300,22 @@ class _Engine:
         return self.mesh.copies("pp" if group == "emb" else group, "pp")
 
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
-        """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived."""
+        """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived. One
+        on a stream beside compute (dp, p2p) slows the members' compute while it runs (``_load``)."""
         group_key = (dev.rank, comm)
         known = self.groups.get(group_key)
         if known is None:
             members = self.members(dev, comm)
             participants = 1 if comm.group == "pp" else sum(1 for r in members if r in self.devices)
-            known = self.groups[group_key] = (members, participants, self.phases(comm, members))
-        members, participants, phases = known
+            load = IDLE if dev.program.tasks[index].stream == "compute" else self._load_of(dev, comm, members)
+            known = self.groups[group_key] = (members, participants, self.phases(comm, members), load)
+        members, participants, phases, load = known
         extra = self._nccl_extra(comm, members)
         if participants <= 1:  # a send, or the only simulated member (symmetric mode): nobody to wait for
-            return self._collective(comm, phases, extra_s=extra)
+            done = self._collective(comm, phases, extra_s=extra)
+            if load is not IDLE:
+                self._load((dev,), load, done)
+            return done
         key = (dev.program.tasks[index].name, members)
         entry = self.rendezvous.setdefault(key, [0, self.env.event(), []])
         entry[0] += 1
@@ -265,6 +325,8 @@ class _Engine:
             for waiter in entry[2]:
                 self.comm_start[waiter] = self.env.now
             self._collective(comm, phases, entry[1], extra)
+            if load is not IDLE:
+                self._load(tuple(self.devices[rank] for rank, _ in entry[2]), load, entry[1])
         return entry[1]
 
     def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
@@ -285,6 +347,38 @@ class _Engine:
             got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw) or 0.0
             self.extra_cache[key] = got
         return got
+
+    def _load_of(self, dev: _Device, comm: Comm, members: tuple[int, ...]) -> Load:
+        """What a collective beside compute takes from each member's compute (``plansim.costs.interference``): a
+        send's or a pair's from the link between the two, a group's from its size and stride on the mesh."""
+        if comm.group in ("pp", "emb"):
+            return send_load(self.cluster, members[0], members[-1], comm.collective)
+        return collective_load(self.cluster, len(members), self.mesh.stride(comm.group))
+
+    def _load(self, devices: tuple[_Device, ...], load: Load, done: simpy.Event) -> None:
+        """Add ``load`` to each device's running collectives until ``done`` fires, updating its compute rate."""
+        for dev in devices:
+            self._change(dev, load, +1)
+
+        def ended(_event: simpy.Event) -> None:
+            for dev in devices:
+                self._change(dev, load, -1)
+
+        done.callbacks.append(ended)
+
+    def _change(self, dev: _Device, load: Load, sign: int) -> None:
+        dev.active += sign
+        if dev.active:
+            dev.channels += sign * load.channels
+            dev.hbm_Bps += sign * load.hbm_Bps
+        else:  # back to idle exactly (no float residue)
+            dev.channels, dev.hbm_Bps = 0, 0.0
+        rate = self.interference.rate(Load(dev.channels, dev.hbm_Bps))
+        if rate != dev.rate:
+            dev.rate = rate
+            if dev.running and dev.process is not None:  # the running compute task goes on at the new rate
+                dev.running = False
+                dev.process.interrupt()
 
     def _collective(
         self, comm: Comm, phases: list[_Phase], done: simpy.Event | None = None, extra_s: float = 0.0
@@ -415,7 +509,7 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     tensor-parallel collective beside a kernel), it is exposed communication; the rest is pipeline bubble: waiting
     for another stage's compute, or for a peer to reach a collective (the tied-embedding all-reduce's wait for stage
     0 to drain). So the bubble is the pipeline schedule's idle time and nothing of the data-parallel traffic, as in
-    the analytic engine."""
+    the analytic engine. What collectives beside compute added to its tasks is ``interference``."""
     tasks = dev.program.tasks
     out = dict.fromkeys(TIME_PARTS, 0.0)
     busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
@@ -440,6 +534,10 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             out["exposed_comm"] += comm_part
             out["bubble"] += gap - comm_part
         elapsed = end - start
+        lost = dev.extra.get(i)
+        if lost:
+            out["interference"] += lost
+            elapsed -= lost
         if task.category in _COMPUTE:
             out["compute"] += elapsed
         elif task.category == "recompute":
@@ -538,6 +636,7 @@ def _result(
         range(len(stage_breakdowns)), key=lambda i: sum(stage_breakdowns[i][k] for k in ("compute", "recompute"))
     )
     breakdown = stage_breakdowns[busiest]
+    busiest_dev = max(per_stage[sorted(per_stage)[busiest]], key=lambda d: d.factor)
     worst = max(devices, key=lambda d: d.mem.peak_bytes)
     stage_peaks = [int(max(d.mem.peak_bytes for d in per_stage[st])) for st in sorted(per_stage)]
     ooms = sorted((d.mem.oom for d in devices if d.mem.oom is not None), key=lambda o: o.time_s)
@@ -581,6 +680,7 @@ def _result(
         stage_peak_memory_bytes=stage_peaks,
         stage_time_breakdown_s=stage_breakdowns,
         busiest_links=[{"link": k, "bytes": link_bytes[k], "utilization": util[k]} for k in top],
+        overlap=overlap_figures(busiest_dev.overlapped, breakdown["interference"], engine.interference.source),
         engine_stats={
             "mode": engine.mode,
             "simulated_gpus": len(devices),

@@ -23,6 +23,7 @@ __all__ = [
     "THIN_MARGIN",
     "TIME_PARTS",
     "margin_warning",
+    "overlap_figures",
     "step_flops",
     "step_result",
 ]
@@ -34,9 +35,10 @@ MEMORY_CATEGORIES = (
     "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "fragmentation",
 )  # fmt: skip
 
-#: ``Result.time_breakdown_s`` keys, in order: kernels of the passes, remat's rebuilds, communication nothing hides,
-#: the pipeline schedule's idle time, the optimizer step, and the waits for the slowest rank (``costs.stragglers``).
-TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait")
+#: ``Result.time_breakdown_s`` keys, in order (they sum to the step time): kernels of the passes, remat's rebuilds,
+#: communication nothing hides, the pipeline schedule's idle time, the optimizer step, the waits for the slowest rank
+#: (``costs.stragglers``), and what collectives running beside compute added to it (``costs.interference``).
+TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference")
 
 #: Below this fraction of the GPU's memory left free at the peak, a strategy that fits is flagged as a thin margin.
 #: Why 5 %: what the memory model leaves out grows with the run and is of that order on an 80 GB GPU: kernels that
@@ -56,6 +58,12 @@ def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) ->
     copies = s.tp * (s.dp or 1) * s.num_microbatches
     model = micro_batch_flops * copies
     return model, model + recompute_flops * copies
+
+
+def overlap_figures(overlapped_s: float, interference_s: float, source: str) -> dict[str, float | str]:
+    """``Result.overlap``: seconds compute ran beside communication on the reported stage, the seconds that cost
+    (``time_breakdown_s["interference"]``), and where the interference model's measurement came from."""
+    return {"overlapped_comm_s": overlapped_s, "interference_s": interference_s, "source": source}
 
 
 def step_result(

@@ -1,0 +1,190 @@
+"""Compute slowed by communication running beside it on the same GPU (interference), written once for both engines.
+
+While an NCCL collective runs on a GPU, a compute kernel beside it has fewer SMs and shares HBM bandwidth: NCCL runs
+one thread block per channel and its blocks do not share an SM with compute kernels (NCCL maintainer, NVIDIA/nccl
+issue #689), and every byte a collective moves is stored to and loaded from the GPU's memory ("competing for memory
+bandwidth", issue #1428). The compute stream then runs at a ``rate`` below 1:
+
+    slowdown f = S / (S - c)  x  (1 + k H / B),        rate = 1 / f
+
+with ``S`` the GPU's SMs, ``c`` the channels of the collectives running (summed), ``H`` the HBM bytes per second
+they move (summed), ``B`` the GPU's HBM bandwidth and ``k`` the memory sensitivity. ``k`` comes from one measured
+slowdown ``f_m`` (a kernel timed alone and beside a load of ``c_m`` channels moving ``H_m`` bytes/s of HBM on a GPU
+of ``S_m`` SMs and ``B_m`` bytes/s): the SM-share part at the measured channel count is taken out first and the
+remainder is put down to memory contention,
+
+    k = (f_m (S_m - c_m) / S_m - 1) B_m / H_m,
+
+so the formula gives back ``f_m`` exactly at the measured conditions and nothing is counted twice. The measurement is
+the GPU's measured profile's ``overlap`` section (``plansim profile`` on CUDA) when there is one, else the GPU
+profile's published ``overlap`` (A100-SXM4-80GB: a GEMM 1.18 -> 2.08 ms beside an AllGather, NVIDIA/nccl issue
+#1428), else that A100 measurement's ``k`` with this GPU's own SMs and HBM bandwidth.
+
+A collective's load: ``c`` is NCCL's channel count for the group (the node profile's ``nccl`` channels, inside a
+node or across nodes; two per NIC without one: issue #689 gives 2 SMs for one NIC and 16 for 8); ``H`` is its bus
+rate (the group's effective link, ``Cluster.group_link``) times the HBM bytes per bus byte of its data movement:
+``HBM_PER_BUS_BYTE`` for a ring collective; a pipeline send touches the sender's memory once inside a node and three
+times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels.
+
+A compute span of ``W`` seconds (at full rate) beside a collective of ``T`` seconds started with it runs both for
+``min(T, W / rate)`` seconds (the overlapped time) and ends ``(1 - rate) x`` that later (the interference cost):
+``overlap_cost``. The discrete-event engine runs compute at the rate of whatever is active, recomputed as each
+collective starts and ends; the analytic engine applies ``overlap_cost`` where it overlaps data-parallel
+reductions and ZeRO gathers with compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from plansim.hardware import Cluster
+from plansim.hardware.schema import GPUSpec, NodeSpec, OverlapMeasurement
+
+__all__ = [
+    "CHANNELS_PER_NIC",
+    "HBM_PER_BUS_BYTE",
+    "IDLE",
+    "SEND_CHANNELS",
+    "SEND_HBM_PER_BYTE",
+    "Interference",
+    "Load",
+    "collective_load",
+    "interference_model",
+    "memory_sensitivity",
+    "node_channels",
+    "overlap_cost",
+    "send_load",
+]
+
+#: HBM bytes a ring collective moves on each GPU per bus byte: every chunk a rank receives is stored into its
+#: receive FIFO by the previous rank, loaded by its own kernel, and reduced with its input or copied to its output
+#: (one more access); the store for the next rank lands in that GPU's memory (NVIDIA/nccl at 5067397c,
+#: src/device/all_reduce.h, all_gather.h, reduce_scatter.h: recvReduceSend, recvCopySend). The NCCL maintainer's
+#: figure in NVIDIA/nccl issue #1428: "at least 2x ... If you add reading from or writing to user data, it can be 3x".
+HBM_PER_BUS_BYTE = 3.0
+#: HBM bytes a pipeline send moves on the sending GPU per byte sent: inside a node its kernel loads the user buffer
+#: and stores into the peer's memory over NVLink (1); across nodes it stores into a staging buffer in its own memory
+#: that the NIC then reads (3) (NCCL's proxy path with GPUDirect RDMA).
+SEND_HBM_PER_BYTE = {False: 1.0, True: 3.0}
+#: Channels of a point-to-point send: NCCL gives a peer two by default, at least one per NIC (src/graph/paths.cc,
+#: ncclTopoGetNchannels: ``nNetChannels = 2``; "NCCL_NCHANNELS_PER_NET_PEER is typically 2", NVIDIA/nccl #1424).
+SEND_CHANNELS = 2
+#: Channels per NIC when a node profile gives no ``nccl`` channel count: the NCCL maintainer's "a PCI system with a
+#: single NIC ... should just launch 2 SMs ... DGX with 8 NICs ... 16 SMs" (NVIDIA/nccl issue #689).
+CHANNELS_PER_NIC = 2
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a running collective takes from a GPU's compute: SMs (its channels) and HBM bytes per second."""
+
+    channels: int
+    hbm_Bps: float
+
+
+IDLE = Load(0, 0.0)
+
+
+def memory_sensitivity(m: OverlapMeasurement, sm_count: int | None, hbm_Bps: float) -> float:
+    """``k`` of the module's formula from one measurement on a GPU of ``sm_count`` SMs and ``hbm_Bps``: the measured
+    slowdown with its SM-share part (at the measured channels) taken out, per unit of HBM share the load took."""
+    slowdown = m.overlapped_s / m.alone_s
+    sm_share = sm_count / (sm_count - m.channels) if sm_count else 1.0
+    return max(0.0, slowdown / sm_share - 1.0) * hbm_Bps / m.load_hbm_Bps
+
+
+@dataclass(frozen=True)
+class Interference:
+    """The interference model of one GPU: its SMs and HBM bandwidth, the memory sensitivity and where it came from."""
+
+    sm_count: int | None
+    hbm_Bps: float
+    sensitivity: float
+    source: str
+
+    def slowdown(self, channels: int, hbm_Bps: float) -> float:
+        """How many times longer compute takes beside collectives holding ``channels`` SMs and moving ``hbm_Bps``."""
+        sm = 1.0
+        if self.sm_count and channels > 0:
+            sm = self.sm_count / max(1, self.sm_count - channels)  # at least one SM is left to compute
+        return sm * (1.0 + self.sensitivity * hbm_Bps / self.hbm_Bps)
+
+    def rate(self, load: Load) -> float:
+        """The compute stream's rate (1: full speed) beside ``load``."""
+        if load.channels <= 0 and load.hbm_Bps <= 0:
+            return 1.0
+        return 1.0 / self.slowdown(load.channels, load.hbm_Bps)
+
+
+@lru_cache(maxsize=64)
+def interference_model(gpu: GPUSpec, measured: OverlapMeasurement | None = None) -> Interference:
+    """The model for ``gpu``: from ``measured`` (a measured profile's overlap section, taken on this GPU) when given,
+    else the GPU profile's published ``overlap``, else the published A100-SXM4-80GB measurement's sensitivity."""
+    if measured is not None:
+        k = memory_sensitivity(measured, gpu.sm_count, gpu.hbm_bandwidth_Bps)
+        return Interference(gpu.sm_count, gpu.hbm_bandwidth_Bps, k, f"measured: {measured.source}")
+    if gpu.overlap is not None:
+        k = memory_sensitivity(gpu.overlap, gpu.sm_count, gpu.hbm_bandwidth_Bps)
+        return Interference(gpu.sm_count, gpu.hbm_bandwidth_Bps, k, f"published: {gpu.overlap.source}")
+    from plansim.hardware import load_gpu
+
+    ref = load_gpu(_REFERENCE_GPU)
+    assert ref.overlap is not None, f"{_REFERENCE_GPU}.yaml carries the published overlap measurement"
+    k = memory_sensitivity(ref.overlap, ref.sm_count, ref.hbm_bandwidth_Bps)
+    return Interference(gpu.sm_count, gpu.hbm_bandwidth_Bps, k, f"published on {ref.name}: {ref.overlap.source}")
+
+
+_REFERENCE_GPU = "a100-sxm4-80gb"
+
+
+def overlap_cost(work_s: float, comm_s: float, rate: float) -> tuple[float, float]:
+    """(overlapped seconds, interference seconds) of ``work_s`` of compute (at full rate) and ``comm_s`` of
+    communication started together, compute running at ``rate`` while the communication lasts: both run for
+    ``min(comm_s, work_s / rate)``, and compute ends ``(1 - rate)`` times that later than alone.
+
+    >>> overlap_cost(10.0, 4.0, 0.5)  # compute longer: 4 s overlapped, 2 s of work lost
+    (4.0, 2.0)
+    >>> overlap_cost(1.0, 4.0, 0.5)  # communication longer: compute stretched to 2 s
+    (2.0, 1.0)
+    """
+    if work_s <= 0 or comm_s <= 0:
+        return 0.0, 0.0
+    overlapped = min(comm_s, work_s / rate)
+    return overlapped, (1.0 - rate) * overlapped
+
+
+def node_channels(node: NodeSpec, within_node: bool) -> int:
+    """NCCL's channels for a collective inside one node (the node profile's ``nccl.channels``) or across nodes
+    (``nccl.channels_across_nodes``); ``CHANNELS_PER_NIC`` per NIC without the profile's figure."""
+    section = node.nccl
+    if section is not None:
+        if within_node:
+            return section.channels
+        if section.channels_across_nodes is not None:
+            return section.channels_across_nodes
+    return CHANNELS_PER_NIC * node.nics.count
+
+
+@lru_cache(maxsize=4096)
+def collective_load(cluster: Cluster, size: int, stride: int) -> Load:
+    """The load of a ring collective among ``size`` ranks ``stride`` apart: NCCL's channels, and
+    ``HBM_PER_BUS_BYTE`` times the group's bus bandwidth (``Cluster.group_link``)."""
+    if size <= 1:
+        return IDLE
+    within = stride * (size - 1) < cluster.gpus_per_node
+    link = cluster.group_link(size, stride)
+    return Load(node_channels(cluster.node, within), HBM_PER_BUS_BYTE * link.bandwidth_Bps)
+
+
+@lru_cache(maxsize=4096)
+def send_load(cluster: Cluster, src: int, dst: int, collective: str = "send_recv") -> Load:
+    """The load on ``src`` of a point-to-point send to ``dst`` (or, for another ``collective``, of that collective
+    between the two ranks: the tied embeddings' all-reduce)."""
+    if src == dst:
+        return IDLE
+    link = cluster.p2p_link(src, dst)
+    crosses = cluster.node_of(src) != cluster.node_of(dst)
+    if collective == "send_recv":
+        return Load(SEND_CHANNELS, SEND_HBM_PER_BYTE[crosses] * link.bandwidth_Bps)
+    return Load(node_channels(cluster.node, not crosses), HBM_PER_BUS_BYTE * link.bandwidth_Bps)
