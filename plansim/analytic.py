@@ -28,7 +28,7 @@ from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import AxisComm, LayerCost, layer_activations, layer_costs, layer_programs, rerun
-from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes
+from plansim.step.memory import ends_saved, milp_stage_plans, stage_params, static_bytes, workspace_peak
 from plansim.step.prepare import (
     PreparedStep,
     comm_pricer,
@@ -88,6 +88,7 @@ class _LayerKey(StrategyProjection):
     tp: int
     sequence_parallel: bool
     compute_dtype: str
+    attention: str
 
 
 @dataclass(frozen=True)
@@ -151,12 +152,14 @@ class _DataParallelKey(StrategyProjection):
 
 @dataclass(frozen=True)
 class _Priced:
-    """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
+    """What a strategy's pricing reads that depends only on ``_LayerKey`` (micro-batch, tp, sequence
+    parallel, dtype, attention)."""
 
     prep: PreparedStep
     costs: dict[int, LayerCost]
     p2p_bytes: float
     model_flops: float
+    kernel_recompute_flops: float  # what fused kernels' backward recomputes (workload.kernel_recompute_flops)
     stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
     pipelines: dict[_PipelineKey, _Pipeline] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
@@ -186,8 +189,9 @@ class _Priced:
 
 class AnalyticCache:
     """Memoizes, for one model and cluster, the op graph and the per-layer costs that many strategies share (those
-    with equal micro-batch, tensor-parallel degree, sequence parallelism and dtype), so that a planner pricing
-    thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a cache."""
+    with equal micro-batch, tensor-parallel degree, sequence parallelism, dtype and attention), so that a planner
+    pricing thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a
+    cache."""
 
     def __init__(self, model: Workload, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
@@ -253,14 +257,20 @@ class AnalyticCache:
         key = _LayerKey.of(s)
         hit = self._priced.get(key)
         if hit is None:
-            from plansim.workload import model_flops
+            from plansim.workload import kernel_recompute_flops, model_flops
 
             prep = prepare_step(self.model, self.cluster, s)
             programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
             costs = layer_costs(programs, comm_pricer(self.cluster, prep.strategy))
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
-            hit = _Priced(prep, costs, p2p_message_bytes(prep.graph, prep.strategy), model_flops(prep.graph))
+            hit = _Priced(
+                prep,
+                costs,
+                p2p_message_bytes(prep.graph, prep.strategy),
+                model_flops(prep.graph),
+                kernel_recompute_flops(prep.graph),
+            )
             self._priced[key] = hit
         return hit
 
@@ -299,19 +309,31 @@ def simulate_analytic(
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
             ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
+            workspace = workspace_peak(layers, priced.costs, model, sched.split_backward)
             if scheduled:
-                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx]))
+                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
                 continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes)
+            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes, workspace)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
-                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_bytes)
+                stage = priced.stage_costs[stage_key] = _stage_cost(
+                    sums, s.remat, in_flight, p2p, params, ends_bytes, workspace=workspace
+                )
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
         if not scheduled:
             priced.pipelines[key] = pipe
-    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe, shared)
+    return _assemble(
+        model,
+        cluster,
+        s,
+        priced.model_flops,
+        prep.kernels,
+        pipe,
+        shared,
+        kernel_recompute=priced.kernel_recompute_flops,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -429,16 +451,18 @@ def _stage_cost(
     params: int,
     ends_saved: float,
     plan: StageRemat | None = None,
+    workspace: float = 0.0,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
     ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, bytes) of its sends, ``params`` it
-    holds and ``ends_saved`` bytes of embedding/output activations."""
+    holds, ``ends_saved`` bytes of embedding/output activations and ``workspace`` what a fused attention kernel's
+    backward adds at the peak (``step.memory.workspace_peak``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
-        activations = plan.activation_bytes + ends_saved
+        activations = plan.activation_bytes + ends_saved + workspace
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved)
+        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved) + workspace
     return StageCost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -589,6 +613,8 @@ def _assemble(
     kernels: KernelCostModel,
     pipe: _Pipeline,
     shared: AnalyticCache,
+    *,
+    kernel_recompute: float = 0.0,
 ) -> Result:
     m = s.num_microbatches
     stages = pipe.stages
@@ -607,7 +633,7 @@ def _assemble(
         s,
         engine="analytic",
         step_s=step,
-        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops, s),
+        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops + kernel_recompute, s),
         memory=memory,
         comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
         | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},

@@ -25,7 +25,15 @@ from plansim.workload.traced import Workload
 if TYPE_CHECKING:
     from plansim.remat.plan import StageRemat
 
-__all__ = ["ends_saved", "milp_stage_plans", "model_states", "stage_params", "static_bytes"]
+__all__ = [
+    "backward_workspace",
+    "ends_saved",
+    "milp_stage_plans",
+    "model_states",
+    "stage_params",
+    "static_bytes",
+    "workspace_peak",
+]
 
 
 class _HasParams(Protocol):
@@ -49,6 +57,25 @@ def ends_saved(
     return sum(
         costs[i].saved_bytes * (first if i < 0 else last) for i in layers if not 0 <= i < model.layers and i in costs
     )
+
+
+def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) -> float:
+    """The most bytes one block's backward allocates for its length only (a fused attention kernel's accumulators:
+    ``LayerCost.bwd_workspace_bytes``); one block's backward runs at a time."""
+    return max((costs[i].bwd_workspace_bytes for i in blocks if i in costs), default=0.0)
+
+
+def workspace_peak(layers: Sequence[int], costs: Mapping[int, LayerCost], model: Workload, split: bool) -> float:
+    """What a fused attention kernel's backward workspace adds to a stage's activation peak: the largest of its blocks'
+    (``backward_workspace``), less what the output layer, on the stage that holds it, has freed by then: its backward
+    runs first in each micro-batch's backward and frees what it saved, but for its weight GEMM's input under a split
+    backward, which waits for the W pass (as the lowering allocates and frees them)."""
+    workspace = backward_workspace([i for i in layers if 0 <= i < model.layers], costs)
+    out = model.layers
+    if out not in layers or out not in costs:
+        return workspace
+    kept = min(costs[out].saved_bytes, costs[out].wgrad_saved_bytes) if split else 0.0
+    return max(0.0, workspace - (costs[out].saved_bytes - kept))
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
@@ -103,6 +130,8 @@ def milp_stage_plans(
         if budget is None:
             ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
             budget = cluster.gpu.memory_bytes - static - ends_saved(layers, costs, ends, model)
+        # a fused attention kernel's backward workspace comes on top of what the schedule holds (both engines add it)
+        budget = max(0.0, budget - backward_workspace(blocks, costs))
         plans[idx] = stage_remat(
             graph,
             blocks,
