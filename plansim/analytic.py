@@ -48,6 +48,7 @@ from plansim.step.memory import (
     saved_figures,
     stage_params,
     static_bytes,
+    workspace_peak,
 )
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import (
@@ -120,6 +121,7 @@ class _LayerKey(StrategyProjection):
     tp: int
     sequence_parallel: bool
     compute_dtype: str
+    attention: str
 
 
 @dataclass(frozen=True)
@@ -200,11 +202,13 @@ class _FixedKey(StrategyProjection):
 
 @dataclass(frozen=True)
 class _Priced:
-    """What a strategy's pricing reads that depends only on (micro-batch, tp, sequence parallel, dtype)."""
+    """What a strategy's pricing reads that depends only on ``_LayerKey`` (micro-batch, tp, sequence
+    parallel, dtype, attention)."""
 
     prep: PreparedStep
     costs: dict[int, LayerCost]
     model_flops: float
+    kernel_recompute_flops: float  # what fused kernels' backward recomputes (workload.kernel_recompute_flops)
     stage_sums: dict[tuple[int, ...], _StageSums] = field(default_factory=dict)
     pipelines: dict[_PipelineKey, _Pipeline] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
@@ -235,8 +239,9 @@ class _Priced:
 
 class AnalyticCache:
     """Memoizes, for one model and cluster, the op graph and the per-layer costs that many strategies share (those
-    with equal micro-batch, tensor-parallel degree, sequence parallelism and dtype), so that a planner pricing
-    thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a cache."""
+    with equal micro-batch, tensor-parallel degree, sequence parallelism, dtype and attention), so that a planner
+    pricing thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a
+    cache."""
 
     def __init__(self, model: Workload, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
@@ -312,14 +317,14 @@ class AnalyticCache:
         key = _LayerKey.of(s)
         hit = self._priced.get(key)
         if hit is None:
-            from plansim.workload import model_flops
+            from plansim.workload import kernel_recompute_flops, model_flops
 
             prep = prepare_step(self.model, self.cluster, s)
             programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
             costs = layer_costs(programs, comm_pricer(self.cluster, prep.strategy))
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
-            hit = _Priced(prep, costs, model_flops(prep.graph))
+            hit = _Priced(prep, costs, model_flops(prep.graph), kernel_recompute_flops(prep.graph))
             self._priced[key] = hit
         return hit
 
@@ -358,19 +363,31 @@ def simulate_analytic(
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
             ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
+            workspace = workspace_peak(layers, priced.costs, model, sched.split_backward)
             if scheduled:
-                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx]))
+                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
                 continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes)
+            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes, workspace)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
-                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, in_flight, p2p, params, ends_bytes)
+                stage = priced.stage_costs[stage_key] = _stage_cost(
+                    sums, s.remat, in_flight, p2p, params, ends_bytes, workspace=workspace
+                )
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
         if not scheduled:
             priced.pipelines[key] = pipe
-    return _assemble(model, cluster, s, priced.model_flops, prep.kernels, pipe, shared)
+    return _assemble(
+        model,
+        cluster,
+        s,
+        priced.model_flops,
+        prep.kernels,
+        pipe,
+        shared,
+        kernel_recompute=priced.kernel_recompute_flops,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -532,22 +549,28 @@ def _stage_cost(
     params: int,
     ends_saved: float,
     plan: StageRemat | None = None,
+    workspace: float = 0.0,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
     ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes, each send beside
-    compute) of its pipeline traffic (``_p2p``), ``params`` it holds and ``ends_saved`` bytes of embedding/output
-    activations.
+    compute) of its pipeline traffic (``_p2p``), ``params`` it holds, ``ends_saved`` bytes of embedding/output
+    activations and ``workspace`` what a fused attention kernel's backward adds at the peak
+    (``step.memory.workspace_peak``).
 
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); the analytic engine still charges the send itself on the critical path
     (``comm_s``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
-        activations = plan.activation_bytes + ends_saved
+        # The schedule gives one peak, not its stored and working parts: the loss's logits (``transient``) are
+        # counted beside it, exact when nothing is recomputed and an overstatement by at most the logits otherwise.
+        activations = plan.activation_bytes + ends_saved + sums.transient + workspace
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        activations = stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient)
+        activations = (
+            stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient) + workspace
+        )
         rerun_sync = sums.rerun_sync(remat)
     sends = p2p[3]
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
@@ -784,6 +807,8 @@ def _assemble(
     kernels: KernelCostModel,
     pipe: _Pipeline,
     shared: AnalyticCache,
+    *,
+    kernel_recompute: float = 0.0,
 ) -> Result:
     m = s.num_microbatches
     stages = pipe.stages
@@ -809,7 +834,7 @@ def _assemble(
         s,
         engine="analytic",
         step_s=step,
-        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops, s),
+        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops + kernel_recompute, s),
         memory=memory,
         comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
         | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},

@@ -14,8 +14,9 @@ caching allocator's rounding, ``plansim.step.memory.rounding_ratio``); each laye
 its forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
 transient of the forward and is rebuilt by the recompute task (``remat: milp``: per block, what its stage's MILP
 schedule keeps from forward to backward and recomputes in the stages of the block's gradient nodes; recomputed
-tensor-parallel collectives run at their priced time inside that task); ZeRO-3's gathered weights live from their
-gather to the end of the pass that uses them.
+tensor-parallel collectives run at their priced time inside that task); a fused attention kernel's backward workspace
+lives for its layer's backward; ZeRO-3's gathered weights live from their gather to the end of the pass that uses
+them.
 
 Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
 sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
@@ -267,8 +268,12 @@ class _StageLowering:
                 if self._rebuilds(layer):
                     frees.append(f"rk/{mb}/{layer}")
             segs = lp.bwd_input if input_only else lp.bwd
+            alloc: tuple[tuple[str, float, str], ...] = ()
+            if lp.bwd_workspace > 0:  # a fused attention kernel's accumulators, for this backward only
+                alloc = ((f"ws/{mb}/{layer}", lp.bwd_workspace, "activations"),)
+                frees.append(f"ws/{mb}/{layer}")
             _, last = self._run(
-                segs, f"B{mb}.L{layer}", "backward", mb, first_deps=deps, free=tuple(frees), wait_key=wait
+                segs, f"B{mb}.L{layer}", "backward", mb, first_deps=deps, alloc=alloc, free=tuple(frees), wait_key=wait
             )
             if not self.split:
                 self._grads_ready(mb, layer, lp, last)
@@ -462,7 +467,7 @@ class _StageLowering:
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
-    from plansim.workload import model_flops
+    from plansim.workload import kernel_recompute_flops, model_flops
 
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
@@ -512,7 +517,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         task.deps = (*task.deps, ctx.sends[key])
     _slowest_gpu(cluster, mesh, stages)
     recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
-    model_fl, hardware_fl = step_flops(model_flops(graph), recompute_flops, s)
+    model_fl, hardware_fl = step_flops(model_flops(graph), recompute_flops + kernel_recompute_flops(graph), s)
     return TaskGraph(stages=stages, mesh=mesh, num_microbatches=m, model_flops=model_fl, hardware_flops=hardware_fl)
 
 

@@ -89,6 +89,11 @@ class Strategy(BaseModel):
     remat_time_limit_s: float = field(
         "time_limit_s", default=20.0, description="remat=milp: solver time limit per stage"
     )
+    attention: Literal["flash", "unfused"] = Field(
+        default="flash",
+        description="flash: fused attention keeping no s x s scores (FlashAttention-2); unfused: QK^T, softmax, "
+        "dropout and attention over V apart, as Megatron-LM ran them before flash attention (Korthikanti et al. 2022)",
+    )
     dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )

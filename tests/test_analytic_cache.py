@@ -31,6 +31,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "remat_budget": [None],
     "remat_granularity": ["op"],
     "remat_time_limit_s": [5.0],
+    "attention": ["unfused", "flash"],
     "dtype": ["fp16", "bf16", "fp32"],
     "dp_algorithm": ["ring", "tree", "butterfly", "hierarchical"],
     "fp32_grad_accum": [True, False],

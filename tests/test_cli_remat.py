@@ -27,16 +27,17 @@ def run(*args: str):
 
 @pytest.fixture(scope="module")
 def curve(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    """One run with --out and --format json at a budget only full and greedy fit (the MILP beats both)."""
+    """One run with --out and --format json at a budget only full and greedy fit (the MILP beats both): under flash
+    attention the two blocks keep 107 MB, 57 MB under full recompute."""
     out = tmp_path_factory.mktemp("remat") / "out"
-    r = run(*SMALL, "--budget", "0.33GB", "--out", str(out), "--format", "json")
+    r = run(*SMALL, "--budget", "0.08GB", "--out", str(out), "--format", "json")
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout), out
 
 
 def test_json_summary_milp_beats_every_feasible_baseline(curve) -> None:
     data, _ = curve
-    assert data["model"] == "gpt3-125m" and data["budget_bytes"] == 0.33e9
+    assert data["model"] == "gpt3-125m" and data["budget_bytes"] == 0.08e9
     assert set(data["baselines"]) == set(BASELINES)
     milp = data["milp"]
     assert data["feasible"] and milp["fits"] and milp["status"] == "optimal" and milp["proven_optimal"]
@@ -57,7 +58,7 @@ def test_out_writes_csv_charts_and_schedule(curve) -> None:
     methods = {r["method"] for r in rows}
     assert methods == {"milp", *BASELINES}
     budgets = {float(r["budget_bytes"]) for r in rows}
-    assert 0.33e9 in budgets and len(budgets) >= 10  # the default grid and the given budget
+    assert 0.08e9 in budgets and len(budgets) >= 10  # the default grid and the given budget
     assert all("overhead" in r for r in rows)
     png = (out / "tradeoff.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
@@ -70,7 +71,7 @@ def test_out_writes_csv_charts_and_schedule(curve) -> None:
 
 
 def test_text_output_shows_the_schedule_and_every_baseline() -> None:
-    r = run(*SMALL, "--budget", "330MB")
+    r = run(*SMALL, "--budget", "80MB")
     assert r.exit_code == 0, r.output
     for words in ("proven optimal", "peak vs budget", "recomputed", "variables / constraints", *BASELINES):
         assert words in r.stdout, words

@@ -58,7 +58,7 @@ def test_measured_profile_overrides_the_roofline_inside_its_sizes(tmp_path: Path
             ("gelu", "fwd", "bf16", 0, 1e8, 1e-4),  # 1 TB/s
             ("silu", "fwd", "bf16", 0, 1e8, 2e-4),  # 0.5 TB/s at the same size: averaged with gelu
             ("gelu", "fwd", "bf16", 0, 1e10, 5e-3),  # 2 TB/s
-            ("sdpa", "fwd", "bf16", 1e12, 1e9, 1e-3),  # measured, but prices no workload kind
+            ("sdpa", "fwd", "bf16", 1e12, 1e9, 1e-3),  # prices fused attention only (test_measured_sdpa_...)
         ]
     )
     name = "test-gpu-profile"
@@ -82,6 +82,77 @@ def test_measured_profile_overrides_the_roofline_inside_its_sizes(tmp_path: Path
     assert fp16.kernel_time("elementwise", 0, 1e8) == pytest.approx(1e8 / 0.75e12)
     assert "measured: test-gpu-profile.yaml (Test GPU, torch 2.13.0" in k.provenance
     assert roof.provenance.startswith("roofline: A100-SXM4-80GB")
+
+
+#: FlashAttention papers' benchmark setting (Dao 2023 sec 4.1; Shah et al. 2024 sec 4.1): 16k tokens per batch,
+#: hidden 2048 = 16 heads of 128; TFLOP/s by sequence length 512 ... 16k, causal FLOPs halved.
+_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+_FA3_H100_FWD_CAUSAL = (292, 423, 521, 579, 602, 616)  # FlashAttention-3 Figure 5, causal, head dim 128
+_FA3_H100_BWD = (316, 424, 501, 542, 559, 561)  # FlashAttention-3 Figure 6, head dim 128 (no causal mask)
+_FA2_A100_FWD_BWD_CAUSAL = (99, 131, 155, 182, 189, 189)  # FlashAttention-2 Figure 4(d)
+
+
+def _attention_op(seq: int) -> dict[str, float]:
+    """The fused kernel of the benchmark setting as the workload builder writes it: FLOPs over every score."""
+    full = 4.0 * seq * seq * 128 * 16 * (16384 // seq)  # QK^T and attention over V, no causal halving
+    return {"kind": "attention", "flops": full, "bwd_flops": 2.5 * full, "bytes": 4 * 16384 * 2048 * 2}
+
+
+@pytest.mark.parametrize("index", range(len(_SEQ)))
+def test_fused_attention_meets_the_published_kernel_benchmarks(index: int) -> None:
+    """At the papers' own setting, the priced kernel reproduces the published rate: H100 forward (causal) at
+    FlashAttention-3's rate; A100 forward + backward (causal) at FlashAttention-2's combined rate; the causal kernel
+    executes half the scores' FLOPs (Dao 2023 sec 4.1)."""
+    seq = _SEQ[index]
+    op = _attention_op(seq)
+    h100 = KernelCostModel(load_gpu("h100-sxm5-80gb"), "bf16")
+    assert h100.forward(op) == pytest.approx(op["flops"] / 2 / (_FA3_H100_FWD_CAUSAL[index] * 1e12), rel=1e-3)
+    a100 = KernelCostModel(GPU, "bf16")
+    both = a100.forward(op) + a100.backward(op)
+    assert both == pytest.approx(3.5 * op["flops"] / 2 / (_FA2_A100_FWD_BWD_CAUSAL[index] * 1e12), rel=1e-3)
+    # The H100 backward curve is FlashAttention-3's non-causal one, indexed by the FLOPs executed: a causal backward
+    # of twice the benchmark's FLOPs executes exactly the benchmark's.
+    twice = {**op, "bwd_flops": 2 * op["bwd_flops"]}
+    assert h100.backward(twice) == pytest.approx(op["bwd_flops"] / (_FA3_H100_BWD[index] * 1e12), rel=1e-3)
+
+
+def test_fused_attention_without_a_benchmark_is_a_gemm_of_the_causal_half() -> None:
+    """A GPU whose profile cites no fused-attention benchmark (V100) prices the kernel by the GEMM roofline at the
+    FLOPs it executes; the backward is one kernel of bwd_flops, not a GEMM's pair."""
+    v100 = load_gpu("v100-sxm2-32gb")
+    k = KernelCostModel(v100, "fp16")
+    op = _attention_op(4096)
+
+    def roofline(flops: float, nbytes: float) -> float:
+        compute = flops / (v100.peak_flops("fp16") * v100.matmul_efficiency(flops))
+        return max(compute, nbytes / (v100.hbm_bandwidth_Bps * v100.memory_efficiency(nbytes))) + v100.kernel_launch_s
+
+    assert k.forward(op) == pytest.approx(roofline(op["flops"] / 2, op["bytes"]))
+    assert k.backward(op) == pytest.approx(roofline(op["bwd_flops"] / 2, 2 * op["bytes"]))
+
+
+def test_measured_sdpa_prices_fused_attention(tmp_path: Path) -> None:
+    """``plansim profile`` times causal scaled_dot_product_attention and records half the full FLOPs (its
+    ``_attention``): those points price the fused kernel at the FLOPs it executes, per pass; outside them the GPU
+    profile's cited curve answers."""
+    profile = _profile(
+        [
+            ("sdpa", "fwd", "bf16", 1e11, 1e8, 1e11 / 300e12),  # 300 TFLOP/s
+            ("sdpa", "fwd", "bf16", 1e12, 1e9, 1e12 / 400e12),
+            ("sdpa", "bwd", "bf16", 2.5e11, 2e8, 2.5e11 / 200e12),  # 200 TFLOP/s
+            ("sdpa", "bwd", "bf16", 2.5e12, 2e9, 2.5e12 / 250e12),
+        ]
+    )
+    (tmp_path / "t.yaml").write_text(profile.to_yaml())
+    table = load_kernel_table("t", tmp_path)
+    h100 = load_gpu("h100-sxm5-80gb")
+    k, cited = KernelCostModel(h100, "bf16", table), KernelCostModel(h100, "bf16")
+    op = {"kind": "attention", "flops": 2e12, "bwd_flops": 5e12, "bytes": 1e8}  # executes 1e12 and 2.5e12
+    assert k.forward(op) == pytest.approx(1e12 / 400e12)
+    assert k.backward(op) == pytest.approx(2.5e12 / 250e12)
+    small = {"kind": "attention", "flops": 2e10, "bwd_flops": 5e10, "bytes": 1e7}  # below the measured sizes
+    assert k.forward(small) == cited.forward(small)
+    assert k.kernel_time("bmm", 1e11, 1e8) == cited.kernel_time("bmm", 1e11, 1e8)  # sdpa prices no bmm
 
 
 @settings(max_examples=100, deadline=None)

@@ -193,7 +193,8 @@ def json_stdout(*args: str) -> dict:
 
 
 def test_remat_json_is_only_json_while_highs_solves() -> None:
-    data = json_stdout(*COMMANDS["remat"][:-2], "--budget", "0.33GB", "--time-limit", "20")
+    # 80 MB: between full recompute's peak (57 MB) and keeping everything (107 MB) for two flash-attention blocks
+    data = json_stdout(*COMMANDS["remat"][:-2], "--budget", "80MB", "--time-limit", "20")
     milp = data["milp"]
     assert milp["solver"] == "highs" and milp["variables"] > 0 and milp["status"] == "optimal"
 
@@ -221,7 +222,7 @@ RUNS = {
     "compare": ["compare", "--model", "gpt3-125m", *STRATEGIES, "--out", "{out}", "--format", "json"],
     "simulate-analytic": [*SIMULATE, "--format", "json"],
     "simulate-des": [*SIMULATE, "--engine", "des", "--trace", "{out}/trace.json", "--format", "json"],
-    "remat": [*COMMANDS["remat"][:-2], "--budget", "0.33GB", "--time-limit", "20", "--out", "{out}",
+    "remat": [*COMMANDS["remat"][:-2], "--budget", "80MB", "--time-limit", "20", "--out", "{out}",
               "--format", "json"],
     "sweep": ["sweep", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16,32", "--out", "{out}",
               "--format", "json"],

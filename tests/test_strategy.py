@@ -16,13 +16,14 @@ from plansim.workload import load_model
 def test_inline_and_yaml_agree(tmp_path: Path) -> None:
     inline = Strategy.parse(
         "dp=16,tp=8,pp=8,sequence_parallel=true,zero=1,micro_batch=1,global_batch=1536,"
-        "schedule=interleaved,virtual_stages=2,remat=selective,dtype=bf16,fp32_grad_accum=true"
+        "schedule=interleaved,virtual_stages=2,remat=selective,attention=unfused,dtype=bf16,fp32_grad_accum=true"
     )
     assert load_strategy("megatron-3d") == inline
     path = tmp_path / "s.yaml"
     path.write_text(
         "dp: 16\ntp: 8\npp: 8\nsequence_parallel: true\nzero: 1\nmicro_batch: 1\nglobal_batch: 1536\n"
-        "schedule: interleaved\nvirtual_stages: 2\nremat: selective\ndtype: bf16\nfp32_grad_accum: true\n"
+        "schedule: interleaved\nvirtual_stages: 2\nremat: selective\nattention: unfused\ndtype: bf16\n"
+        "fp32_grad_accum: true\n"
     )
     assert Strategy.parse(str(path)) == inline
 

@@ -92,7 +92,8 @@ def test_saved_measurements_are_predicted_as_simulate_predicts_them(tmp_path):
     assert set(REQUIRED_COLUMNS) <= set(frame.columns) and set(MODEL_COLUMNS) <= set(frame.columns)
     assert summary.configs == len(points) >= 4
     for p, row in zip(points, frame.itertuples(), strict=True):
-        strategy = dict(dp=1, tp=1, pp=1, micro_batch=p.micro_batch, global_batch=p.micro_batch, remat=p.remat)
+        strategy = dict(dp=1, tp=1, pp=1, micro_batch=p.micro_batch, global_batch=p.micro_batch, remat=p.remat,
+                        attention="unfused")  # fmt: skip
         want = simulate(p.model, "dgx-h100", strategy, gpus=1)
         assert row.predicted_step_time_s == want.step_time_s
         left_out = sum(want.memory_breakdown_bytes[k] for k in ("workspace", "cuda_context", "nccl", "fragmentation"))
@@ -109,7 +110,8 @@ def test_default_gpu_grid_has_twelve_configurations_that_fit_one_h100():
     assert len({p.model.name for p in points}) >= 4 and len({p.model.seq_len for p in points}) >= 3
     assert len({p.micro_batch for p in points}) >= 3
     for p in points:
-        strategy = dict(dp=1, tp=1, pp=1, micro_batch=p.micro_batch, global_batch=p.micro_batch, remat=p.remat)
+        strategy = dict(dp=1, tp=1, pp=1, micro_batch=p.micro_batch, global_batch=p.micro_batch, remat=p.remat,
+                        attention="unfused")  # fmt: skip
         assert simulate(p.model, "dgx-h100", strategy, gpus=1).fits, p.label
 
 

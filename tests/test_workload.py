@@ -7,6 +7,7 @@ torchvision's ResNet-50 (25,557,032 parameters, about 4.1 G multiply-accumulates
 
 from __future__ import annotations
 
+import itertools
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -150,11 +151,12 @@ def test_mlp_parameters() -> None:
 )
 def test_gpt_flops_match_narayanan(B: int, s: int, l: int, heads: int, head_dim: int, V: int) -> None:  # noqa: E741
     h = heads * head_dim
-    graph = build_graph(gpt(layers=l, hidden=h, heads=heads, seq_len=s, vocab=V), B)
-    # 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), multiplied out.
+    # 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), multiplied out; the fused kernel counts the same model FLOPs.
     expected = 72 * B * s * l * h * h + 12 * B * s * s * l * h + 6 * B * s * h * V
-    assert 3 * matmul_flops(graph) == expected
-    assert model_flops(graph) == expected
+    for attention in ("unfused", "flash"):
+        graph = build_graph(gpt(layers=l, hidden=h, heads=heads, seq_len=s, vocab=V), B, attention=attention)
+        assert 3 * matmul_flops(graph) == expected
+        assert model_flops(graph) == expected
 
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
@@ -193,7 +195,7 @@ def test_resnet50_flops() -> None:
 def test_gpt_block_saved_bytes_table2(spec: ModelSpec, tp: int, sp: bool) -> None:
     b, s, h, a, t = 2, spec.seq_len, spec.hidden, spec.heads, tp
     sbh = s * b * h
-    graph = build_graph(spec, b, tp=tp, sequence_parallel=sp)
+    graph = build_graph(spec, b, tp=tp, sequence_parallel=sp, attention="unfused")
     # Table 2 rows: TP sbh(10 + 24/t + 5as/(ht)), TP+SP sbh(34/t + 5as/(ht)); t = 1 is "no parallelism".
     base = sbh * (Fraction(34, t) if sp else 10 + Fraction(24, t))
     attention = sbh * Fraction(5 * a * s, h * t)
@@ -212,13 +214,13 @@ def test_gpt_block_saved_bytes_scale_with_act_bytes(act_bytes: int, tp: int, sp:
     expected = (
         E * sbh * (Fraction(4, d) + Fraction(12, t)) + 2 * Fraction(sbh, d) + Fraction(a * s * s * b * (2 * E + 1), t)
     )
-    assert block_saved(build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E)) == expected
+    assert block_saved(build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E, attention="unfused")) == expected
 
 
 def test_gpt3_175b_saved_bytes_tp8_sp() -> None:
     spec = load_model("gpt3-175b")
     s, b, h, a, t = 2048, 1, 12288, 96, 8
-    graph = build_graph(spec, b, tp=t, sequence_parallel=True)
+    graph = build_graph(spec, b, tp=t, sequence_parallel=True, attention="unfused")
     assert block_saved(graph, layer=50) == s * b * h * 34 // t + 5 * a * s * s * b // t
     assert graph.graph["layer_input_bytes"] == 2 * s * b * h // t
 
@@ -231,11 +233,84 @@ def test_llama_block_saved_bytes_closed_form(kv_heads: int, tp: int, sp: bool, a
     s, h, a, f, t, d = spec.seq_len, spec.hidden, spec.heads, spec.ffn_hidden, tp, tp if sp else 1
     q = h // t
     h_kv = max(kv_heads // t, 1) * spec.head_dim  # one replicated kv head per rank when kv_heads < tp
-    graph = build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E)
+    graph = build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E, attention="unfused")
     # Docstring of plansim.workload.transformer: E sb(4h/d + 2q + 2h_kv + 3f/t) + E a s^2 b / t.
     selective = E * s * b * (Fraction(4 * h, d) + 2 * q + 2 * h_kv + Fraction(3 * f, t))
     assert block_saved(graph, selective=True) == selective
     assert block_saved(graph) == selective + Fraction(E * a * s * s * b, t)
+
+
+# --- flash attention (FlashAttention-2, Dao 2023) ----------------------------------------------------------------
+
+
+def _flash_cases() -> list[tuple[ModelSpec, int, bool]]:
+    return [(gpt(), 1, False), (gpt(), 4, True), (gpt(seq_len=128), 2, False), (llama(kv_heads=2), 2, True),
+            (llama(kv_heads=8), 4, False), (llama(kv_heads=1), 8, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spec", "tp", "sp"), _flash_cases())
+@pytest.mark.parametrize("act_bytes", [2, 4])
+def test_flash_keeps_the_log_sum_exp_instead_of_the_scores(spec: ModelSpec, tp: int, sp: bool, act_bytes: int) -> None:
+    """What a block keeps under flash: the unfused block's bytes without the attention core's (Korthikanti's rows
+    with selective recompute), plus the fp32 log-sum-exp per row and head, ``4 a s b / t`` (FlashAttention-2,
+    Algorithm 2 reads Q, K, V, O and L); no s x s score, probability or dropout mask."""
+    b, E = 2, act_bytes
+    s, a, t = spec.seq_len, spec.heads, tp
+    unfused = build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E, attention="unfused")
+    flash = build_graph(spec, b, tp=tp, sequence_parallel=sp, act_bytes=E)
+    lse = 4 * a * s * b // t
+    assert block_saved(flash) == block_saved(unfused, selective=True) + lse
+    assert block_saved(flash, selective=True) == block_saved(unfused, selective=True)  # selective drops the LSE
+    cores = [n for n, sel in flash.nodes(data="selective_recompute") if sel and n.startswith("L0.")]
+    assert cores == ["L0.attn"] and flash.nodes["L0.attn"]["saved_bytes"] == lse
+    assert not any(d["kind"] in ("softmax", "bmm") for _, d in flash.nodes(data=True))
+
+
+@pytest.mark.parametrize(("spec", "tp", "sp"), _flash_cases())
+def test_flash_block_memory_is_linear_in_sequence_length(spec: ModelSpec, tp: int, sp: bool) -> None:
+    """Per-layer saved bytes and backward workspace at s, 2s, 4s, 8s: second differences zero under flash (linear in
+    s); unfused, the s^2 terms make them positive."""
+    lengths = [128 * k for k in (1, 2, 4, 8)]  # multiples of the 128-row rounding of FlashAttention's workspace
+
+    def second_differences(attention: str, key: str) -> list[int]:
+        ys = []
+        for s in lengths:
+            graph = build_graph(spec.model_copy(update={"seq_len": s}), 2, tp=tp, sequence_parallel=sp,
+                                attention=attention)  # fmt: skip
+            ys.append(sum(graph.nodes[n].get(key, 0) for n in layer_nodes(graph, 0)))
+        first = [(y1 - y0) // (s1 - s0) for (s0, y0), (s1, y1) in itertools.pairwise(zip(lengths, ys, strict=True))]
+        return [y1 - y0 for y0, y1 in itertools.pairwise(first)]
+
+    assert second_differences("flash", "saved_bytes") == [0, 0]
+    assert second_differences("flash", "workspace_bytes") == [0, 0]
+    assert all(d > 0 for d in second_differences("unfused", "saved_bytes"))
+
+
+@pytest.mark.parametrize(("spec", "tp", "sp"), _flash_cases())
+def test_flash_kernel_flops_and_workspace(spec: ModelSpec, tp: int, sp: bool) -> None:
+    """The fused kernel's forward FLOPs are the unfused QK^T and attention over V's; its backward's 2.5 times that
+    (FlashAttention-2 sec 3.1.2: five matmuls to two); its workspace the shapes ``mha_bwd`` allocates
+    (flash-attention csrc/flash_attn/flash_api.cpp): dq_accum (b, s_rounded, heads, d_rounded) and softmax_d
+    (b, heads, s_rounded) in fp32, and with fewer kv heads dk_expanded and dv_expanded (b, s, heads, d)."""
+    b, E = 3, 2
+    s, d, t = spec.seq_len, spec.head_dim, tp
+    heads = spec.heads // t
+    unfused = build_graph(spec, b, tp=tp, sequence_parallel=sp, attention="unfused")
+    attn = build_graph(spec, b, tp=tp, sequence_parallel=sp).nodes["L0.attn"]
+    assert attn["kind"] == "attention" and attn["params"] == 0
+    assert (
+        attn["flops"] == unfused.nodes["L0.qk"]["flops"] + unfused.nodes["L0.av"]["flops"] == 4 * b * heads * s * s * d
+    )
+    assert attn["bwd_flops"] * 2 == 5 * attn["flops"]
+    s_rounded, d_rounded = -(-s // 128) * 128, -(-d // 32) * 32
+    kv_heads = max(spec.kv_heads // t, 1)
+    expanded = 2 * E * b * s * heads * d if kv_heads != heads else 0
+    assert attn["workspace_bytes"] == 4 * b * s_rounded * heads * d_rounded + 4 * b * heads * s_rounded + expanded
+
+
+def test_unknown_attention_is_one_line() -> None:
+    with pytest.raises(PlansimError, match=r"^attention='paged' is unknown: choose one of flash, unfused$"):
+        build_graph(gpt(), 1, attention="paged")
 
 
 # --- graph structure ---------------------------------------------------------------------------------------------
@@ -265,7 +340,7 @@ def test_every_node_has_every_attribute(name: str, tp: int, sp: bool) -> None:
         assert -1 <= data["layer"] <= spec.layers
         assert (data["kind"] == "collective") == (set(COLLECTIVE_ATTRIBUTES) <= set(data))
     assert {d["layer"] for _, d in graph.nodes(data=True)} >= set(range(spec.layers)) | {spec.layers}
-    for key in ("spec", "micro_batch", "tp", "sequence_parallel", "act_bytes", "layer_input_bytes"):
+    for key in ("spec", "micro_batch", "tp", "sequence_parallel", "act_bytes", "attention", "layer_input_bytes"):
         assert key in graph.graph
 
 
@@ -306,7 +381,7 @@ def test_megatron_collectives() -> None:
     ("spec", "core"), [(gpt(), {"qk", "softmax", "attn_drop", "av"}), (llama(), {"qk", "softmax", "av"})]
 )
 def test_selective_recompute_marks_attention_core(spec: ModelSpec, core: set[str]) -> None:
-    graph = build_graph(spec, 1, tp=2)
+    graph = build_graph(spec, 1, tp=2, attention="unfused")
     marked = {n.split(".", 1)[1] for n, sel in graph.nodes(data="selective_recompute") if sel}
     assert marked == core
     assert {graph.nodes[f"L0.{n}"]["kind"] for n in ("qk", "av")} == {"bmm"}

@@ -12,6 +12,13 @@ time includes the launch, so none is added. Outside the measured sizes, and for 
 roofline answers. ``cost_provenance`` says which a GPU gets; every Result carries it. ``time_cv`` is a kernel's
 run-to-run coefficient of variation: the spread of the profile's repeats where it recorded one, else the GPU
 profile's cited default (``plansim.costs.stragglers`` charges what it makes collectives wait).
+
+Fused attention (kind ``attention``, FlashAttention): the op counts its matmuls over every score (the model FLOPs), and
+the causal kernel computes only the blocks on and below the diagonal, about half (FlashAttention-2, Dao 2023, sec 4.1:
+"with causal mask, divide this number by 2"); its time is that half at the fused kernel's rate: the measured profile's
+``sdpa`` points where it has them (``plansim profile`` times causal ``scaled_dot_product_attention`` and records the
+same halved FLOPs), else the GPU profile's cited kernel benchmark (``efficiency.attention_fwd`` / ``attention_bwd``),
+else the GEMM roofline. The backward is one kernel of ``bwd_flops`` (it recomputes QK^T).
 """
 
 from __future__ import annotations
@@ -41,14 +48,17 @@ __all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "load_kernel_tab
 #: Workload op kind -> the measured group that prices it (conv: none, the roofline).
 _GROUP_OF_KIND = {
     "matmul": "gemm", "bmm": "bmm", "norm": "norm", "softmax": "softmax", "elementwise": "elementwise",
-    "dropout": "memory", "embedding": "memory", "loss": "memory", "pool": "memory",
+    "dropout": "memory", "embedding": "memory", "loss": "memory", "pool": "memory", "attention": "attention",
 }  # fmt: skip
-#: Profile op -> its group (sdpa, adam and host transfers are measured but price nothing here yet).
+#: Profile op -> its group (adam and host transfers are measured but price nothing here yet).
 _GROUP_OF_OP = {
     "gemm": "gemm", "bmm": "bmm", "layernorm": "norm", "rmsnorm": "norm", "softmax": "softmax", "gelu": "elementwise",
-    "silu": "elementwise", "add": "elementwise", "copy": "memory",
+    "silu": "elementwise", "add": "elementwise", "copy": "memory", "sdpa": "attention",
 }  # fmt: skip
-_COMPUTE_GROUPS = ("gemm", "bmm")
+_COMPUTE_GROUPS = ("gemm", "bmm", "attention")
+#: The share of the scores a causal fused attention kernel computes: the blocks on and below the diagonal, about half
+#: (FlashAttention-2, Dao 2023, sec 4.1, which counts a causal kernel's FLOPs as half the full count).
+CAUSAL_SHARE = 0.5
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
@@ -216,9 +226,14 @@ class KernelCostModel:
     def _kernel_time(self, kind: str, flops: float, nbytes: float, direction: str) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
+        if kind == "attention":  # the causal kernel executes half the scores' FLOPs (module docstring)
+            flops *= CAUSAL_SHARE
         measured = self._measured(kind, flops, nbytes, direction)
         if measured is not None:
             return measured
+        fused = self.gpu.attention_efficiency(direction, flops) if kind == "attention" and flops > 0 else None
+        if fused is not None:  # the cited kernel benchmark's rate (its times include the launch)
+            return flops / (self.gpu.peak_flops(self.dtype) * fused)
         if kind in MATMUL_KINDS:  # tensor cores at the training dtype, ramping up with the GEMM's size
             compute = flops / (self.gpu.peak_flops(self.dtype) * self.gpu.matmul_efficiency(flops)) if flops > 0 else 0
         else:  # point-wise kernels on the fp32 vector units: the roofline's flat compute ceiling (Williams et al.
@@ -234,8 +249,11 @@ class KernelCostModel:
     def backward(self, op: Mapping[str, Any]) -> float:
         """Backward time: GEMM-like ops run two kernels (input and weight gradients) of half ``bwd_flops`` each,
         or, where the profile measured the pair (``gemm`` backward), the pair at ``bwd_flops``; other ops one kernel
-        reading the output gradient and the saved input and writing the input gradient."""
+        reading the output gradient and the saved input and writing the input gradient. A fused attention kernel's
+        backward is one kernel of ``bwd_flops`` (its input gradients; it has no weights)."""
         kind = op["kind"]
+        if kind == "attention":
+            return self.kernel_time(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
         if kind in MATMUL_KINDS:
             pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
             return pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"])

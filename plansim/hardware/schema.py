@@ -56,14 +56,29 @@ class EfficiencyCurves(_Strict):
 
     ``matmul`` is indexed by the FLOPs of one GEMM, ``memory`` by the bytes one memory-bound kernel moves. Between
     points the fraction is interpolated linearly in log10(size); outside them it is clamped to the end points.
+    ``attention_fwd`` and ``attention_bwd`` (optional; both or neither) are a fused causal attention kernel's
+    (FlashAttention) forward and backward, indexed by the FLOPs the kernel executes (the causal half), from a cited
+    kernel benchmark; without them the kernel is priced as a GEMM.
     """
 
     matmul: tuple[CurvePoint, ...] = Field(min_length=1)
     memory: tuple[CurvePoint, ...] = Field(min_length=1)
+    attention_fwd: tuple[CurvePoint, ...] | None = Field(default=None, min_length=1)
+    attention_bwd: tuple[CurvePoint, ...] | None = Field(default=None, min_length=1)
 
-    @field_validator("matmul", "memory")
+    @model_validator(mode="after")
+    def _attention_pair(self) -> EfficiencyCurves:
+        if (self.attention_fwd is None) != (self.attention_bwd is None):
+            raise ValueError(
+                "attention_fwd and attention_bwd: give both curves (a fused kernel's two passes) or neither"
+            )
+        return self
+
+    @field_validator("matmul", "memory", "attention_fwd", "attention_bwd")
     @classmethod
-    def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
+    def _sizes_increase(cls, points: tuple[CurvePoint, ...] | None) -> tuple[CurvePoint, ...] | None:
+        if points is None:
+            return None
         sizes = [size for size, _ in points]
         if any(b <= a for a, b in itertools.pairwise(sizes)):
             raise ValueError(f"sizes must strictly increase, got {sizes}: sort the points and drop duplicates")
@@ -198,6 +213,19 @@ class GPUSpec(_Strict):
         0.78
         """
         return _interpolate(self.efficiency.matmul, flops)
+
+    def attention_efficiency(self, direction: str, flops: float) -> float | None:
+        """Achieved fraction of peak of a fused causal attention kernel's ``direction`` (``fwd`` or ``bwd``) pass that
+        executes ``flops`` FLOPs (the ``efficiency.attention_*`` curves), or None where the profile has no such curve.
+
+        >>> from plansim.hardware import load_gpu
+        >>> round(load_gpu("h100-sxm5-80gb").attention_efficiency("fwd", 1e13), 3)
+        0.623
+        >>> load_gpu("v100-sxm2-32gb").attention_efficiency("fwd", 1e13) is None
+        True
+        """
+        curve = self.efficiency.attention_fwd if direction == "fwd" else self.efficiency.attention_bwd
+        return None if curve is None else _interpolate(curve, flops)
 
     def memory_efficiency(self, nbytes: float) -> float:
         """Achievable fraction of memory bandwidth for a memory-bound kernel moving ``nbytes`` bytes.

@@ -554,7 +554,8 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     tail_comm = max(0.0, min(tail, last_comm - prev_end))
     out["exposed_comm"] += tail_comm
     out["bubble"] += tail - tail_comm
-    return out
+    # float residue of the subtractions above (1e-18 s) is no part of the step
+    return {k: v if abs(v) > 1e-12 * step else 0.0 for k, v in out.items()}
 
 
 def _busy_within(

@@ -70,8 +70,9 @@ class LayerProgram:
     ``fwd``/``bwd``/``bwd_input``: the passes as segments; ``wgrad_s`` the weight-gradient kernels (part of ``bwd``,
     a separate W pass under split backward); ``selective_s`` the forward time of the ops selective recompute reruns;
     ``saved`` bytes its ops save for backward (``selective_saved`` of them by the rerun ops, ``wgrad_saved`` the weight
-    GEMMs' inputs); FLOPs count GEMM-like kinds. ``same_as``: the earlier layer this one is a copy of (same template),
-    whose figures it shares."""
+    GEMMs' inputs); ``bwd_workspace`` the most bytes one of its kernels allocates for its backward only (a fused
+    attention kernel's accumulators); FLOPs count GEMM-like kinds. ``same_as``: the earlier layer this one is a copy
+    of (same template), whose figures it shares."""
 
     layer: int
     fwd: list[Segment] = field(default_factory=list)
@@ -83,6 +84,7 @@ class LayerProgram:
     saved: float = 0.0
     selective_saved: float = 0.0
     wgrad_saved: float = 0.0
+    bwd_workspace: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     same_as: int | None = None
@@ -211,6 +213,7 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         lp.saved += op["saved_bytes"]
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
         lp.transient += op.get("transient_bytes", 0)
+        lp.bwd_workspace = max(lp.bwd_workspace, op.get("workspace_bytes", 0))
         if op["kind"] in MATMUL_KINDS:
             lp.fwd_matmul_flops += op["flops"]
             if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
@@ -292,6 +295,8 @@ class LayerCost:
     saved_reserved_bytes: float = 0.0
     selective_saved_reserved_bytes: float = 0.0
     transient_bytes: float = 0.0
+    wgrad_saved_bytes: float = 0.0
+    bwd_workspace_bytes: float = 0.0
 
     @property
     def comm_fwd_s(self) -> float:
@@ -344,6 +349,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
         saved_reserved_bytes=lp.saved_reserved,
         selective_saved_reserved_bytes=lp.selective_saved_reserved,
         transient_bytes=lp.transient,
+        wgrad_saved_bytes=lp.wgrad_saved,
+        bwd_workspace_bytes=lp.bwd_workspace,
     )
 
 

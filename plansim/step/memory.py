@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIXED_CATEGORIES",
+    "backward_workspace",
     "communicators",
     "ends_saved",
     "fixed_bytes",
@@ -49,6 +50,7 @@ __all__ = [
     "saved_figures",
     "stage_params",
     "static_bytes",
+    "workspace_peak",
 ]
 
 #: The memory categories a real run holds beside the tensors torch's allocator counts: the CUDA context and NCCL's
@@ -167,6 +169,25 @@ def rounding_ratio(remat: str, blocks: tuple[Saved, ...], ends: tuple[Saved, ...
     return total(False) / allocated if allocated > 0 else 1.0
 
 
+def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) -> float:
+    """The most bytes one block's backward allocates for its length only (a fused attention kernel's accumulators:
+    ``LayerCost.bwd_workspace_bytes``); one block's backward runs at a time."""
+    return max((costs[i].bwd_workspace_bytes for i in blocks if i in costs), default=0.0)
+
+
+def workspace_peak(layers: Sequence[int], costs: Mapping[int, LayerCost], model: Workload, split: bool) -> float:
+    """What a fused attention kernel's backward workspace adds to a stage's activation peak: the largest of its blocks'
+    (``backward_workspace``), less what the output layer, on the stage that holds it, has freed by then: its backward
+    runs first in each micro-batch's backward and frees what it saved, but for its weight GEMM's input under a split
+    backward, which waits for the W pass (as the lowering allocates and frees them)."""
+    workspace = backward_workspace([i for i in layers if 0 <= i < model.layers], costs)
+    out = model.layers
+    if out not in layers or out not in costs:
+        return workspace
+    kept = min(costs[out].saved_bytes, costs[out].wgrad_saved_bytes) if split else 0.0
+    return max(0.0, workspace - (costs[out].saved_bytes - kept))
+
+
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
     """What a rank holding ``params`` keeps for the whole step, by memory category: its weights, gradients and
     optimizer states under the strategy's ZeRO stage, and the device's workspace reserve. The DES holds these static
@@ -221,6 +242,8 @@ def milp_stage_plans(
             ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
             fixed = sum(fixed_bytes(cluster, s, idx, tied).values())
             budget = cluster.gpu.memory_bytes - static - fixed - ends_saved(layers, costs, ends, model)
+        # a fused attention kernel's backward workspace comes on top of what the schedule holds (both engines add it)
+        budget = max(0.0, budget - backward_workspace(blocks, costs))
         plans[idx] = stage_remat(
             graph,
             blocks,

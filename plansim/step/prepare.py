@@ -63,6 +63,7 @@ def prepare_step(model: Workload, cluster: Cluster, strategy: Strategy) -> Prepa
             tp=s.tp,
             sequence_parallel=s.sequence_parallel,
             act_bytes=dtype_bytes(s.compute_dtype),
+            attention=s.attention,
         )
     kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     return PreparedStep(s, graph, kernels)

@@ -42,7 +42,14 @@ def predict_point(
     from plansim.hardware.loader import resize
 
     strategy = Strategy(
-        dp=1, tp=1, pp=1, micro_batch=point.micro_batch, global_batch=point.micro_batch, remat=point.remat, dtype=dtype
+        dp=1,
+        tp=1,
+        pp=1,
+        micro_batch=point.micro_batch,
+        global_batch=point.micro_batch,
+        remat=point.remat,
+        dtype=dtype,
+        attention="unfused",  # the validator's torch models write the attention core out (profiling/torch_models.py)
     )
     result = simulate(point.model, resize(cluster, 1), strategy, engine=engine)
     workspace = sum(int(result.memory_breakdown_bytes.get(k, 0)) for k in NOT_ALLOCATED)

@@ -7,14 +7,14 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, quoted
 from plansim.workload.cnn import add_cnn
 from plansim.workload.graph import Sharding
 from plansim.workload.mlp import add_mlp
 from plansim.workload.spec import ModelSpec
 from plansim.workload.transformer import add_transformer
 
-__all__ = ["build_graph"]
+__all__ = ["ATTENTION", "build_graph"]
 
 _BUILDERS: dict[str, Callable[[nx.DiGraph, ModelSpec, Sharding], int]] = {
     "gpt": add_transformer,
@@ -34,8 +34,17 @@ def _positive_int(name: str, value: object) -> int:
     return number
 
 
+#: How attention runs (``Strategy.attention``): one fused kernel (FlashAttention-2), or Megatron-LM's unfused core.
+ATTENTION = ("flash", "unfused")
+
+
 def build_graph(
-    spec: ModelSpec, micro_batch: int, tp: int = 1, sequence_parallel: bool = False, act_bytes: int = 2
+    spec: ModelSpec,
+    micro_batch: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    act_bytes: int = 2,
+    attention: str = "flash",
 ) -> nx.DiGraph:
     """The op graph of one micro-batch on one tensor-parallel rank.
 
@@ -52,19 +61,24 @@ def build_graph(
         Split norms, dropouts and residual adds over the sequence (Korthikanti et al. 2022); no effect at tp=1.
     act_bytes : int, default 2
         Bytes per activation and weight element (2 for fp16/bf16); dropout masks are 1 byte regardless.
+    attention : {"flash", "unfused"}, default "flash"
+        Transformers' attention as one fused kernel keeping no ``s x s`` tensor (FlashAttention-2), or as QK^T,
+        softmax, dropout and attention over V, each keeping what Korthikanti et al. 2022 count. Other families
+        ignore it.
 
     Returns
     -------
     networkx.DiGraph
         Nodes in execution order with the attributes in ``plansim.workload.graph.NODE_ATTRIBUTES``; edges are
         data dependencies. ``graph.graph`` holds ``spec``, ``micro_batch``, ``tp``, ``sequence_parallel``,
-        ``act_bytes``, ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest) and ``copies``
-        (layer -> the earlier layer stamped from the same block template, ``graph.stamp``).
+        ``act_bytes``, ``attention``, ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest)
+        and ``copies`` (layer -> the earlier layer stamped from the same block template, ``graph.stamp``).
 
     Raises
     ------
     PlansimError
-        When ``tp`` does not split the model evenly, or an argument is not a positive integer.
+        When ``tp`` does not split the model evenly, an argument is not a positive integer, or ``attention`` is
+        neither ``flash`` nor ``unfused``.
 
     Examples
     --------
@@ -75,11 +89,14 @@ def build_graph(
     >>> g.graph["layer_input_bytes"] == 2048 * 12288 * 2 // 8
     True
     """
+    if attention not in ATTENTION:
+        raise PlansimError(f"attention={quoted(attention)} is unknown: choose one of {', '.join(ATTENTION)}")
     sharding = Sharding(
         micro_batch=_positive_int("micro_batch", micro_batch),
         tp=_positive_int("tp", tp),
         sequence_parallel=bool(sequence_parallel),
         act_bytes=_positive_int("act_bytes", act_bytes),
+        attention=attention,
     )
     graph = nx.DiGraph(
         spec=spec,
@@ -87,6 +104,7 @@ def build_graph(
         tp=sharding.tp,
         sequence_parallel=sharding.sequence_parallel,
         act_bytes=sharding.act_bytes,
+        attention=sharding.attention,
     )
     graph.graph["layer_input_bytes"] = _BUILDERS[spec.family](graph, spec, sharding)
     return graph

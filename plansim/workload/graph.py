@@ -8,7 +8,10 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     one of ``KINDS``.
 ``flops``, ``bwd_flops``
     forward and backward FLOPs on this rank (a GEMM is ``2mnk``; backward is twice forward for matmul-like
-    kinds, twice for norms and softmax, once for the other kinds; collectives have none).
+    kinds, twice for norms and softmax, once for the other kinds; collectives have none). A fused attention
+    kernel (``attention``) counts its two matmuls over every score, as the unfused pair would (the model FLOPs of
+    Narayanan et al. 2021), and 2.5 times that in backward, which recomputes QK^T (FlashAttention-2, Dao 2023,
+    sec 3.1.2 and 4.1: five matmuls to the forward's two).
 ``bytes``
     bytes read plus written by the forward op on this rank (activations and weights at ``act_bytes`` per element,
     dropout masks 1 byte). Collectives have ``bytes = 0``: their cost is ``comm_bytes``.
@@ -21,7 +24,10 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     output head and loss.
 ``selective_recompute``
     True for the ops Korthikanti et al. 2022 (sec 5) recompute under selective recompute: QK^T, softmax,
-    softmax dropout and attention over V.
+    softmax dropout and attention over V, or the fused attention kernel that replaces them (Megatron-LM checkpoints
+    its core attention, whichever kernel runs it).
+``workspace_bytes`` (optional, 0 when absent)
+    bytes a fused kernel allocates for the length of its backward only (FlashAttention-2's fp32 accumulators).
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
     forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
     process group (``tp``), and the size in bytes of the full, unsharded tensor communicated.
@@ -47,6 +53,7 @@ __all__ = [
     "collective",
     "gemm",
     "graph_totals",
+    "kernel_recompute_flops",
     "layer_nodes",
     "model_flops",
     "op",
@@ -55,10 +62,14 @@ __all__ = [
 ]
 
 KINDS = frozenset(
-    {"matmul", "bmm", "conv", "elementwise", "norm", "softmax", "dropout", "embedding", "loss", "pool", "collective"}
-)
-#: Kinds that run on tensor cores and count as model FLOPs (Narayanan et al. 2021, sec 5.1).
-MATMUL_KINDS = frozenset({"matmul", "bmm", "conv"})
+    {
+        "matmul", "bmm", "conv", "attention", "elementwise", "norm", "softmax", "dropout", "embedding", "loss", "pool",
+        "collective",
+    }
+)  # fmt: skip
+#: Kinds that run on tensor cores and count as model FLOPs (Narayanan et al. 2021, sec 5.1); ``attention`` is a
+#: fused causal attention kernel (FlashAttention-2: QK^T, softmax, dropout and attention over V in one kernel).
+MATMUL_KINDS = frozenset({"matmul", "bmm", "conv", "attention"})
 NODE_ATTRIBUTES = ("kind", "flops", "bwd_flops", "bytes", "saved_bytes", "params", "layer", "selective_recompute")
 COLLECTIVE_ATTRIBUTES = ("collective", "bwd_collective", "group", "comm_bytes")
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "none"})
@@ -80,8 +91,10 @@ def op(
     params: int = 0,
     selective: bool = False,
     bwd_flops: int | None = None,
+    workspace: int = 0,
 ) -> Attrs:
-    """Attributes of one op (all of ``NODE_ATTRIBUTES`` but ``layer``, which ``stamp`` adds).
+    """Attributes of one op (all of ``NODE_ATTRIBUTES`` but ``layer``, which ``stamp`` adds; ``workspace_bytes``
+    only where ``workspace`` is given).
 
     >>> op("softmax", flops=10)["bwd_flops"]
     20
@@ -89,7 +102,7 @@ def op(
     if kind not in KINDS:
         raise ValueError(f"unknown op kind {kind!r}")
     bwd = flops * _BWD_RATIO.get(kind, 1) if bwd_flops is None else bwd_flops
-    return {
+    attrs = {
         "kind": kind,
         "flops": flops,
         "bwd_flops": bwd,
@@ -98,6 +111,9 @@ def op(
         "params": params,
         "selective_recompute": selective,
     }
+    if workspace:
+        attrs["workspace_bytes"] = workspace
+    return attrs
 
 
 def gemm(m: int, n: int, k: int, act_bytes: int, *, bias: int = 0, saved: int = 0, params: int | None = None) -> Attrs:
@@ -163,12 +179,14 @@ def collective(forward: str, backward: str, comm_bytes: int) -> Attrs:
 
 @dataclass(frozen=True)
 class Sharding:
-    """What one rank runs: micro-batch size, tensor-parallel degree, sequence parallel, bytes per activation."""
+    """What one rank runs: micro-batch size, tensor-parallel degree, sequence parallel, bytes per activation, and
+    how attention runs (``flash``: one fused kernel; ``unfused``: QK^T, softmax, dropout, attention over V)."""
 
     micro_batch: int
     tp: int = 1
     sequence_parallel: bool = False
     act_bytes: int = 2
+    attention: str = "flash"
 
     @property
     def seq_shards(self) -> int:
@@ -267,6 +285,27 @@ def model_flops(graph: nx.DiGraph) -> int:
     True
     """
     return 3 * sum(f for _, k, f in _kinds_and(graph, "flops") if k in MATMUL_KINDS)
+
+
+def kernel_recompute_flops(graph: nx.DiGraph) -> int:
+    """FLOPs of one micro-batch on this rank that backward kernels recompute: what matmul-like ops' backward does
+    beyond twice their forward. A fused attention kernel's backward recomputes QK^T (FlashAttention-2, Dao 2023,
+    sec 3.1.2: five matmuls to the forward's two), which hardware FLOPs count as recomputation does (Korthikanti et
+    al. 2022, sec 6); every other op's is 0.
+
+    >>> from plansim.workload import build_graph, load_model
+    >>> spec = load_model("gpt3-125m")
+    >>> b, s, l, h = 1, spec.seq_len, spec.layers, spec.hidden
+    >>> kernel_recompute_flops(build_graph(spec, b)) == 2 * b * s * s * h * l   # half of 4bs^2h, every layer
+    True
+    >>> kernel_recompute_flops(build_graph(spec, b, attention="unfused"))
+    0
+    """
+    return sum(
+        max(0, data["bwd_flops"] - 2 * data["flops"])
+        for _, data in graph.nodes(data=True)
+        if data["kind"] in MATMUL_KINDS
+    )
 
 
 def _kinds_and(graph: nx.DiGraph, attr: str) -> Iterable[tuple[str, str, int]]:

@@ -41,6 +41,19 @@ Embedding (layer -1): GPT keeps its dropout mask ``sbh/d`` (and adds learned pos
 
 FLOPs: GEMMs ``2mnk``, QK^T and attention-over-V ``2bs^2h/t`` each, biases not counted, so for GPT at ``t = 1``
 the matmul FLOPs times 3 are Narayanan et al. 2021 (sec 5.1) ``72Bslh^2(1 + s/(6h) + V/(12lh))`` exactly.
+
+The formulas above are ``attention: unfused`` (Megatron-LM's core attention of 2021-22, which Korthikanti et al.
+measured). Under ``attention: flash`` (the default) one fused kernel replaces QK^T, softmax, dropout and attention
+over V (FlashAttention-2, Dao 2023, Algorithm 1 and 2): it keeps Q, K, V and its output O (already counted: the QKV
+projection or rotary op keeps Q, K, V; O is the out-projection's input) and the fp32 log-sum-exp of each row,
+``4asb/t`` bytes; no ``s x s`` tensor and no dropout mask (the kernel regenerates the mask from the RNG state). So the
+attention term ``as^2b(2E+1)/t`` (GPT) or ``Eas^2b/t`` (Llama) becomes ``4asb/t``, linear in ``s``. Its forward
+FLOPs are the unfused pair's (``4bs^2h/t``), its backward's 2.5 times that (it recomputes QK^T and the softmax:
+FlashAttention-2 sec 3.1.2 and 4.1); the kernel skips the blocks above the diagonal (causal), which its time prices
+(``plansim.costs.kernels``). Its backward allocates fp32 accumulators for its length only (``workspace_bytes``, from
+``mha_bwd`` in flash-attention's ``csrc/flash_attn/flash_api.cpp``): ``dq_accum`` (``b x s x heads x d``, fp32),
+``softmax_d`` (``b x heads x s``, fp32), sequences rounded up to 128 rows and the head width to 32 (64 above 128), and
+with grouped-query attention ``dk_expanded`` and ``dv_expanded`` at the query heads' width in the activation dtype.
 """
 
 from __future__ import annotations
@@ -85,6 +98,7 @@ class Dims:
     kv_heads_l: int  # key/value heads on this rank
     f_l: int  # feed-forward width on this rank
     v_l: int  # vocabulary rows on this rank
+    flash: bool = True  # attention as one fused kernel (FlashAttention-2), else unfused
 
     @property
     def rows(self) -> int:
@@ -153,6 +167,7 @@ def dims(spec: ModelSpec, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
         kv_heads_l=_kv_heads_per_rank(spec, t) if spec.heads else 0,
         f_l=spec.ffn_hidden // t,
         v_l=-(-spec.vocab // t),
+        flash=sh.attention == "flash",
     )
 
 
@@ -190,8 +205,41 @@ def _dropout(d: Dims, elements: int, *, selective: bool = False) -> Attrs:
     return pointwise("dropout", elements, DROPOUT_FLOPS, d.E, extra_bytes=elements, saved=elements, selective=selective)
 
 
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _flash_attention(d: Dims, *, qk_input: str) -> Node:
+    """The fused attention kernel (FlashAttention-2, Dao 2023): QK^T, causal softmax, (dropout) and attention over V
+    in one kernel that keeps the fp32 log-sum-exp per row for backward (see the module docstring)."""
+    scores = d.b * d.heads_l * d.s * d.s
+    matmul = 2 * scores * d.head_dim  # each of QK^T and attention over V, counted over every score
+    q, kv, rows = d.rows * d.q_l, d.rows * d.kv_l, d.b * d.heads_l * d.s
+    lse = 4 * rows  # fp32 log-sum-exp per row and head (FlashAttention-2 Algorithm 1, line 13)
+    # mha_bwd's fp32 workspace: dq_accum (b, s_rounded, heads, d_rounded) and softmax_d (b, heads, s_rounded); with
+    # fewer key/value heads than query heads, dk and dv at the query heads' width (summed down afterwards)
+    s_r = _round_up(d.s, 128)
+    d_r = _round_up(d.head_dim, 32 if d.head_dim <= 128 else 64)
+    workspace = 4 * d.b * d.heads_l * s_r * (d_r + 1)
+    if d.kv_heads_l != d.heads_l:
+        workspace += 2 * d.E * q
+    attrs = op(
+        "attention",
+        flops=2 * matmul,
+        bwd_flops=5 * matmul,  # five matmuls to the forward's two (FlashAttention-2 sec 3.1.2)
+        nbytes=d.E * (2 * q + 2 * kv) + lse,  # reads Q, K, V; writes O and the log-sum-exp
+        saved=lse,
+        selective=True,
+        workspace=workspace,
+    )
+    return Node("attn", attrs, (qk_input, "qkv"))
+
+
 def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
-    """QK^T, softmax, (dropout), attention over V: the ops selective recompute drops (Korthikanti 2022, sec 5)."""
+    """QK^T, softmax, (dropout), attention over V: the ops selective recompute drops (Korthikanti 2022, sec 5); or,
+    under flash attention, the one fused kernel that runs them."""
+    if d.flash:
+        return [_flash_attention(d, qk_input=qk_input)]
     scores = d.b * d.heads_l * d.s * d.s
     flops = 2 * scores * d.head_dim  # 2 b s^2 h / t per batched GEMM
     q, kv = d.rows * d.q_l, d.rows * d.kv_l
