@@ -91,7 +91,12 @@ def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
 
 
 def _check_batch(s: Strategy, dp: int) -> list[str]:
-    if s.global_batch is None:
+    if s.global_batch is None:  # one micro-batch per step (Strategy.num_microbatches)
+        if SCHEDULES[s.schedule].model_chunks and s.pp > 1:
+            return [
+                f"schedule={s.schedule} needs the micro-batch count (1 without global_batch) to be a multiple of "
+                f"pp={s.pp} (Megatron-LM): set global_batch={s.micro_batch * dp * s.pp}"
+            ]
         return []
     per_step = s.micro_batch * dp
     if s.global_batch % per_step:

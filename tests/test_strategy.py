@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import plansim
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
 from plansim.strategy import Strategy, list_strategies, load_strategy
@@ -129,3 +130,14 @@ def test_a_new_registry_entry_is_a_valid_strategy(monkeypatch: pytest.MonkeyPatc
         Strategy.parse("dp_algorithm=ring2")
     monkeypatch.setitem(ALLREDUCE_ALGORITHMS, "ring2", Algorithm(ALLREDUCE_ALGORITHMS["ring"].build))
     assert Strategy.parse("dp_algorithm=ring2").dp_algorithm == "ring2"
+
+
+@pytest.mark.parametrize("engine", ["analytic", "des"])
+def test_interleaved_without_global_batch_is_refused_in_one_line(engine: str) -> None:
+    """Without global_batch a step runs one micro-batch, which the interleaved schedule cannot split over pp > 1
+    stages: a one-line error naming the fix, in both engines (the DES used to raise a bare ValueError)."""
+    with pytest.raises(PlansimError, match=r"set global_batch=8$"):
+        plansim.simulate(
+            "gpt3-350m", "dgx-a100", "dp=2,pp=4,schedule=interleaved,virtual_stages=2,micro_batch=1", gpus=8,
+            engine=engine,
+        )  # fmt: skip
