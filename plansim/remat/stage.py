@@ -81,8 +81,8 @@ def stage_graph(
     >>> model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
     >>> prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
     >>> g = stage_graph(prep.graph, range(2), prep.kernels, comm_pricer(cluster, prep.strategy))
-    >>> len(g), g.forward_count   # 14 ops a block once QK^T, collectives and residual adds are merged
-    (50, 25)
+    >>> len(g), g.forward_count   # 10 forward ops a block (one fused attention op; collectives, adds merged), + 1
+    (42, 21)
     """
     if granularity not in GRANULARITIES:
         raise PlansimError(f"granularity {granularity!r}: choose one of {', '.join(GRANULARITIES)}")
