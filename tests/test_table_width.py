@@ -86,7 +86,7 @@ def test_sweep_and_listings_fit_100_columns(tmp_path: Path) -> None:
 
 def test_without_a_terminal_every_column_is_there() -> None:
     text = _run(COMPARE, None)
-    assert "comm per GPU" in text and "compute/recompute/" in text and "comm/bubble/optim" in text
+    assert "comm per GPU" in text and "compute/recompute/" in text and "comm/bubble/optim/wait/interf" in text
     assert "To fit" not in text
     assert max(len(line) for line in text.splitlines()) <= PIPE_WIDTH
 

@@ -8,27 +8,32 @@ from rich.console import Console
 from rich.table import Table
 
 from plansim.result import Result
-from plansim.step.result import COMM_KINDS
+from plansim.step.result import COMM_KINDS, TIME_PARTS
 from plansim.units import GB
 
 __all__ = ["FIGURE_COLUMNS", "OPTIONAL_COLUMNS", "print_result", "results_table"]
 
+#: Every part of the step time (``TIME_PARTS``, in its order) as the tables' last column names it.
+_PART_NAMES = {
+    "compute": "compute", "recompute": "recompute", "exposed_comm": "comm", "bubble": "bubble",
+    "optimizer": "optim", "sync_wait": "wait", "interference": "interf",
+}  # fmt: skip
+assert tuple(_PART_NAMES) == TIME_PARTS, "a time part without its column name"
+_PARTS_HEADER = "/".join(_PART_NAMES.values())
 #: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines.
 FIGURE_COLUMNS = (
     "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(COMM_KINDS)}",
-    "compute/recompute/\ncomm/bubble/optim",
+    _PARTS_HEADER.replace("/comm/", "/\ncomm/"),
 )  # fmt: skip
 #: The figure columns a narrow terminal leaves out first (``report.fit``), as ``fit_table`` names them.
-OPTIONAL_COLUMNS = ("compute/recompute/comm/bubble/optim", f"comm per GPU {'/'.join(COMM_KINDS)}")
+OPTIONAL_COLUMNS = (_PARTS_HEADER, f"comm per GPU {'/'.join(COMM_KINDS)}")
 
 
 def _figure_cells(row: dict, step_mark: str) -> list[str]:
     """A frame row's (``plansim.result`` columns) figure cells: step time (``step_mark`` after it), tokens/s,
     MFU, memory against capacity, bytes per GPU by kind (GB) and the step time by part (ms)."""
     comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in COMM_KINDS)
-    parts = "/".join(
-        f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in ("compute", "recompute", "exposed_comm", "bubble", "optimizer")
-    )
+    parts = "/".join(f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in TIME_PARTS)
     return [
         f"{row['step_time_s'] * 1e3:,.1f} ms{step_mark}",
         f"{row['tokens_per_s']:,.0f}",
