@@ -284,8 +284,8 @@ def _h100_curve() -> dict:
 def _default_busbw(cluster_name: str, ranks: int, n_bytes: float) -> float:
     """Bus bandwidth of an all-reduce of a layer (NCCL's default algorithm) as both engines price it."""
     from plansim.hardware import load_hardware
-    from plansim.strategy import Strategy
     from plansim.step.prepare import comm_pricer
+    from plansim.strategy import Strategy
 
     cluster = load_hardware(cluster_name, gpus=ranks)
     price = comm_pricer(cluster, Strategy(tp=ranks, dp=1, pp=1))
@@ -359,3 +359,20 @@ def test_engines_agree_on_a_tp8_step_with_nvls() -> None:
     nvls_only = ring.comm_bytes_per_gpu["tp"] * (9 / 8) / (14 / 8)
     # the large activations' all-reduces go by NVLS; the few below NCCL's 1.1 MB crossover stay rings
     assert nvls_only < a.comm_bytes_per_gpu["tp"] < nvls_only * 1.001
+
+
+def test_nvls_timing_fields_come_all_or_none() -> None:
+    from pydantic import ValidationError
+
+    from plansim.hardware import load_hardware
+    from plansim.hardware.schema import NcclSection
+
+    section = load_hardware("dgx-h100").node.nccl
+    assert section is not None and section.nvls_timed
+    fields = section.model_dump()
+    with pytest.raises(ValidationError, match="all or none: add nvls_sync_us"):
+        NcclSection(**{**fields, "nvls_sync_us": None})
+    with pytest.raises(ValidationError, match="nvls_channels > 0"):
+        NcclSection(**{**fields, "nvls_channels": 0})
+    assert not NcclSection(**{**fields, **dict.fromkeys(("nvls_bw_intra_GBps", "nvls_bw_inter_GBps",
+                                                         "nvls_call_us", "nvls_sync_us"))}).nvls_timed  # fmt: skip

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ALGORITHMS",
-    "NVLS_MAX_ARITY",
     "COLLECTIVES",
+    "NVLS_MAX_ARITY",
     "PROTOCOLS",
     "NcclChoice",
     "NcclComm",
@@ -488,9 +488,7 @@ def nvls_sent_factor(ranks: int) -> float:
     return (ranks + 1) / ranks
 
 
-def default_call(
-    c: NcclComm, collective: str, n_bytes: float, ring: NcclTuning, nvls: NvlsTuning | None
-) -> NcclChoice:
+def default_call(c: NcclComm, collective: str, n_bytes: float, ring: NcclTuning, nvls: NvlsTuning | None) -> NcclChoice:
     """A call as NCCL runs it with ``NCCL_ALGO`` unset, between the two algorithms timed as they run: NCCL's own model
     (``choose``) picks the ring (``ring_call``) or, for an all-reduce on one node with NVLink SHARP and an NVLS
     timing, NVLS (``nvls_time_us``). The tree, and NVLS all-gather and reduce-scatter, are not timed as they run:

@@ -87,7 +87,9 @@ class LayerCall:
     overhead_s: float | None
 
 
-def layer_call(cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float) -> LayerCall:
+def layer_call(
+    cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
+) -> LayerCall:
     """A layer's blocking collective (tensor parallelism) as NCCL runs it by default: NVLS where the node times NVLS
     calls, the group is one node and NCCL's own model picks it (``plansim.costs.nccl.default_call``), else the ring.
     Both engines ask it: the analytic engine prices ``sent_factor x n_bytes / busbw + overhead_s``, the DES moves
