@@ -1,11 +1,14 @@
 """Fit NCCL's per-call and per-synchronisation costs (``plansim.costs.nccl.NcclTuning``) to a published nccl-tests
-curve, and print the model against every point.
+curve, and print the model against every point. With ``--nvls``, fit an NVLS all-reduce's per-call and per-loop costs
+(``plansim.costs.nccl.NvlsTuning``) instead, on the sizes where NCCL's own model picks NVLS over the ring (NCCL's
+default, ``NCCL_ALGO`` unset), the ring keeping the node profile's constants.
 
 The fit minimises the worst error in log bus bandwidth over every message size of the curve, by a grid search refined
 around its best point; NCCL's own model picks the protocol of each call (so the fit does not choose it). Only a
 micro-benchmark of the collective alone is read (``calibration/*.yaml``), never a training run.
 
 Run: python scripts/fit_nccl.py [calibration/nccl-tests-a100.yaml]
+     python scripts/fit_nccl.py --nvls [calibration/nccl-tests-h100.yaml]
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from plansim.costs.nccl import NcclTuning, ring_call
+from plansim.costs.nccl import NcclComm, NcclTuning, NvlsTuning, choose, default_call, ring_call
 from plansim.hardware import load_hardware
 from plansim.hardware.nccl import nccl_comm
 from plansim.yamlfile import parse_yaml, read_text
@@ -64,8 +67,69 @@ def fit(curve: dict) -> NcclTuning:
     return best
 
 
+def _nvls_setup(curve: dict) -> tuple[NcclComm, NcclTuning]:
+    cluster = load_hardware(curve["node"], gpus=curve["ranks"])
+    section = cluster.node.nccl
+    assert section is not None and section.call_us is not None and section.sync_us is not None
+    bw = {"nvls_bw_intra": section.nvls_bw_intra_GBps or 0.0, "nvls_bw_inter": section.nvls_bw_inter_GBps or 0.0}
+    comm = nccl_comm(cluster, curve["ranks"], curve["nodes"], cpu=curve.get("cpu"))
+    comm = NcclComm(**{**comm.__dict__, **bw, "nvls_channels": section.nvls_channels})
+    return comm, NcclTuning(section.call_us, section.sync_us)
+
+
+def nvls_errors(curve: dict, tuning: NvlsTuning) -> dict[int, tuple[str, float, float]]:
+    """Per size: the algorithm NCCL's model picks, the model's bus bandwidth, the measured one."""
+    comm, ring = _nvls_setup(curve)
+    out = {}
+    for size, measured in curve["busbw_GBps"].items():
+        call = default_call(comm, curve["collective"], float(size), ring, tuning)
+        out[int(size)] = (call.algorithm, call.busbw_GBps, measured)
+    return out
+
+
+def nvls_loss(curve: dict, tuning: NvlsTuning) -> tuple[float, float]:
+    """The worst relative error in log bus bandwidth over the sizes NCCL runs as NVLS, then the sum of squares."""
+    logs = [math.log(b / m) for a, b, m in nvls_errors(curve, tuning).values() if a == "nvls"]
+    return max(abs(x) for x in logs), sum(x * x for x in logs)
+
+
+def fit_nvls(curve: dict) -> NvlsTuning:
+    comm, _ = _nvls_setup(curve)
+    if not any(choose(comm, "all_reduce", float(s), algorithms=("ring", "nvls")).algorithm == "nvls"
+               for s in curve["busbw_GBps"]):  # fmt: skip
+        raise SystemExit("NCCL's model picks NVLS at no size of this curve")
+    grid = {"call": [0, 10, 20, 30, 40, 50, 60, 80, 100], "sync": [0, 0.25, 0.5, 1, 2, 4, 8]}
+    best = min((NvlsTuning(c, y) for c, y in itertools.product(*grid.values())), key=lambda t: nvls_loss(curve, t))
+    step = [5.0, 0.125]
+    for _ in range(40):  # coordinate descent with a halving step
+        improved = False
+        for i in range(2):
+            for sign in (-1, 1):
+                values = [best.call_us, best.sync_us]
+                values[i] = max(0.0, values[i] + sign * step[i])
+                trial = NvlsTuning(values[0], values[1])
+                if nvls_loss(curve, trial) < nvls_loss(curve, best):
+                    best, improved = trial, True
+        if not improved:
+            step = [s / 2 for s in step]
+    return best
+
+
+def main_nvls(path: Path) -> None:
+    curve = load_curve(path)
+    tuning = fit_nvls(curve)
+    print(f"nvls_call_us {tuning.call_us:.2f}, nvls_sync_us {tuning.sync_us:.3f}")
+    for size, (algo, model, measured) in nvls_errors(curve, tuning).items():
+        err = model / measured - 1
+        print(f"{size:>12,} B  {algo:<5} model {model:7.2f} GB/s  measured {measured:7.2f} GB/s  {err:+6.1%}")
+
+
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "calibration/nccl-tests-a100.yaml"
+    args = sys.argv[1:]
+    if args[:1] == ["--nvls"]:
+        main_nvls(Path(args[1]) if len(args) > 1 else ROOT / "calibration/nccl-tests-h100.yaml")
+        return
+    path = Path(args[0]) if args else ROOT / "calibration/nccl-tests-a100.yaml"
     curve = load_curve(path)
     tuning = fit(curve)
     print(f"call_us {tuning.call_us:.2f}, sync_us LL {tuning.sync_us[0]:.3f}, LL128 {tuning.sync_us[1]:.3f}, "

@@ -27,14 +27,21 @@ from dataclasses import dataclass
 __all__ = [
     "ALGORITHMS",
     "COLLECTIVES",
+    "NVLS_MAX_ARITY",
     "PROTOCOLS",
     "NcclChoice",
     "NcclComm",
     "NcclTuning",
+    "NvlsTuning",
     "algorithm_time_us",
     "bandwidth_GBps",
     "choose",
+    "default_call",
     "latency_us",
+    "nvls_channels_used",
+    "nvls_chunk_bytes",
+    "nvls_sent_factor",
+    "nvls_time_us",
     "ring_call",
     "ring_overhead_s",
     "ring_time_us",
@@ -114,6 +121,9 @@ PER_CHANNEL_NVLS_TREE_BW = {
     "hopper": (0.0, 57.7, 45.5),
     "blackwell": (0.0, 96.0, 80.0),
 }
+#: Most NVLS heads (``NCCL_MAX_NVLS_ARITY``, src/include/device.h): the NVLS graph's channels, one per GPU of the node
+#: (``ncclTopoCompute`` forces ``minChannels = maxChannels`` on one node, src/graph/search.cc).
+NVLS_MAX_ARITY = 32
 #: NVLink SHARP's efficiency by GPU (``nvlsEfficiency``).
 NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
 #: The tree all-reduce's bandwidth correction for medium sizes, per protocol, by log2(bytes / 64) from 0 (64 B) to
@@ -136,8 +146,10 @@ class NcclComm:
     """A communicator as NCCL's tuner sees it: ``ranks`` over ``nodes`` (as many per node), the GPU generation
     (volta, ampere, hopper, blackwell), the link inside a node (nvlink or pci), the CPU vendor (intel or amd: the LL
     ceiling across nodes and the network overhead), and what the topology search found: ``channels`` (ring and tree)
-    with ``bw_intra``/``bw_inter`` GB/s each, ``nvls_channels`` (0: no NVLink SHARP), the graph's extra network
-    latency in us, and whether the tree is a plain (unbalanced) tree (``tree_pattern_plain``: NCCL takes 15% off)."""
+    with ``bw_intra``/``bw_inter`` GB/s each, ``nvls_channels`` (the CTAs an NVLS call runs on, ``comm->nvlsChannels``;
+    0: no NVLink SHARP) and the NVLS graph's bandwidth per head ``nvls_bw_intra``/``nvls_bw_inter`` GB/s (the graph
+    has one channel per GPU of the node; 0: none found), the graph's extra network latency in us, and whether the tree
+    is a plain (unbalanced) tree (``tree_pattern_plain``: NCCL takes 15% off)."""
 
     ranks: int
     nodes: int
@@ -148,6 +160,8 @@ class NcclComm:
     intra: str = "nvlink"
     cpu: str = "intel"
     nvls_channels: int = 0
+    nvls_bw_intra: float = 0.0
+    nvls_bw_inter: float = 0.0
     latency_inter_us: float = 0.0
     tree_pattern_plain: bool = False
 
@@ -175,14 +189,19 @@ def _steps(collective: str, ranks: int) -> int:
     return 2 * (ranks - 1) if collective == "all_reduce" else ranks - 1
 
 
+def _nvls_heads(c: NcclComm) -> int:
+    """Channels of NCCL's NVLS graph: one head per GPU of the node (0 where no NVLS graph bandwidth is known)."""
+    return min(NVLS_MAX_ARITY, int(c.per_node)) if c.nvls_bw_intra > 0 else 0
+
+
 def _enabled(c: NcclComm, collective: str, algorithm: str, protocol: str) -> bool:
     """Whether NCCL considers the pair at all (``ncclTopoTuneModel``'s skips and disables, CollNet off)."""
     sharded = collective in ("all_gather", "reduce_scatter")
     if algorithm == "pat" and (not sharded or protocol != "Simple" or c.nodes != c.ranks):
         return False  # PAT: all-gather and reduce-scatter with one GPU per node (ncclPatEnable), Simple only
     if algorithm in ("nvls", "nvls_tree"):
-        if protocol != "Simple" or c.nvls_channels < 2 or NVLS_EFFICIENCY[c.gpu] == 0:
-            return False
+        if protocol != "Simple" or c.nvls_channels < 1 or _nvls_heads(c) < 2 or NVLS_EFFICIENCY[c.gpu] == 0:
+            return False  # the NVLS graph needs two channels (heads) or more; no NVLS graph without a bandwidth
         if algorithm == "nvls_tree" and (c.nodes == 1 or sharded):
             return False
         if algorithm == "nvls" and c.nodes > 1:
@@ -199,12 +218,12 @@ def bandwidth_GBps(c: NcclComm, collective: str, algorithm: str, protocol: str) 
         return 0.0
     col, gpu = c._column, c.gpu
     nvls = algorithm in ("nvls", "nvls_tree")
-    channels = c.nvls_channels if nvls else c.channels
+    channels = _nvls_heads(c) if nvls else c.channels  # graphs[a]->nChannels: the NVLS graph's heads
     bw = c.bw_intra if c.nodes <= 2 else c.bw_inter
     if nvls:
-        intra = c.bw_intra * NVLS_EFFICIENCY[gpu] * (channels - 1) / channels
+        intra = c.nvls_bw_intra * NVLS_EFFICIENCY[gpu] * (channels - 1) / channels
         intra *= 2.0 if collective == "all_reduce" else (c.per_node - 1) / c.per_node
-        inter = c.bw_inter * (2 if c.nodes <= 2 and algorithm == "nvls_tree" else 1)
+        inter = c.nvls_bw_inter * (2 if c.nodes <= 2 and algorithm == "nvls_tree" else 1)
         bw = min(intra, inter, PER_CHANNEL_NVLS_TREE_BW[gpu][col] if algorithm == "nvls_tree" else math.inf)
     bus = channels * bw
     ll_max = LL_MAX_BW[("node", gpu) if c.nodes == 1 else ("net", c.cpu)][col]
@@ -403,3 +422,84 @@ def ring_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning,
         return 0.0
     wire_us = n_bytes * _steps(collective, c.ranks) / c.ranks / (1000 * busbw_GBps)
     return max(0.0, ring_call(c, collective, n_bytes, t).time_us - wire_us) * 1e-6
+
+
+# ---- An NVLS all-reduce as it runs (src/enqueue.cc, src/device/all_reduce.h, src/transport/nvls.cc at 5067397c) ----
+#: Traffic below which a channel is not worth its CTA: ``scheduleCollTasksToPlan`` gives each channel at least 32 KiB
+#: of traffic (``MinTrafficPerChannel``), an all-reduce counting 2 bytes of traffic per byte
+#: (``ncclFuncTrafficPerByte``), so a call of ``n`` bytes runs on ``ceil(2 n / 32 KiB)`` channels at most.
+MIN_TRAFFIC_PER_CHANNEL = 32768
+#: The NVLS chunk (``NCCL_NVLS_CHUNKSIZE`` default 128 KiB, src/transport/nvls.cc) and ``calcCollChunking``'s cuts for
+#: smaller calls: below 64, 8 and 2 times (channels x heads) chunks it falls to 64, 32 and 16 KiB.
+NVLS_CHUNK_BYTES = 131072
+_NVLS_CHUNK_CUTS = ((64, 65536), (8, 32768), (2, 16384))
+
+
+@dataclass(frozen=True)
+class NvlsTuning:
+    """What a node's nccl-tests NVLS curve says NCCL's model leaves out of an NVLS call, fitted once per node type
+    (``scripts/fit_nccl.py``): ``call_us``, the fixed cost of a call (launch, the switch's multicast barrier, the
+    last flag), and ``sync_us``, the cost of one loop of a channel (its heads' chunks scattered, reduced through the
+    switch and gathered, each stage's flags)."""
+
+    call_us: float
+    sync_us: float
+
+
+def nvls_channels_used(c: NcclComm, n_bytes: float) -> int:
+    """Channels an NVLS all-reduce of ``n_bytes`` runs on: ``comm->nvlsChannels`` (``topoGetAlgoInfo``), fewer when
+    each would carry less than 32 KiB of traffic (``scheduleCollTasksToPlan``)."""
+    return max(1, min(c.nvls_channels, math.ceil(2 * n_bytes / MIN_TRAFFIC_PER_CHANNEL)))
+
+
+def nvls_chunk_bytes(c: NcclComm, channel_bytes: float) -> int:
+    """The chunk of an NVLS all-reduce on one node for a channel's share ``channel_bytes`` (``calcCollChunking``,
+    called per channel with one channel): 128 KiB, cut for small shares against the heads' concurrent operations."""
+    chunk = NVLS_CHUNK_BYTES
+    ops = _nvls_heads(c)
+    for times, cut in _NVLS_CHUNK_CUTS:
+        if channel_bytes < times * ops * chunk and chunk > cut:
+            chunk = cut
+    return chunk
+
+
+def nvls_time_us(c: NcclComm, n_bytes: float, t: NvlsTuning) -> float:
+    """The time of one NVLS all-reduce on one node as it runs, us. Each channel takes its share of the bytes in
+    loops of one chunk per head (``RunWorkColl<AllReduce, NVLS, Simple>``, one-node path): every GPU scatters the
+    loop's chunks into the NVLS buffers, each head reduces its chunk through the switch (``multimem.ld_reduce``) and
+    stores the sum to every GPU at once (``multimem.st``), every GPU gathers the sums. The bytes move at NCCL's NVLS
+    bandwidth (``bandwidth_GBps``: heads x NVLS graph bandwidth x ``nvlsEfficiency`` x (heads - 1) / heads x 2),
+    less the share of channels a small call leaves idle; each loop of a channel costs ``sync_us``, each call
+    ``call_us``."""
+    if c.ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    bw = bandwidth_GBps(c, "all_reduce", "nvls", "Simple")
+    if bw <= 0:
+        raise ValueError(f"no NVLS all-reduce on {c}")
+    nc = nvls_channels_used(c, n_bytes)
+    chunk = nvls_chunk_bytes(c, n_bytes / nc)
+    loops = max(1, math.ceil(n_bytes / nc / (_nvls_heads(c) * chunk)))
+    return t.call_us + loops * t.sync_us + n_bytes / (1000 * bw * nc / c.nvls_channels)
+
+
+def nvls_sent_factor(ranks: int) -> float:
+    """Bytes each GPU sends to the switch (and receives from it) per byte of an NVLS all-reduce among ``ranks``: the
+    reductions read every chunk of its buffer once (``n``), its head chunk's sum is stored once (``n / ranks``)."""
+    return (ranks + 1) / ranks
+
+
+def default_call(c: NcclComm, collective: str, n_bytes: float, ring: NcclTuning, nvls: NvlsTuning | None) -> NcclChoice:
+    """A call as NCCL runs it with ``NCCL_ALGO`` unset, between the two algorithms timed as they run: NCCL's own model
+    (``choose``) picks the ring (``ring_call``) or, for an all-reduce on one node with NVLink SHARP and an NVLS
+    timing, NVLS (``nvls_time_us``). The tree, and NVLS all-gather and reduce-scatter, are not timed as they run:
+    not offered."""
+    algorithms: tuple[str, ...] = ("ring",)
+    if nvls is not None and collective == "all_reduce" and c.nodes == 1:
+        algorithms = ("ring", "nvls")
+    pick = choose(c, collective, n_bytes, algorithms=algorithms)
+    if pick.algorithm != "nvls":
+        return ring_call(c, collective, n_bytes, ring)
+    assert nvls is not None
+    us = nvls_time_us(c, n_bytes, nvls)
+    factor = _steps(collective, c.ranks) / c.ranks
+    return NcclChoice("nvls", "Simple", us, n_bytes * factor / (1000 * us))

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
-from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning
+from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning, NvlsTuning, default_call, nvls_sent_factor
 from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["nccl_comm", "ring_overhead_s", "timed"]
+__all__ = ["LayerCall", "layer_call", "nccl_comm", "ring_overhead_s", "timed"]
 
 
 def timed(cluster: Cluster) -> bool:
@@ -37,8 +38,19 @@ def _comm(node: NodeSpec, ranks: int, nodes: int, cpu: str | None = None) -> Ncc
     intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
     return NcclComm(
         ranks, nodes, section.arch, section.channels, section.channel_bw_intra_GBps, section.channel_bw_inter_GBps,
-        intra=intra, cpu=cpu or section.cpu,
+        intra=intra, cpu=cpu or section.cpu, nvls_channels=section.nvls_channels if section.nvls_timed else 0,
+        nvls_bw_intra=section.nvls_bw_intra_GBps or 0.0, nvls_bw_inter=section.nvls_bw_inter_GBps or 0.0,
     )  # fmt: skip
+
+
+def _tunings(node: NodeSpec) -> tuple[NcclTuning, NvlsTuning | None]:
+    section = node.nccl
+    assert section is not None and section.call_us is not None and section.sync_us is not None
+    nvls = None
+    if section.nvls_timed:
+        assert section.nvls_call_us is not None and section.nvls_sync_us is not None
+        nvls = NvlsTuning(section.nvls_call_us, section.nvls_sync_us)
+    return NcclTuning(section.call_us, section.sync_us), nvls
 
 
 def ring_overhead_s(
@@ -58,9 +70,53 @@ def ring_overhead_s(
 
 @lru_cache(maxsize=65536)
 def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float) -> float:
-    section = node.nccl
-    assert section is not None and section.call_us is not None and section.sync_us is not None
     per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
     comm = _comm(node, per_node * nodes, nodes)
-    tuning = NcclTuning(section.call_us, section.sync_us)
-    return _costs_ring_overhead_s(comm, collective, n_bytes, tuning, busbw / 1e9)
+    return _costs_ring_overhead_s(comm, collective, n_bytes, _tunings(node)[0], busbw / 1e9)
+
+
+@dataclass(frozen=True)
+class LayerCall:
+    """How a layer's collective runs with NCCL's default algorithm (``NCCL_ALGO`` unset): ``algorithm`` (``ring`` or
+    ``nvls``), ``sent_factor`` (bytes each rank puts on its link per message byte: the ring's ``2 (p - 1) / p`` for an
+    all-reduce, NVLS's ``(p + 1) / p`` to the switch) and ``overhead_s``, what the call takes beyond those bytes at the
+    group's bus bandwidth (None: the node does not time NCCL's calls; the alpha-beta latency applies)."""
+
+    algorithm: str
+    sent_factor: float
+    overhead_s: float | None
+
+
+def layer_call(
+    cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
+) -> LayerCall:
+    """A layer's blocking collective (tensor parallelism) as NCCL runs it by default: NVLS where the node times NVLS
+    calls, the group is one node and NCCL's own model picks it (``plansim.costs.nccl.default_call``), else the ring.
+    Both engines ask it: the analytic engine prices ``sent_factor x n_bytes / busbw + overhead_s``, the DES moves
+    those bytes as flows and adds ``overhead_s`` at the end."""
+    ring = _ring_factor(collective, ranks)
+    if ranks <= 1 or n_bytes <= 0 or collective not in COLLECTIVES:
+        return LayerCall("ring", ring, 0.0 if timed(cluster) else None)
+    nodes = max(1, min(nodes, ranks))
+    return _layer_call(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps), timed(cluster))
+
+
+def _ring_factor(collective: str, p: int) -> float:
+    return (2.0 if collective == "all_reduce" else 1.0) * (p - 1) / p if p > 1 else 0.0
+
+
+@lru_cache(maxsize=65536)
+def _layer_call(
+    node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float, is_timed: bool
+) -> LayerCall:
+    ring = _ring_factor(collective, ranks)
+    if not is_timed:
+        return LayerCall("ring", ring, None)
+    assert node.nccl is not None
+    if nodes == 1 and collective == "all_reduce" and node.nccl.nvls_timed:
+        ring_t, nvls_t = _tunings(node)
+        call = default_call(_comm(node, ranks, 1), collective, n_bytes, ring_t, nvls_t)
+        if call.algorithm == "nvls":
+            factor = nvls_sent_factor(ranks)
+            return LayerCall("nvls", factor, max(0.0, call.time_us * 1e-6 - factor * n_bytes / busbw))
+    return LayerCall("ring", ring, _ring_overhead(node, collective, ranks, nodes, n_bytes, busbw))

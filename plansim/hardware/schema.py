@@ -315,7 +315,9 @@ class NcclSection(_Strict):
     nodes, GB/s, as NCCL's topology search sets them; ``cpu``, the host CPU vendor (NCCL's LL ceiling across nodes
     and network overhead); ``call_us`` and ``sync_us`` (LL, LL128, Simple), the fitted per-call and
     per-synchronisation costs (``scripts/fit_nccl.py``). Without them collectives keep the alpha-beta latency
-    (``timed`` is False)."""
+    (``timed`` is False). The NVLS timing fields, all or none, with the call-timing fields and ``nvls_channels``: the
+    NVLS graph's bandwidth per head inside and across nodes (GB/s, NCCL's topology search), ``nvls_call_us`` and
+    ``nvls_sync_us``, the fitted per-call and per-loop costs of an NVLS all-reduce (``nvls_timed``)."""
 
     channels: int = field("nccl_channels")
     p2p_channels_per_peer: int = field("nccl_channels")
@@ -327,11 +329,20 @@ class NcclSection(_Strict):
     cpu: Literal["intel", "amd"] = "intel"
     call_us: float | None = Field(default=None, ge=0, le=1e4)
     sync_us: tuple[float, float, float] | None = None
+    nvls_bw_intra_GBps: PositiveFloat | None = None
+    nvls_bw_inter_GBps: PositiveFloat | None = None
+    nvls_call_us: float | None = Field(default=None, ge=0, le=1e4)
+    nvls_sync_us: float | None = Field(default=None, ge=0, le=1e4)
 
     @property
     def timed(self) -> bool:
         """Whether NCCL's calls are timed on this node (the call-timing fields are given)."""
         return self.arch is not None
+
+    @property
+    def nvls_timed(self) -> bool:
+        """Whether NVLS all-reduces are timed on this node (the NVLS timing fields are given)."""
+        return self.nvls_call_us is not None
 
     @model_validator(mode="after")
     def _timing_all_or_none(self) -> NcclSection:
@@ -344,6 +355,15 @@ class NcclSection(_Strict):
             raise ValueError(f"the call-timing fields come all or none: add {', '.join(missing)}")
         if self.sync_us is not None and any(not 0 <= v <= 1e4 for v in self.sync_us):
             raise ValueError("sync_us: three costs (LL, LL128, Simple) between 0 and 10,000 us")
+        nvls = {
+            "nvls_bw_intra_GBps": self.nvls_bw_intra_GBps, "nvls_bw_inter_GBps": self.nvls_bw_inter_GBps,
+            "nvls_call_us": self.nvls_call_us, "nvls_sync_us": self.nvls_sync_us,
+        }  # fmt: skip
+        absent = [k for k, v in nvls.items() if v is None]
+        if absent and len(absent) < len(nvls):
+            raise ValueError(f"the NVLS timing fields come all or none: add {', '.join(absent)}")
+        if not absent and (self.nvls_channels < 1 or missing):
+            raise ValueError("the NVLS timing fields need nvls_channels > 0 and the call-timing fields")
         return self
 
 

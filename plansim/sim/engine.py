@@ -36,7 +36,7 @@ from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
-from plansim.hardware.nccl import ring_overhead_s, timed
+from plansim.hardware.nccl import LayerCall, layer_call, ring_overhead_s, timed
 from plansim.mesh import DeviceMesh
 from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
@@ -169,6 +169,7 @@ class _Engine:
         self.comm_start: dict[tuple[int, int], float] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
         self.extra_cache: dict[tuple[Any, ...], float] = {}
+        self.layer_calls: dict[tuple[Any, ...], LayerCall] = {}
         # (rank, comm) -> (members, simulated members, phases, load on a GPU beside compute): what each of a rank's
         # collectives needs
         self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase], Load]] = {}
@@ -333,6 +334,9 @@ class _Engine:
         """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
         adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
         figures (whose phases carry the per-step latency instead)."""
+        call = self._layer_call(comm, members)
+        if call is not None:
+            return call.overhead_s or 0.0
         if comm.algorithm != "ring" or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
             return 0.0
         key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
@@ -346,6 +350,21 @@ class _Engine:
             busbw = link.bandwidth_Bps
             got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw) or 0.0
             self.extra_cache[key] = got
+        return got
+
+    def _layer_call(self, comm: Comm, members: tuple[int, ...]) -> LayerCall | None:
+        """How a layer's collective (a mesh axis other than dp) runs with NCCL's default algorithm, as the analytic
+        engine's ``comm_pricer`` asks (``plansim.hardware.nccl.layer_call``: ring, or NVLS on an NVLS node); None for
+        data-parallel collectives, sends and the embedding sync."""
+        if comm.group in ("dp", "pp", "emb") or comm.algorithm != "ring" or len(members) < 2:
+            return None
+        key = ("layer", comm.collective, len(members), members[0], members[-1], comm.n_bytes)
+        got = self.layer_calls.get(key)
+        if got is None:
+            nodes = len({self.cluster.node_of(r) for r in members})
+            link = self.cluster.group_link(len(members), members[1] - members[0])
+            got = layer_call(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, link.bandwidth_Bps)
+            self.layer_calls[key] = got
         return got
 
     def _load_of(self, dev: _Device, comm: Comm, members: tuple[int, ...]) -> Load:
@@ -407,12 +426,39 @@ class _Engine:
         return end
 
     def phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
-        """The collective as phases of bundled transfers (cached per group and algorithm)."""
-        key = (comm.collective, comm.algorithm, comm.local, members, comm.group)
+        """The collective as phases of bundled transfers (cached per group and algorithm). A layer's all-reduce that
+        NCCL runs as NVLS is one phase: each member sends ``(p + 1) / p`` of the message up to the switch and
+        receives as much (``plansim.costs.nccl.nvls_sent_factor``), as a flow to its ring neighbour through it."""
+        call = self._layer_call(comm, members)
+        nvls = call is not None and call.algorithm == "nvls"
+        key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.group)
         cached = self.phase_cache.get(key)
         if cached is None:
-            cached = self.phase_cache[key] = self._build_phases(comm, members)
+            if nvls:
+                assert call is not None
+                cached = self.phase_cache[key] = [self._nvls_phase(comm, members, call.sent_factor)]
+            else:
+                cached = self.phase_cache[key] = self._build_phases(comm, members)
         return cached
+
+    def _nvls_phase(self, comm: Comm, members: tuple[int, ...], factor: float) -> _Phase:
+        p = len(members)
+        offsets = self.images(comm.group)
+        weights: dict[LinkId, float] = defaultdict(float)
+        own: set[LinkId] = set()
+        injected = 0.0
+        for i, src in enumerate(members):
+            dst = members[(i + 1) % p]
+            if src in self.devices:
+                own.update(self.fabric.route(src, dst))
+            for off in offsets:
+                route = self.fabric.route(src + off, dst + off)
+                if route:
+                    injected += 1.0
+                for link in route:
+                    weights[link] += 1.0
+        kept = self._own_links(dict(weights), own)
+        return _Phase(kept, factor, 0.0, injected, self.net.route(kept))
 
     def _channels(self, comm: Comm, members: tuple[int, ...]) -> list[tuple[int, ...]]:
         """Member orders of the rings a collective runs concurrently: one per member on a node, rotated so each
@@ -592,8 +638,12 @@ def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
         if c.group == "pp":
             out["pp"] += c.n_bytes
             continue
-        p = len(engine.members(dev, c))
-        if p > 1:
+        members = engine.members(dev, c)
+        p = len(members)
+        call = engine._layer_call(c, members)
+        if call is not None and call.algorithm == "nvls":
+            out[c.kind] += call.sent_factor * c.n_bytes
+        elif p > 1:
             out[c.kind] += _sent(c.collective, c.algorithm, p, c.n_bytes, c.local)
     return out
 

@@ -17,7 +17,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, bytes_sent_per_rank,
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
-from plansim.hardware.nccl import ring_overhead_s
+from plansim.hardware.nccl import layer_call, ring_overhead_s
 from plansim.mesh import mesh_of
 from plansim.step.layers import CommPricer
 from plansim.strategy import Strategy
@@ -92,8 +92,9 @@ def shard_algorithm(s: Strategy) -> str:
 
 
 def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
-    """Prices one blocking collective of a layer (ring, Megatron-LM's NCCL default within a node) on the link of the
-    mesh's group along its axis: ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
+    """Prices one blocking collective of a layer on the link of the mesh's group along its axis, as NCCL runs it by
+    default (``plansim.hardware.nccl.layer_call``: the ring, or NVLS for an all-reduce within an NVLS node where NCCL's
+    own model picks it): ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
     mesh = mesh_of(s)
     links: dict[str, Link] = {}
 
@@ -105,8 +106,12 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
         if link is None:
             link = links[axis] = mesh.link(axis, cluster)
         nodes = p // mesh.local_size(axis, cluster.gpus_per_node)
-        seconds = ring_call_s(cluster, collective, p, nodes, n_bytes, link)
-        return seconds, bytes_sent_per_rank(collective, "ring", p, n_bytes)
+        call = layer_call(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps)
+        if call.algorithm == "ring":
+            seconds = ring_call_s(cluster, collective, p, nodes, n_bytes, link)
+            return seconds, bytes_sent_per_rank(collective, "ring", p, n_bytes)
+        assert call.overhead_s is not None
+        return call.sent_factor * n_bytes / link.bandwidth_Bps + call.overhead_s, call.sent_factor * n_bytes
 
     return price
 
