@@ -48,6 +48,7 @@ from plansim.step.memory import (
     milp_stage_plans,
     rounding_ratio,
     saved_figures,
+    scheduled_split_extra,
     split_backward_held,
     stage_params,
     static_bytes,
@@ -367,12 +368,14 @@ def simulate_analytic(
             params = sums.params + (tied if idx == s.pp - 1 else 0)
             ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
             workspace = workspace_peak(layers, priced.costs, model, sched.split_backward)
-            if scheduled:
-                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
-                continue
             in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
             # a split backward (ZB-H1) holds micro-batches between B and W too: the schedule's held points
             held = sched.held(idx, s.pp, s.num_microbatches, s.virtual_stages) if sched.split_backward else None
+            if scheduled:
+                if held is not None:  # what the held points add to the schedule's peak, beside the workspace
+                    workspace += scheduled_split_extra(held, in_flight, plans[idx], layers, priced.costs, model)
+                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
+                continue
             stage_key = (sums, s.remat, in_flight, held, p2p, params, ends_bytes, workspace)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
@@ -543,9 +546,7 @@ class _StageSums:
     def split_held(self, remat: str) -> SplitHeld:
         """What the stage holds per micro-batch under a split backward (``step.memory.split_backward_held``)."""
         if remat not in self._split_held:
-            self._split_held[remat] = split_backward_held(
-                remat, self._head, self.blocks, self._tail, self.layer_input
-            )
+            self._split_held[remat] = split_backward_held(remat, self._head, self.blocks, self._tail, self.layer_input)
         return self._split_held[remat]
 
     def activations(self, remat: str) -> StageActivations:

@@ -50,6 +50,7 @@ __all__ = [
     "model_states",
     "rounding_ratio",
     "saved_figures",
+    "scheduled_split_extra",
     "split_backward_held",
     "stage_params",
     "static_bytes",
@@ -240,6 +241,28 @@ def held_peak(points: Sequence[HeldPoint], stored: float, kept: float, between: 
     27.0
     """
     return max(h.stored * stored + h.weight * kept + (after_backward if h.after_backward else between) for h in points)
+
+
+def scheduled_split_extra(
+    points: Sequence[HeldPoint],
+    in_flight: float,
+    plan: StageRemat,
+    layers: Sequence[int],
+    costs: Mapping[int, LayerCost],
+    model: Workload,
+) -> float:
+    """``remat: milp`` under a split backward: what the schedule's held points add to the stage's plan, whose peak
+    counts ``in_flight`` micro-batches stored. Each block stores what the plan keeps (the ends all they save) and keeps
+    of it for W its weight GEMMs' inputs; what the plan rebuilds goes after B (as the lowering allocates them), so the
+    peaks are at B starts and a B's end adds nothing beyond them."""
+    stored = {
+        i: min(costs[i].saved_bytes, plan.layers[i].stored_bytes) if 0 <= i < model.layers else costs[i].saved_bytes
+        for i in layers
+        if i in costs
+    }
+    per_mb = sum(stored.values())
+    kept = sum(min(b, costs[i].wgrad_saved_bytes) for i, b in stored.items())
+    return max(0.0, *((h.stored - in_flight) * per_mb + h.weight * kept for h in points if not h.after_backward))
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
