@@ -28,7 +28,7 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.mesh import mesh_of
 from plansim.result import Result
-from plansim.schedules import get_schedule
+from plansim.schedules import HeldPoint, get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import (
@@ -41,11 +41,15 @@ from plansim.step.layers import (
     rerun_sync_s,
 )
 from plansim.step.memory import (
+    SplitHeld,
     ends_saved,
     fixed_bytes,
+    held_peak,
     milp_stage_plans,
     rounding_ratio,
     saved_figures,
+    scheduled_split_extra,
+    split_backward_held,
     stage_params,
     static_bytes,
     workspace_peak,
@@ -364,15 +368,19 @@ def simulate_analytic(
             params = sums.params + (tied if idx == s.pp - 1 else 0)
             ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
             workspace = workspace_peak(layers, priced.costs, model, sched.split_backward)
+            in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
+            # a split backward (ZB-H1) holds micro-batches between B and W too: the schedule's held points
+            held = sched.held(idx, s.pp, s.num_microbatches, s.virtual_stages) if sched.split_backward else None
             if scheduled:
+                if held is not None:  # what the held points add to the schedule's peak, beside the workspace
+                    workspace += scheduled_split_extra(held, in_flight, plans[idx], layers, priced.costs, model)
                 stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
                 continue
-            in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            stage_key = (sums, s.remat, in_flight, p2p, params, ends_bytes, workspace)
+            stage_key = (sums, s.remat, in_flight, held, p2p, params, ends_bytes, workspace)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
                 stage = priced.stage_costs[stage_key] = _stage_cost(
-                    sums, s.remat, in_flight, p2p, params, ends_bytes, workspace=workspace
+                    sums, s.remat, in_flight, p2p, params, ends_bytes, workspace=workspace, held=held
                 )
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
@@ -498,6 +506,8 @@ class _StageSums:
 
     def __init__(self, layers: list[int], costs: dict[int, LayerCost], model: Workload, layer_input: float) -> None:
         self.blocks = [costs[i] for i in layers if 0 <= i < model.layers]
+        self._head = [costs[i] for i in layers if i < 0 and i in costs]
+        self._tail = [costs[i] for i in layers if i >= model.layers and i in costs]
         every = self.blocks + [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
         self.fwd_s = sum(c.fwd_s for c in every)
         self.bwd_s = sum(c.bwd_s for c in every)
@@ -517,6 +527,7 @@ class _StageSums:
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
         self._activations: dict[str, StageActivations] = {}
+        self._split_held: dict[str, SplitHeld] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -531,6 +542,12 @@ class _StageSums:
     def rounding(self, remat: str) -> float:
         """The caching allocator's reserved over allocated bytes of this stage's activations under ``remat``."""
         return rounding_ratio(remat, self._saved, self._ends_saved, self.layer_input)
+
+    def split_held(self, remat: str) -> SplitHeld:
+        """What the stage holds per micro-batch under a split backward (``step.memory.split_backward_held``)."""
+        if remat not in self._split_held:
+            self._split_held[remat] = split_backward_held(remat, self._head, self.blocks, self._tail, self.layer_input)
+        return self._split_held[remat]
 
     def activations(self, remat: str) -> StageActivations:
         if remat not in self._activations:
@@ -550,12 +567,14 @@ def _stage_cost(
     ends_saved: float,
     plan: StageRemat | None = None,
     workspace: float = 0.0,
+    held: tuple[HeldPoint, ...] | None = None,
 ) -> StageCost:
     """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
     ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes, each send beside
     compute) of its pipeline traffic (``_p2p``), ``params`` it holds, ``ends_saved`` bytes of embedding/output
     activations and ``workspace`` what a fused attention kernel's backward adds at the peak
-    (``step.memory.workspace_peak``).
+    (``step.memory.workspace_peak``). ``held``: under a split backward, the schedule's points where the stage can
+    peak (``PipelineSchedule.held``), which replace ``in_flight`` and the ends' count (``step.memory.held_peak``).
 
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); the analytic engine still charges the send itself on the critical path
@@ -568,9 +587,19 @@ def _stage_cost(
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        activations = (
-            stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient) + workspace
-        )
+        if held is None:
+            activations = (
+                stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient) + workspace
+            )
+        else:
+            st, split = sums.activations(remat), sums.split_held(remat)
+            activations = held_peak(
+                held,
+                st.stored_per_microbatch + split.ends_stored,
+                split.kept,
+                max(st.working, sums.transient) + workspace,
+                split.after_backward,
+            )
         rerun_sync = sums.rerun_sync(remat)
     sends = p2p[3]
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))

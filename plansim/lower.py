@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.optimizer import optimizer_step_s
-from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
+from plansim.costs.remat_policies import REMAT_POLICIES, Recompute, weight_grad_kept
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
 from plansim.mesh import DeviceMesh, mesh_of
@@ -343,8 +343,8 @@ class _StageLowering:
             p = ctx.programs[lay]
             stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and policy.segments)
             rebuilt = max(p.saved - stored, 0.0)  # a traced block may save less than the kept input
-            # split backward: the rebuilt weight-GEMM inputs stay for the W pass, the rest goes after B
-            keep = min(rebuilt, p.wgrad_saved - min(stored, p.wgrad_saved)) if self.split else 0.0
+            # split backward: what W needs beyond the stored part (``k/``) is rebuilt here and stays for the W pass
+            keep = weight_grad_kept(p.saved, stored, p.wgrad_saved) - min(stored, p.wgrad_saved) if self.split else 0.0
             alloc += [(f"r/{mb}/{lay}", rebuilt - keep, "activations"), (f"rk/{mb}/{lay}", keep, "activations")]
         self._run(segs, f"R{mb}.L{layer}", "recompute", mb, first_deps=deps, alloc=tuple(alloc), wait_key=wait)
         return None, ()

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from plansim.pipeline_orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
 
-__all__ = ["SCHEDULES", "PipelineSchedule", "StepTime", "get_schedule"]
+__all__ = ["SCHEDULES", "HeldPoint", "PipelineSchedule", "StepTime", "get_schedule"]
 
 
 class StepTime(Protocol):
@@ -32,6 +32,21 @@ class StepTime(Protocol):
     def __call__(
         self, stage_times: Sequence[float], m: int, v: int, weight_times: Sequence[float] | None = None
     ) -> float: ...
+
+
+@dataclass(frozen=True)
+class HeldPoint:
+    """What a stage holds at one point of its order where its activations can peak.
+
+    ``stored``: micro-batches whose forward has run and whose backward (B) has not, each holding all it stored;
+    ``weight``: micro-batches whose B has run and whose W (split schedules) has not, each holding only what W needs.
+    ``after_backward``: the point is the end of a B pass, whose micro-batch is counted in ``weight`` (its last layer's
+    working set still live); otherwise it is the start of a B pass (or the end of a forward), as 1F1B's peak.
+    """
+
+    stored: float
+    weight: float
+    after_backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,7 +61,9 @@ class PipelineSchedule:
     ``ends_in_flight(p, m, v)`` is (first chunk of stage 0, last chunk of the last stage): how many micro-batches
     the input embedding and the output layer hold. ``order(stage, p, m, v)`` is the sequence of passes that stage
     runs (``plansim.pipeline_orders``); ``split_backward`` says whether its B passes compute only input gradients,
-    with separate W passes for the weight gradients. ``model_chunks`` says whether it runs ``v >= 2`` model chunks
+    with separate W passes for the weight gradients; ``held(stage, p, m, v)`` then gives the points of the stage's
+    order where its activations can peak (:class:`HeldPoint`), micro-batches between B and W included (for the
+    others it is the one point of ``in_flight``). ``model_chunks`` says whether it runs ``v >= 2`` model chunks
     per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
     multiple of ``pp`` (``plansim.strategy_checks``); the others run one chunk per stage.
 
@@ -67,6 +84,14 @@ class PipelineSchedule:
     split_backward: bool = False
     model_chunks: bool = False
     blocking_p2p: bool = True
+    split_held: Callable[[int, int, int, int], tuple[HeldPoint, ...]] | None = None
+
+    def held(self, stage: int, p: int, m: int, v: int) -> tuple[HeldPoint, ...]:
+        """The points of ``stage``'s order where its activations can peak: the stage's peak is the largest of them
+        for any bytes per stored and per weight-held micro-batch (``tests/test_schedules.py`` runs the orders)."""
+        if self.split_held is not None:
+            return self.split_held(stage, p, m, v)
+        return (HeldPoint(self.in_flight(stage, p, m, v), 0.0),)
 
     def sends_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
         """(forward, backward) activation sends of one micro-batch from ``stage``.
@@ -141,14 +166,31 @@ def _one_f_one_b_in_flight(stage: int, p: int, m: int, v: int = 1) -> float:
 
 def _zb_h1_in_flight(stage: int, p: int, m: int, v: int = 1) -> float:
     """ZB-H1 runs F and B as 1F1B does: at most p-s micro-batches between their forward and their (input-gradient)
-    backward on stage s (capped by m).
-
-    Not counted: the s micro-batches whose W stage s holds back keep what W needs, each GEMM's input and the
-    gradient of its output, most of what the forward saved (Qi et al. 2024, Table 1). Every stage thus keeps p
-    micro-batches between F and W, but only stage 0, which holds back none, keeps p whole, so the worst stage's memory
-    is 1F1B's (Qi et al. 2024 sec 2.1); later stages hold more than this count says.
-    """
+    backward on stage s (capped by m). What the held-back W passes keep comes on top: ``_zb_h1_held``."""
     return _one_f_one_b_in_flight(stage, p, m, v)
+
+
+def _zb_h1_held(stage: int, p: int, m: int, v: int = 1) -> tuple[HeldPoint, ...]:
+    """Where stage s of ZB-H1 (``zb_h1_order``) can peak: micro-batches between F and B, and between B and W.
+
+    With ``w = min(p-s-1, m)`` warm-up forwards, the k-th B (k = 0..m-1) starts with ``min(w+1, m-k)`` micro-batches
+    between F and B and ``min(k, s)`` between B and W (its W runs right after it once k >= s, so s stay held back),
+    and ends with ``min(w, m-1-k)`` and ``min(k+1, s+1)``. Both counts are piecewise linear in k with their breaks
+    at k = s and k = m-w-1, so any bytes per micro-batch peak at k in {0, s, m-w-1, m-1} (the forwards' and the W
+    passes' ends hold no more than a neighbouring B's start or end). For m >= p the start of the last steady B has
+    ``p-s`` stored and ``s`` weight-held: the ``p`` micro-batches between F and W that Qi et al. 2024 (sec 2.1)
+    count on every stage, of which only stage 0's are all whole, so stage 0 holds what 1F1B does and later stages
+    more (each held-back W keeps its weight GEMMs' inputs: ``plansim.costs.remat_policies.weight_grad_kept``).
+
+    >>> [(h.stored, h.weight) for h in _zb_h1_held(2, 4, 8) if not h.after_backward]
+    [(2.0, 0.0), (2.0, 2.0), (1.0, 2.0)]
+    """
+    w = min(p - stage - 1, m)
+    points: list[HeldPoint] = []
+    for k in sorted({0, min(stage, m - 1), max(m - w - 1, 0), m - 1}):
+        points.append(HeldPoint(float(min(w + 1, m - k)), float(min(k, stage))))
+        points.append(HeldPoint(float(min(w, m - 1 - k)), float(min(k + 1, stage + 1)), after_backward=True))
+    return tuple(dict.fromkeys(points))
 
 
 def _interleaved_in_flight(stage: int, p: int, m: int, v: int) -> float:
@@ -212,6 +254,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             "1F1B with weight gradients deferred into the drain (Zero Bubble ZB-H1)",
             zb_h1_order,
             split_backward=True,
+            split_held=_zb_h1_held,
         ),
     )
 }

@@ -164,7 +164,7 @@ def test_zb_h1_equal_stages_match_the_closed_form(p: int, m: int, tf: float, tb:
     assert closed == pytest.approx(makespan, rel=REL)
     if m >= p:  # Qi et al. 2024 sec 2.1: bubble (p-1)(T_F + T_B - T_W), against 1F1B's (p-1)(T_F + T_B + T_W)
         assert closed - m * (tf + tb + tw) == pytest.approx((p - 1) * (tf + tb - tw), rel=REL, abs=1e-12)
-    # 1F1B's in-flight counts: the W passes held back are not counted (see _zb_h1_in_flight).
+    # Between F and B: 1F1B's in-flight counts (what the held-back W passes keep: test_zb_h1_held_points_...).
     assert [sched.in_flight(s, p, m, 1) for s in range(p)] == peak
     assert sched.ends_in_flight(p, m, 1) == (peak[0], peak[-1])
     one_f_one_b, _ = brute_force("1f1b", [tf] * p, [tb] * p, m, tw=[tw] * p)
@@ -221,3 +221,67 @@ def test_zb_h1_estimate_for_a_heavier_last_stage(p: int, m: int, head: float) ->
     makespan, _ = brute_force("zb-h1", tf, tb, m, tw=tw)
     t = [f + b + w for f, b, w in zip(tf, tb, tw, strict=True)]
     assert get_schedule("zb-h1").step_time(t, m, 1, weight_times=tw) == pytest.approx(makespan, rel=0.04)
+
+
+def held_states(order: list[PipeOp]) -> dict[str, set[tuple[int, int]]]:
+    """Every state of one stage's order as (micro-batches between F and B, between B and W), by where it is taken:
+    at the start of a B (``start``), at its end (``end``: the micro-batch just through B counted between B and W),
+    and after each forward or W (``other``). Walked pass by pass from the order alone."""
+    stored = weight = 0
+    states: dict[str, set[tuple[int, int]]] = {"start": set(), "end": set(), "other": set()}
+    for op in order:
+        if op.kind == "B":
+            states["start"].add((stored, weight))
+            stored, weight = stored - 1, weight + 1
+            states["end"].add((stored, weight))
+        else:
+            stored, weight = (stored + 1, weight) if op.kind == "F" else (stored, weight - 1)
+            states["other"].add((stored, weight))
+    assert stored == weight == 0
+    return states
+
+
+# Bytes per stored and per weight-held micro-batch, and what a B's start and end add: weight-held ones below, equal
+# to and above the stored ones (full recompute keeps less than W needs before B), extras from none to large.
+MEMORY_WEIGHTS = [
+    (stored, weight, start, end)
+    for stored, weight in ((1.0, 0.0), (1.0, 0.3), (1.0, 1.0), (1.0, 2.5), (0.0, 1.0), (0.2, 7.0))
+    for start, end in ((0.0, 0.0), (0.5, 0.1), (0.1, 0.5), (3.0, 2.0))
+]
+
+
+@pytest.mark.parametrize("p", range(2, 9))
+def test_zb_h1_held_points_are_the_peaks_of_the_order(p: int) -> None:
+    """``held`` (closed form) against every state of ``zb_h1_order`` walked pass by pass, for m in 1..3p: each of
+    its points is a state of the order of its kind, and for any bytes per micro-batch the largest of its points is
+    the order's peak (the ends of forwards and W passes, given a B start's extra, included)."""
+    sched = get_schedule("zb-h1")
+    for m, s in itertools.product(range(1, 3 * p + 1), range(p)):
+        states = held_states(sched.order(s, p, m, 1))
+        points = sched.held(s, p, m, 1)
+        for h in points:
+            assert (h.stored, h.weight) in states["end" if h.after_backward else "start"]
+        for a, k, x, y in MEMORY_WEIGHTS:
+            closed = max(h.stored * a + h.weight * k + (y if h.after_backward else x) for h in points)
+            walked = max(
+                max(sa * a + sk * k + x for sa, sk in states["start"] | states["other"]),
+                max(sa * a + sk * k + y for sa, sk in states["end"]),
+            )
+            assert closed == pytest.approx(walked, rel=REL), (p, m, s, a, k, x, y)
+        # Qi et al. 2024 sec 2.1: once m >= p every stage keeps p micro-batches between F and W, p - s of them whole
+        if m >= p:
+            assert max((h.stored, h.weight) for h in points if not h.after_backward) == (p - s, s)
+            assert max(h.stored + h.weight for h in points) == p
+        # with nothing kept for W the peak is 1F1B's in-flight count
+        assert max(h.stored for h in points) == sched.in_flight(s, p, m, 1)
+
+
+@given(name=st.sampled_from(["gpipe", "1f1b", "interleaved"]), p=st.integers(1, 8), m=st.integers(1, 16))
+def test_unsplit_schedules_hold_their_in_flight_count(name: str, p: int, m: int) -> None:
+    v = 2 if name == "interleaved" else 1
+    m = m * p if name == "interleaved" else m
+    sched = get_schedule(name)
+    for s in range(p):
+        assert [(h.stored, h.weight, h.after_backward) for h in sched.held(s, p, m, v)] == [
+            (sched.in_flight(s, p, m, v), 0.0, False)
+        ]

@@ -27,7 +27,7 @@ from plansim.costs.memory import (
     stage_activation_bytes_of,
 )
 
-__all__ = ["REMAT_POLICIES", "Recompute", "RematPolicy", "stage_activation_bytes"]
+__all__ = ["REMAT_POLICIES", "Recompute", "RematPolicy", "stage_activation_bytes", "weight_grad_kept"]
 
 
 class Recompute(NamedTuple):
@@ -88,6 +88,22 @@ REMAT_POLICIES: dict[str, RematPolicy] = {
         RematPolicy("milp", "the Checkmate MILP's schedule per stage", "per_schedule", None, scheduled=True),
     )
 }
+
+
+def weight_grad_kept(saved: float, stored: float, wgrad_saved: float) -> float:
+    """Bytes a layer keeps per micro-batch from its input-gradient pass (B) to its deferred weight-gradient pass (W)
+    when the schedule splits backward (ZB-H1): its weight GEMMs' inputs (``wgrad_saved``), out of what it holds
+    during B, what it stored from the forward and what its recompute rebuilt (``saved`` in all, or ``stored`` where
+    that is more: a traced block may save less than the input it keeps). The rest goes after B. W computes each
+    weight's gradient from the GEMM's input and its output's gradient (Qi et al. 2024, sec 2); the lowering keeps the
+    input, as ``stored`` (``k/``) and rebuilt (``rk/``) parts, and frees it after W (``plansim.lower``).
+
+    >>> weight_grad_kept(saved=34.0, stored=34.0, wgrad_saved=20.0)   # no remat: the weight GEMMs' inputs
+    20.0
+    >>> weight_grad_kept(saved=34.0, stored=2.0, wgrad_saved=20.0)    # full remat: B rebuilt them, W keeps them
+    20.0
+    """
+    return min(max(saved, stored), wgrad_saved)
 
 
 def stage_activation_bytes(

@@ -19,15 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import LayerActivations, model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
-from plansim.costs.remat_policies import REMAT_POLICIES
+from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
-from plansim.schedules import get_schedule
+from plansim.schedules import HeldPoint, get_schedule
 from plansim.stages import stage_layers
 from plansim.step.layers import LayerCost, LayerProgram, layer_costs, layer_programs
 from plansim.step.prepare import PreparedStep, comm_pricer, tied_copy_params
@@ -40,14 +40,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIXED_CATEGORIES",
+    "SplitHeld",
     "backward_workspace",
     "communicators",
     "ends_saved",
     "fixed_bytes",
+    "held_peak",
     "milp_stage_plans",
     "model_states",
     "rounding_ratio",
     "saved_figures",
+    "scheduled_split_extra",
+    "split_backward_held",
     "stage_params",
     "static_bytes",
     "workspace_peak",
@@ -186,6 +190,79 @@ def workspace_peak(layers: Sequence[int], costs: Mapping[int, LayerCost], model:
         return workspace
     kept = min(costs[out].saved_bytes, costs[out].wgrad_saved_bytes) if split else 0.0
     return max(0.0, workspace - (costs[out].saved_bytes - kept))
+
+
+class SplitHeld(NamedTuple):
+    """A stage's bytes per micro-batch under a split backward (ZB-H1), beside its blocks' stored bytes (the remat
+    policy's ``stored_per_microbatch``): ``ends_stored`` the embedding's and output layer's saved activations;
+    ``kept`` what all its layers keep from B to W (``weight_grad_kept``); ``after_backward`` the most that a B pass
+    holds of its micro-batch beyond ``kept`` (the layers not yet through B, the one in B with what its recompute
+    rebuilt and its backward workspace), which at the B's end is what a ``HeldPoint(after_backward=True)`` adds."""
+
+    ends_stored: float
+    kept: float
+    after_backward: float
+
+
+def split_backward_held(
+    remat: str, head: Sequence[LayerCost], blocks: Sequence[LayerCost], tail: Sequence[LayerCost], layer_input: float
+) -> SplitHeld:
+    """``SplitHeld`` of a stage with layers ``head`` (the embedding), ``blocks`` and ``tail`` (the output layer), in
+    forward order, as the lowering allocates and frees them (``plansim.lower``): a layer stores its policy's bytes
+    (the ends all they save), its recompute brings it to ``max(saved, stored)`` just before its B (a sqrt(N)
+    segment's, before the B of the segment's last block, for the whole segment), its B frees all but
+    ``weight_grad_kept`` and its backward workspace. Backward runs the layers in reverse."""
+    policy = REMAT_POLICIES[remat]
+    k_seg = math.ceil(math.sqrt(len(blocks) or 1))
+    rows = []  # (segment, stored, held while in B, kept, workspace), forward order
+    for i, c in enumerate(blocks):
+        stored = policy.stored(c.saved_bytes, c.selective_saved_bytes, layer_input, i % k_seg == 0)
+        rows.append((i // k_seg if policy.segments else None, stored, max(c.saved_bytes, stored), c))
+    ends = [(None, c.saved_bytes, c.saved_bytes, c) for c in (*head, *tail)]
+    every = [*ends[: len(head)], *rows, *ends[len(head) :]]
+    kept = [weight_grad_kept(c.saved_bytes, stored, c.wgrad_saved_bytes) for _, stored, _, c in every]
+    extra = 0.0
+    for j in reversed(range(len(every))):  # B of layer j: the layers before it not yet through B
+        seg = every[j][0]
+        waiting = sum(
+            (held if seg is not None and s == seg else stored) - kept[u]
+            for u, (s, stored, held, _) in enumerate(every[:j])
+        )
+        extra = max(extra, waiting + every[j][2] - kept[j] + every[j][3].bwd_workspace_bytes)
+    return SplitHeld(sum(c.saved_bytes for c in (*head, *tail)), sum(kept), extra)
+
+
+def held_peak(points: Sequence[HeldPoint], stored: float, kept: float, between: float, after_backward: float) -> float:
+    """A stage's activation peak over its schedule's ``held`` points: ``stored`` bytes per micro-batch between F and
+    B, ``kept`` per micro-batch between B and W, plus ``between`` at a B's start (the working set and workspace, as
+    1F1B's peak adds them) or ``after_backward`` at its end (``SplitHeld.after_backward``).
+
+    >>> held_peak([HeldPoint(2, 1), HeldPoint(1, 2, after_backward=True)], 10.0, 4.0, 3.0, 1.0)
+    27.0
+    """
+    return max(h.stored * stored + h.weight * kept + (after_backward if h.after_backward else between) for h in points)
+
+
+def scheduled_split_extra(
+    points: Sequence[HeldPoint],
+    in_flight: float,
+    plan: StageRemat,
+    layers: Sequence[int],
+    costs: Mapping[int, LayerCost],
+    model: Workload,
+) -> float:
+    """``remat: milp`` under a split backward: what the schedule's held points add to the stage's plan, whose peak
+    counts ``in_flight`` micro-batches stored. Each block stores what the plan keeps (the ends all they save) and keeps
+    of it for W its weight GEMMs' inputs; what the plan rebuilds goes after B (as the lowering allocates them), so the
+    peaks are at B starts and a B's end adds nothing beyond them."""
+    stored = {
+        i: min(costs[i].saved_bytes, plan.layers[i].stored_bytes) if 0 <= i < model.layers else costs[i].saved_bytes
+        for i in layers
+        if i in costs
+    }
+    per_mb = sum(stored.values())
+    kept = sum(min(b, costs[i].wgrad_saved_bytes) for i, b in stored.items())
+    return max(0.0, *((h.stored - in_flight) * per_mb + h.weight * kept for h in points if not h.after_backward))
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
