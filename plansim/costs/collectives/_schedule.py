@@ -78,24 +78,29 @@ class Step:
         received = np.bincount(self.dst, weights=size, minlength=num_nodes).astype(np.float64)
         return sent, received
 
-    def placed(self, gpus: NDArray[np.int64], local: int) -> Placed | None:
-        """The step with node ``i`` on GPU ``gpus[i]`` and GPU ``g`` on node ``g // local``: whether a transfer
-        crosses nodes, and the busiest GPU's fraction of the message over its node-local link and over its
-        inter-node link (the larger of what it sends and receives on each); None when no transfer leaves its GPU.
+    def placed(self, gpus: NDArray[np.int64] | None, local: int) -> Placed | None:
+        """The step with node ``i`` on GPU ``gpus[i]`` (None: on GPU ``i``) and GPU ``g`` on node ``g // local``:
+        whether a transfer crosses nodes, and the busiest GPU's fraction of the message over its node-local link and
+        over its inter-node link (the larger of what it sends and receives on each); None when no transfer leaves its
+        GPU.
 
-        >>> Step([0, 1, 2], [2, 2, 3], [0.0] * 3, [1.0] * 3).placed(np.arange(4), local=2)
+        >>> Step([0, 1, 2], [2, 2, 3], [0.0] * 3, [1.0] * 3).placed(None, local=2)
         (True, 1.0, 2.0)
         """
-        src, dst, size = gpus[self.src], gpus[self.dst], self.hi - self.lo
+        src, dst = (self.src, self.dst) if gpus is None else (gpus[self.src], gpus[self.dst])
+        size = self.hi - self.lo
         moves = (src != dst) & (size > 0)
         if not moves.any():
             return None
         cross = (src // local) != (dst // local)
+        gpus_seen = int(max(src.max(), dst.max())) + 1
+        weight, offset = np.where(moves, size, 0.0), cross * gpus_seen  # slot g: node-local, gpus_seen + g: NIC
         busiest = []
-        for on in (moves & ~cross, moves & cross):
-            w = size[on]
-            busiest.append(max(np.bincount(src[on], w).max(initial=0.0), np.bincount(dst[on], w).max(initial=0.0)))
-        return bool((moves & cross).any()), float(busiest[0]), float(busiest[1])
+        for ends in (src, dst):
+            load = np.bincount(ends + offset, weight, minlength=2 * gpus_seen)
+            busiest.append((load[:gpus_seen].max(), load[gpus_seen:].max()))
+        on_node, across = (max(a, b) for a, b in zip(*busiest, strict=True))
+        return bool((moves & cross).any()), float(on_node), float(across)
 
 
 @dataclass(frozen=True, eq=False)
@@ -254,7 +259,7 @@ class Schedule:
             terms = {}
             assert isinstance(self.steps, Steps)  # __post_init__
             for part in self.steps.parts:
-                for placed, count in _placed_part(part, self.gpus, local):
+                for placed, count in _placed_part(part, self.gpus if self.num_nodes > self.p else None, local):
                     if placed is not None:
                         terms[placed] = terms.get(placed, 0) + count
             self._placed_terms[local] = terms
@@ -333,7 +338,9 @@ def locked_array(arr: NDArray) -> NDArray:
     return arr
 
 
-def _placed_part(part: Step | StepRun, gpus: NDArray[np.int64], local: int) -> Iterator[tuple[Placed | None, int]]:
+def _placed_part(
+    part: Step | StepRun, gpus: NDArray[np.int64] | None, local: int
+) -> Iterator[tuple[Placed | None, int]]:
     """(placed step, how many steps) of one part of a schedule: a run by its closed form or first step if it can."""
     if not isinstance(part, StepRun):
         yield part.placed(gpus, local), 1
