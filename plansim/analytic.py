@@ -675,11 +675,12 @@ class DataParallelComm:
 
 
 def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
-    """The data-parallel group's link (ranks tp apart) and, where the algorithm prices node-local and inter-node
-    steps apart, the node-local group size and the inter-node link as keyword arguments of ``collective_time``:
-    hierarchical (its inter-node phase), and a butterfly spanning nodes (its steps between ranks ``local`` or more
-    apart cross nodes, each GPU through its own NIC share: recursive halving and doubling move their largest
-    blocks over the longest distances, Thakur et al. 2005 sec 4)."""
+    """The data-parallel group's link (ranks tp apart) and, where the algorithm prices each transfer on the link it
+    crosses (its entry ``reads_local``: every one but NCCL's rings), the node-local group size and the inter-node
+    link (one rank per node: a GPU's own NIC share) as keyword arguments of ``collective_time``: hierarchical's
+    inter-node phase, a butterfly's steps between ranks ``local`` or more apart (recursive halving and doubling move
+    their largest blocks over the longest distances, Thakur et al. 2005 sec 4), a tree's levels, a naive exchange
+    and a parameter server's pushes and pulls between nodes each go through the sending or receiving GPU's NIC."""
     mesh = mesh_of(s)
     if c.local is None:
         return mesh.link("dp", cluster), {}

@@ -317,42 +317,103 @@ def test_bad_group_size_and_links_raise() -> None:
 # ---- long schedules: runs of steps built when read, loads in closed form ------------------------------------------
 
 
-def _brute_totals(s: Schedule) -> tuple[np.ndarray, dict[str, tuple[int, float]]]:
-    """What the schedule's volumes and time read, summed over its built steps one by one (the definition)."""
+def _brute_totals(s: Schedule) -> tuple[np.ndarray, int, float]:
+    """What the schedule's volumes and one-link time read, summed over its built steps one by one (the definition):
+    each node's sends, the steps, and the sum over steps of the busiest node's fraction."""
     sent_total = np.zeros(s.num_nodes)
-    terms = {"intra": (0, 0.0), "inter": (0, 0.0)}
+    count, load = 0, 0.0
     for step in s.steps:
         sent, received = step.loads(s.num_nodes)
         sent_total += sent
-        count, load = terms[step.tier]
-        terms[step.tier] = (count + 1, load + max(sent.max(), received.max()))
-    return sent_total, terms
+        count, load = count + 1, load + max(sent.max(), received.max())
+    return sent_total, count, load
+
+
+def _brute_placed_time(
+    s: Schedule, local: int, n: float, intra: tuple[float, float], inter: tuple[float, float]
+) -> float:
+    """Placed pricing by its definition, transfer by transfer over the built steps: worker ``r`` on node
+    ``r // local``, a helper on worker 0's GPU; per step, each GPU's bytes out and in on its node-local and on its
+    inter-node link, the step taking the busiest (GPU, direction, link) at that link's bandwidth, plus the
+    inter-node latency if any transfer crosses nodes, else the node-local one."""
+    total = 0.0
+    for step in s.steps:
+        loads: dict[tuple[int, str, bool], float] = {}
+        crosses = moved = False
+        for a, b, lo, hi in zip(step.src.tolist(), step.dst.tolist(), step.lo, step.hi, strict=True):
+            ga, gb = (a if a < s.p else 0), (b if b < s.p else 0)
+            if ga == gb or hi <= lo:
+                continue
+            x = ga // local != gb // local
+            moved, crosses = True, crosses or x
+            for key in ((ga, "out", x), (gb, "in", x)):
+                loads[key] = loads.get(key, 0.0) + (hi - lo)
+        if moved:
+            busiest = max(v / (inter if x else intra)[1] for (_, _, x), v in loads.items())
+            total += (inter if crosses else intra)[0] + n * busiest
+    return total
 
 
 @pytest.mark.parametrize(
     ("collective", "algorithm", "p", "local"),
     [
-        ("all_reduce", "ring", 7, None),
-        ("all_reduce", "ring", 96, None),
+        ("all_reduce", "ring", 7, 3),
+        ("all_reduce", "ring", 96, 8),
         ("all_reduce", "hierarchical", 24, 8),
         ("all_reduce", "hierarchical", 12, 3),
-        ("all_reduce", "naive", 9, None),
-        ("all_gather", "ring", 10, None),
-        ("reduce_scatter", "ring", 33, None),
-        ("all_to_all", "direct", 6, None),
+        ("all_reduce", "naive", 9, 4),
+        ("all_reduce", "naive", 9, 3),
+        ("all_reduce", "naive", 5, 8),
+        ("all_reduce", "tree", 13, 4),
+        ("all_reduce", "ps", 10, 4),
+        ("all_reduce", "butterfly", 16, 4),
+        ("all_gather", "ring", 10, 5),
+        ("reduce_scatter", "ring", 33, 8),
+        ("all_to_all", "direct", 6, 2),
     ],
 )
-def test_step_runs_price_as_their_built_steps(collective: str, algorithm: str, p: int, local: int | None) -> None:
+def test_step_runs_price_as_their_built_steps(collective: str, algorithm: str, p: int, local: int) -> None:
+    """A run's closed forms (one-link loads; placed on nodes: the run's own ``placed`` or its first step) price
+    exactly as its steps built one by one."""
     s = schedule(collective, algorithm, p, local)
-    sent, terms = _brute_totals(s)
+    sent, count, load = _brute_totals(s)
     np.testing.assert_allclose(s.bytes_sent(1.0), sent, rtol=1e-12)
+    assert s.time(M, A, BW) == pytest.approx(count * A + load * M / BW, rel=1e-12)
+    assert len(s.steps) == count
     inter = (3 * A, BW / 4)
-    expected = sum(
-        count * a + load * M / bw for (count, load), (a, bw) in zip(terms.values(), [(A, BW), inter], strict=True)
-    )
-    assert s.time(M, A, BW, inter) == pytest.approx(expected, rel=1e-12)
-    assert len(s.steps) == sum(count for count, _ in terms.values())
+    expected = _brute_placed_time(s, local, M, (A, BW), inter)
+    assert s.time(M, A, BW, inter, local) == pytest.approx(expected, rel=1e-12)
     assert [x.src.tolist() for x in s.steps[-2:]] == [x.src.tolist() for x in list(s.steps)[-2:]]
+
+
+def test_placed_on_one_node_is_the_one_link_price_but_for_the_server() -> None:
+    """On one node every transfer is node-local: the placed price is the one-link price, except the parameter
+    server's, which runs on rank 0's GPU (as the DES places it), so it takes ``p - 1`` pushes, not ``p``."""
+    p = 8
+    for algorithm in ("ring", "tree", "naive", "butterfly"):
+        s = schedule("all_reduce", algorithm, p)
+        assert s.time(M, A, BW, local=p) == pytest.approx(s.time(M, A, BW), rel=1e-12)
+    ps = schedule("all_reduce", "ps", p)
+    assert ps.time(M, A, BW) == pytest.approx(2 * (A + p * M * B), rel=1e-12)
+    assert ps.time(M, A, BW, local=p) == pytest.approx(2 * (A + (p - 1) * M * B), rel=1e-12)
+
+
+def test_placed_tree_ps_and_naive_by_hand() -> None:
+    """16 ranks on 2 nodes of 8, node-local link BW, inter-node link BW/4 (latencies A and 3A), by hand.
+    Naive: each GPU sends 7 vectors inside its node and 8 to the other, at once: max(7 b, 8 * 4 b).
+    ps: the server on GPU 0 takes 7 pushes over NVLink and 8 through its NIC, then sends them back: twice
+    (3A + 32 M b). Tree (children of i: 2i+1, 2i+2; levels 1-2, 3-6, 7-14, 15): levels 1 and 2 stay on node 0 (a
+    parent takes 2 vectors over NVLink: A + 2 M b); level 3 sends ranks 8-14 on node 1 to parents 3-6 on node 0
+    (parents 4-6 take 2 vectors through their NIC: 3A + 8 M b); level 4 sends rank 15 to 7 across (3A + 4 M b). Down
+    the same: 2 (2 (A + 2 M b) + 3A + 8 M b + 3A + 4 M b)."""
+    inter = (3 * A, BW / 4)
+
+    def t(algorithm: str) -> float:
+        return collective_time("all_reduce", algorithm, 16, M, A, BW, inter=inter, local=8)
+
+    assert t("naive") == pytest.approx(3 * A + 32 * M * B, rel=1e-12)
+    assert t("ps") == pytest.approx(2 * (3 * A + 32 * M * B), rel=1e-12)
+    assert t("tree") == pytest.approx(2 * (2 * (A + 2 * M * B) + 3 * A + 8 * M * B + 3 * A + 4 * M * B), rel=1e-12)
 
 
 def test_a_65536_way_ring_is_priced_in_linear_memory() -> None:
@@ -370,6 +431,14 @@ def test_a_65536_way_ring_is_priced_in_linear_memory() -> None:
     assert t == pytest.approx(2 * (p - 1) * A + 2 * M * (p - 1) / p * B, rel=1e-12)
     assert per_rank == pytest.approx(2 * (p - 1) / p * M, rel=1e-12)
     assert peak < 50 * p * 8  # a few arrays of p numbers; the built steps would be (p-1) x p of them, 34 GB
+
+
+def test_a_65536_way_naive_exchange_is_placed_in_closed_form() -> None:
+    """Placed on nodes of 8, the naive exchange's one step of p (p-1) transfers (4.3e9) is read in closed form: each
+    GPU sends 7 vectors over its node and p - 8 through its NIC."""
+    p = 65_536
+    t = schedule("all_reduce", "naive", p).time(M, A, BW, (3 * A, BW / 4), local=8)
+    assert t == pytest.approx(3 * A + (p - 8) * M * 4 * B, rel=1e-12)
 
 
 @pytest.mark.parametrize(("algorithm", "p"), [("ring", 12), ("naive", 5), ("hierarchical", 16), ("tree", 9)])

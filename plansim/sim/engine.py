@@ -492,6 +492,7 @@ class _Engine:
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
         nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
         channels = self._channels(comm, members)
+        gpus = sched.gpus.tolist()
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
         steps = list(sched.steps)
@@ -515,8 +516,7 @@ class _Engine:
             injected = 0.0
             for order in channels:
                 for src_i, dst_i, size in zip(step.src, step.dst, sizes, strict=True):
-                    src = order[src_i] if src_i < p else order[0]
-                    dst = order[dst_i] if dst_i < p else order[0]
+                    src, dst = order[gpus[src_i]], order[gpus[dst_i]]  # a helper on its GPU (Schedule.gpus)
                     if src == dst or size <= 0:
                         continue
                     w = float(size) / biggest

@@ -15,7 +15,7 @@ table; Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective Communicat
 for the alpha-beta model, recursive doubling/halving and binomial trees; Patarasuk & Yuan 2009, "Bandwidth optimal
 all-reduce algorithms for clusters of workstations", JPDC 69(2) for the ring.
 
-Closed forms the schedules reproduce (``a`` = alpha, ``b`` = 1/bandwidth, ``D = floor(log2 p)``):
+Closed forms the schedules reproduce on one link (``a`` = alpha, ``b`` = 1/bandwidth, ``D = floor(log2 p)``):
 
 =========================  ====================================================================
 ring all-gather / r-s      ``(p-1) a + n (p-1)/p b``
@@ -31,6 +31,12 @@ The tree form: the binary tree has ``D`` levels below the root and each is one s
 with two children receives (or sends) ``2n`` in that step; every level but the deepest has a two-child parent, and the
 deepest has one unless ``p`` is a power of two (then its only node is a lone child). So each direction costs
 ``D a + (2D - 1) n b`` for ``p`` a power of two and ``D a + 2D n b`` otherwise.
+
+Placed on nodes (``local`` ranks per node, rank ``r`` on node ``r // local``, a parameter server on rank 0's GPU),
+the algorithms whose entry ``reads_local`` are priced on the links their transfers cross (``Schedule.time``): within a
+step each GPU's transfers inside its node on the node-local link and those to other nodes on its inter-node link
+(one NIC share), at once, so a tree level or a naive exchange that crosses nodes runs at one NIC's bandwidth, and
+the parameter server's GPU takes the ``p - 1`` pushes, those from other nodes through its own NIC.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from functools import lru_cache
 import numpy as np
 
 from plansim.costs.collectives import _algorithms as alg
-from plansim.costs.collectives._schedule import Schedule, Step, Tier, simulate
+from plansim.costs.collectives._schedule import Schedule, Step, simulate
 from plansim.errors import PlansimError
 
 __all__ = [
@@ -53,7 +59,6 @@ __all__ = [
     "Builder",
     "Schedule",
     "Step",
-    "Tier",
     "algorithm_entry",
     "bytes_sent_per_rank",
     "collective_time",
@@ -69,12 +74,14 @@ Builder = Callable[[int, "int | None"], Schedule]
 class Algorithm:
     """One registry entry: how a collective runs with this algorithm, and what is particular to it.
 
-    ``build`` makes its schedule. ``reads_local``: the schedule tells node-local steps from inter-node ones by the
-    ranks per node (``local``): hierarchical's inter-node phase, and a butterfly's steps between ranks ``local`` or
-    more apart; both engines pass ``local`` and price those steps on the inter-node link. ``power_of_two``: the group
-    size must be a power of two (recursive halving/doubling). ``rings_per_local_rank``: NCCL's multi-ring layout
-    (one ring per local rank, each leaving the node from another GPU and NIC), which the discrete-event engine
-    routes. ``sharded_with`` (all-reduce entries): the reduce-scatter/all-gather algorithm that ZeRO runs beside it.
+    ``build`` makes its schedule. ``reads_local``: both engines pass the ranks per node (``local``), and each
+    transfer is priced on the link it crosses (``Schedule.time`` with ``local``: node-local ones on the node's link,
+    inter-node ones on one rank's NIC share, at once); hierarchical also builds its phases by it. Every algorithm
+    but NCCL's rings (``rings_per_local_rank``), whose channels spread a group's inter-node traffic over all NICs so
+    that the group's bus bandwidth prices them. ``power_of_two``: the group size must be a power of two (recursive
+    halving/doubling). ``rings_per_local_rank``: NCCL's multi-ring layout (one ring per local rank, each leaving the
+    node from another GPU and NIC), which the discrete-event engine routes. ``sharded_with`` (all-reduce entries):
+    the reduce-scatter/all-gather algorithm that ZeRO runs beside it.
     """
 
     build: Builder
@@ -93,10 +100,10 @@ def _butterfly(build: Builder) -> Algorithm:
 #: The data-parallel all-reduce algorithms (``Strategy.dp_algorithm``).
 ALLREDUCE_ALGORITHMS: dict[str, Algorithm] = {
     "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True),
-    "tree": Algorithm(alg.allreduce_tree),
+    "tree": Algorithm(alg.allreduce_tree, reads_local=True),
     "butterfly": _butterfly(alg.allreduce_butterfly),
-    "naive": Algorithm(alg.allreduce_naive),
-    "ps": Algorithm(alg.allreduce_ps),
+    "naive": Algorithm(alg.allreduce_naive, reads_local=True),
+    "ps": Algorithm(alg.allreduce_ps, reads_local=True),
     "hierarchical": Algorithm(alg.allreduce_hierarchical, reads_local=True),
 }
 
@@ -150,8 +157,7 @@ def schedule(collective: str, algorithm: str, p: int, local: int | None = None) 
     p : int
         Number of workers; ``p = 1`` gives an empty schedule.
     local : int, optional
-        Ranks per node: ``hierarchical`` splits by it; ``butterfly`` tags the steps that cross nodes (ignored by
-        the other algorithms).
+        Ranks per node: ``hierarchical`` splits by it (the other algorithms' steps do not depend on it).
 
     Examples
     --------
@@ -185,17 +191,22 @@ def collective_time(
 ) -> float:
     """Alpha-beta time in seconds of one collective; see :data:`MESSAGE_SIZE` for what ``n_bytes`` means.
 
-    ``inter=(alpha_s, bandwidth_Bps)`` prices the inter-node steps (``hierarchical``'s inter-node phase; a
-    ``butterfly``'s steps between ranks ``local`` or more apart); without it every step uses ``alpha_s`` and
-    ``bandwidth_Bps``.
+    With ``local`` (ranks per node) an algorithm whose entry ``reads_local`` is priced on the links its transfers
+    cross: those between nodes on ``inter=(alpha_s, bandwidth_Bps)`` (one rank's NIC share), the others on
+    ``alpha_s`` and ``bandwidth_Bps``, concurrently (``Schedule.time``). Without ``local``, or for the other
+    algorithms, every step uses ``alpha_s`` and ``bandwidth_Bps``.
 
     Examples
     --------
     >>> t = collective_time("all_reduce", "ring", 4, 4e9, alpha_s=1e-5, bandwidth_Bps=100e9)
     >>> round(t, 6)  # 2(p-1) a + 2 n (p-1)/p / B
     0.06006
+    >>> on_nics = collective_time("all_reduce", "naive", 4, 1e9, 0.0, 100e9, inter=(0.0, 25e9), local=2)
+    >>> round(on_nics, 6)  # each GPU sends 1 vector over NVLink and 2 through its NIC, at once: 2 n / 25 GB/s
+    0.08
     """
-    return schedule(collective, algorithm, p, local).time(n_bytes, alpha_s, bandwidth_Bps, inter)
+    placed = local if algorithm_entry(collective, algorithm).reads_local else None
+    return schedule(collective, algorithm, p, local).time(n_bytes, alpha_s, bandwidth_Bps, inter, placed)
 
 
 def bytes_sent_per_rank(collective: str, algorithm: str, p: int, n_bytes: float, *, local: int | None = None) -> float:

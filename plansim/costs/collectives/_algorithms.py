@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from plansim.costs.collectives._patterns import (
-    crossing,
     full,
     locked,
     log2_exact,
@@ -19,13 +18,13 @@ from plansim.costs.collectives._patterns import (
     recursive_halving_scatter,
     ring_phase,
 )
-from plansim.costs.collectives._schedule import Schedule, Step, StepRun, Steps, Tier
+from plansim.costs.collectives._schedule import Placed, Schedule, Step, StepRun, Steps
 from plansim.errors import PlansimError
 
 
-def _whole(src: np.ndarray, dst: np.ndarray, *, reduce: bool = False, tier: Tier = "intra") -> Step:
+def _whole(src: np.ndarray, dst: np.ndarray, *, reduce: bool = False) -> Step:
     """A step in which every transfer carries the whole message."""
-    return Step(locked(src), locked(dst), full(len(src), 0.0), full(len(src), 1.0), reduce=reduce, tier=tier)
+    return Step(locked(src), locked(dst), full(len(src), 0.0), full(len(src), 1.0), reduce=reduce)
 
 
 def _one_ring(p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,19 +37,29 @@ def _one_ring(p: int) -> tuple[np.ndarray, np.ndarray]:
 
 def allreduce_naive(p: int, local: int | None) -> Schedule:
     """Every worker sends its whole vector to every other worker, which adds it: one step, ``p(p-1)`` messages (built
-    when read; each worker sends and receives ``p - 1`` whole vectors)."""
+    when read; each worker sends and receives ``p - 1`` whole vectors). Placed ``local`` workers per node, a worker
+    on a node of ``k`` exchanges ``k - 1`` vectors with its own node and ``p - k`` with the others: the busiest is on
+    the largest node inside and the smallest node across (the last node holds the ``p % local`` left over)."""
 
     def build(_: int) -> Step:
         src = np.repeat(np.arange(p, dtype=np.int64), p - 1)
         dst = (src + np.tile(np.arange(1, p, dtype=np.int64), p)) % p
         return _whole(src, dst, reduce=True)
 
+    def placed(local: int) -> Placed:
+        largest = min(local, p)
+        smallest = p % local or largest
+        return p > local, float(largest - 1), float(p - smallest)
+
     per_step = full(p, float(p - 1))
-    return Schedule("all_reduce/naive", p, Steps([StepRun(1, build, per_step, per_step, transfers=p * (p - 1))]))
+    run = StepRun(1, build, per_step, per_step, transfers=p * (p - 1), placed=placed)
+    return Schedule("all_reduce/naive", p, Steps([run]))
 
 
 def allreduce_ps(p: int, local: int | None) -> Schedule:
-    """Parameter server at node ``p``: every worker pushes its vector (the server sums), then pulls the sum."""
+    """Parameter server at node ``p``: every worker pushes its vector (the server sums), then pulls the sum. A helper
+    node: on one link a machine of its own (``2 (a + p n b)``); placed on nodes, it runs on worker 0's GPU
+    (``Schedule.gpus``), which then receives ``p - 1`` vectors, those from other nodes through its own NIC."""
     workers, server = np.arange(p, dtype=np.int64), np.full(p, p, dtype=np.int64)
     push, pull = _whole(workers, server, reduce=True), _whole(server.copy(), workers.copy())
     return Schedule("all_reduce/ps", p, (push, pull), num_nodes=p + 1)
@@ -78,13 +87,10 @@ def allreduce_tree(p: int, local: int | None) -> Schedule:
 
 def allreduce_butterfly(p: int, local: int | None) -> Schedule:
     """Recursive doubling: in step ``k`` every worker swaps its whole vector with worker ``i XOR 2**k`` and adds
-    (Thakur et al. 2005, sec. 4.4, short-message all-reduce). With ``local`` ranks per node, the steps whose
-    partner is ``local`` or more ranks away cross nodes and are tagged ``"inter"``."""
+    (Thakur et al. 2005, sec. 4.4, short-message all-reduce). Placed ``local`` ranks per node, the steps whose
+    partner is ``local`` or more ranks away cross nodes."""
     ranks = np.arange(p, dtype=np.int64)
-    steps = [
-        _whole(ranks.copy(), ranks ^ (1 << k), reduce=True, tier=crossing(1 << k, local))
-        for k in range(log2_exact(p, "dp_algorithm"))
-    ]
+    steps = [_whole(ranks.copy(), ranks ^ (1 << k), reduce=True) for k in range(log2_exact(p, "dp_algorithm"))]
     return Schedule("all_reduce/butterfly", p, tuple(steps))
 
 
@@ -92,7 +98,7 @@ def allreduce_hierarchical(p: int, local: int | None) -> Schedule:
     """Two-level all-reduce over ``p // local`` nodes of ``local`` consecutive ranks each.
 
     1. intra-node ring reduce-scatter: local rank ``l`` ends with its node's sum of shard ``l`` (of ``local``);
-    2. inter-node ring all-reduce of shard ``l`` among the ranks with local index ``l`` (steps tagged ``"inter"``);
+    2. inter-node ring all-reduce of shard ``l`` among the ranks with local index ``l`` (its steps cross nodes);
     3. intra-node ring all-gather of the shards.
     """
     if local is None or local < 1 or p % local:
@@ -104,8 +110,8 @@ def allreduce_hierarchical(p: int, local: int | None) -> Schedule:
     whole, shard = np.zeros(p // local, dtype=np.int64), np.arange(local, dtype=np.int64)
     steps = (
         ring_phase(by_node, whole, 1, reduce=True)
-        + ring_phase(by_local_index, shard, local, reduce=True, tier="inter")
-        + ring_phase(by_local_index, shard, local, reduce=False, tier="inter")
+        + ring_phase(by_local_index, shard, local, reduce=True)
+        + ring_phase(by_local_index, shard, local, reduce=False)
         + ring_phase(by_node, whole, 1, reduce=False)
     )
     return Schedule("all_reduce/hierarchical", p, Steps(steps))
@@ -120,9 +126,9 @@ def all_gather_ring(p: int, local: int | None) -> Schedule:
 
 
 def all_gather_butterfly(p: int, local: int | None) -> Schedule:
-    """Recursive-doubling all-gather: step ``k`` sends ``2**k * n/p`` (steps ``local`` or more ranks apart tagged
-    ``"inter"``)."""
-    return Schedule("all_gather/butterfly", p, tuple(recursive_doubling_gather(p, local)))
+    """Recursive-doubling all-gather: step ``k`` sends ``2**k * n/p`` (steps ``local`` or more ranks apart cross
+    nodes)."""
+    return Schedule("all_gather/butterfly", p, tuple(recursive_doubling_gather(p)))
 
 
 def reduce_scatter_ring(p: int, local: int | None) -> Schedule:
@@ -131,9 +137,9 @@ def reduce_scatter_ring(p: int, local: int | None) -> Schedule:
 
 
 def reduce_scatter_butterfly(p: int, local: int | None) -> Schedule:
-    """Recursive-halving reduce-scatter: sends ``n/2, n/4, ..., n/p`` (steps ``local`` or more ranks apart tagged
-    ``"inter"``)."""
-    return Schedule("reduce_scatter/butterfly", p, tuple(recursive_halving_scatter(p, local)))
+    """Recursive-halving reduce-scatter: sends ``n/2, n/4, ..., n/p`` (steps ``local`` or more ranks apart cross
+    nodes)."""
+    return Schedule("reduce_scatter/butterfly", p, tuple(recursive_halving_scatter(p)))
 
 
 def broadcast_tree(p: int, local: int | None) -> Schedule:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from plansim.costs.collectives._schedule import Step, StepRun, Tier
+from plansim.costs.collectives._schedule import Step, StepRun
 from plansim.errors import PlansimError
 
 
@@ -33,7 +33,7 @@ def log2_exact(p: int, who: str) -> int:
 
 
 def ring_phase(
-    members: NDArray[np.int64], segment: NDArray[np.int64], segments: int, *, reduce: bool, tier: Tier = "intra"
+    members: NDArray[np.int64], segment: NDArray[np.int64], segments: int, *, reduce: bool
 ) -> list[Step | StepRun]:
     """Steps of a ring reduce-scatter (``reduce=True``) or ring all-gather (``reduce=False``), one ring per row.
 
@@ -44,7 +44,7 @@ def ring_phase(
 
     The steps come as one :class:`StepRun`, built when read: in every step each ring member sends one chunk,
     ``1 / (segments * m)`` of the message, to its successor and receives one from its predecessor, so a node in
-    ``k`` rings sends and receives ``k / (segments * m)`` per step.
+    ``k`` rings sends and receives ``k / (segments * m)`` per step, between the same nodes every step.
     """
     m = members.shape[1]
     if m < 2:
@@ -59,56 +59,36 @@ def ring_phase(
     def build(s: int) -> Step:
         chunk = (first + (position - s - lag) % m).ravel()
         lo, hi = locked(chunk / denominator), locked((chunk + 1) / denominator)
-        return Step(src, dst, lo, hi, reduce=reduce, tier=tier)
+        return Step(src, dst, lo, hi, reduce=reduce)
 
     per_step = locked(np.bincount(src) / denominator)
     # chunk bounds c / denominator are exact in binary floating point when the denominator is a power of two, so then
     # every step moves bit-for-bit the same sizes
     uniform = denominator & (denominator - 1) == 0
-    return [StepRun(m - 1, build, per_step, per_step, tier, transfers=len(src), uniform=uniform)]
+    return [StepRun(m - 1, build, per_step, per_step, transfers=len(src), uniform=uniform, same_pairs=True)]
 
 
-def crossing(distance: int, local: int | None) -> Tier:
-    """The tier of a step between ranks ``distance`` apart in a group laid out ``local`` ranks per node (node-major):
-    ``"inter"`` when the partner is on another node. Without ``local`` every step is ``"intra"``.
-
-    >>> crossing(2, 4), crossing(4, 4), crossing(64, None)
-    ('intra', 'inter', 'intra')
-    """
-    return "inter" if local is not None and distance >= local else "intra"
-
-
-def recursive_doubling_gather(p: int, local: int | None = None) -> list[Step]:
+def recursive_doubling_gather(p: int) -> list[Step]:
     """All-gather by recursive doubling: in step ``k`` each rank swaps its aligned block of ``2**k`` shards with
-    rank ``i XOR 2**k`` (Thakur et al. 2005, sec. 4.1); tiers by ``crossing``."""
+    rank ``i XOR 2**k`` (Thakur et al. 2005, sec. 4.1)."""
     ranks = locked(np.arange(p, dtype=np.int64))
     steps = []
     for k in range(log2_exact(p, "all_gather algorithm")):
         distance = 1 << k
         start = (ranks >> k) << k
-        steps.append(
-            Step(
-                ranks, locked(ranks ^ distance), locked(start / p), locked((start + distance) / p),
-                tier=crossing(distance, local),
-            )
-        )  # fmt: skip
+        steps.append(Step(ranks, locked(ranks ^ distance), locked(start / p), locked((start + distance) / p)))
     return steps
 
 
-def recursive_halving_scatter(p: int, local: int | None = None) -> list[Step]:
+def recursive_halving_scatter(p: int) -> list[Step]:
     """Reduce-scatter by recursive halving: at distance ``d = p/2, p/4, ..., 1`` each rank sends the partner the half
     of its current block that holds the partner's shard and keeps the half that holds its own (Thakur et al. 2005,
-    sec. 4.2). Rank ``i`` ends with reduced shard ``i``; tiers by ``crossing``."""
+    sec. 4.2). Rank ``i`` ends with reduced shard ``i``."""
     ranks = locked(np.arange(p, dtype=np.int64))
     steps = []
     for k in reversed(range(log2_exact(p, "reduce_scatter algorithm"))):
         distance = 1 << k
         partner = locked(ranks ^ distance)
         start = (partner >> k) << k
-        steps.append(
-            Step(
-                ranks, partner, locked(start / p), locked((start + distance) / p), reduce=True,
-                tier=crossing(distance, local),
-            )
-        )  # fmt: skip
+        steps.append(Step(ranks, partner, locked(start / p), locked((start + distance) / p), reduce=True))
     return steps

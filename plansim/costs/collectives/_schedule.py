@@ -9,19 +9,20 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, overload
+from typing import overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from plansim.errors import PlansimError
 
-__all__ = ["Schedule", "Step", "StepRun", "Steps", "Tier", "simulate"]
+__all__ = ["Placed", "Schedule", "Step", "StepRun", "Steps", "simulate"]
 
-Tier = Literal["intra", "inter"]
-TIERS: tuple[Tier, ...] = ("intra", "inter")
+#: One step as placed on nodes: (some transfer crosses nodes, the busiest GPU's fraction of the message over its
+#: node-local link, the busiest GPU's fraction over its inter-node link), each the larger of sent and received.
+Placed = tuple[bool, float, float]
 
 
 def _locked(values: ArrayLike, dtype: type) -> NDArray:
@@ -42,7 +43,8 @@ class Step:
     Transfer ``j`` moves the chunk ``[lo[j], hi[j])`` of node ``src[j]``'s buffer (fractions of the message, so the
     chunk is ``(hi - lo) * n_bytes`` bytes) to node ``dst[j]``. With ``reduce`` the chunk is added into the
     destination, otherwise it overwrites it. It lands at offset ``dst_lo[j]`` (default: the same offset ``lo[j]``);
-    only all-to-all, which transposes blocks, needs a different one. ``tier`` says which link prices the step.
+    only all-to-all, which transposes blocks, needs a different one. Which links a transfer crosses is not the
+    step's to say: it follows from where the nodes sit (:meth:`Schedule.time` with ``local``).
 
     Examples
     --------
@@ -56,7 +58,6 @@ class Step:
     lo: NDArray[np.float64]
     hi: NDArray[np.float64]
     reduce: bool = False
-    tier: Tier = "intra"
     dst_lo: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
@@ -69,8 +70,6 @@ class Step:
         }
         if len(sizes) != 1:
             raise PlansimError(f"schedule step arrays must have one length, got lengths {sorted(sizes)}")
-        if self.tier not in TIERS:
-            raise PlansimError(f"schedule step tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
 
     def loads(self, num_nodes: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Fraction of the message each node sends and receives in this step (``(sent, received)``)."""
@@ -78,6 +77,30 @@ class Step:
         sent = np.bincount(self.src, weights=size, minlength=num_nodes).astype(np.float64)
         received = np.bincount(self.dst, weights=size, minlength=num_nodes).astype(np.float64)
         return sent, received
+
+    def placed(self, gpus: NDArray[np.int64] | None, local: int) -> Placed | None:
+        """The step with node ``i`` on GPU ``gpus[i]`` (None: on GPU ``i``) and GPU ``g`` on node ``g // local``:
+        whether a transfer crosses nodes, and the busiest GPU's fraction of the message over its node-local link and
+        over its inter-node link (the larger of what it sends and receives on each); None when no transfer leaves its
+        GPU.
+
+        >>> Step([0, 1, 2], [2, 2, 3], [0.0] * 3, [1.0] * 3).placed(None, local=2)
+        (True, 1.0, 2.0)
+        """
+        src, dst = (self.src, self.dst) if gpus is None else (gpus[self.src], gpus[self.dst])
+        size = self.hi - self.lo
+        moves = (src != dst) & (size > 0)
+        if not moves.any():
+            return None
+        cross = (src // local) != (dst // local)
+        gpus_seen = int(max(src.max(), dst.max())) + 1
+        weight, offset = np.where(moves, size, 0.0), cross * gpus_seen  # slot g: node-local, gpus_seen + g: NIC
+        busiest = []
+        for ends in (src, dst):
+            load = np.bincount(ends + offset, weight, minlength=2 * gpus_seen)
+            busiest.append((load[:gpus_seen].max(), load[gpus_seen:].max()))
+        on_node, across = (max(a, b) for a, b in zip(*busiest, strict=True))
+        return bool((moves & cross).any()), float(on_node), float(across)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,20 +111,19 @@ class StepRun:
     numbers (a 65,536-way data-parallel ring: tens of GB). A run holds the recipe instead; its steps are built when
     someone iterates them (the discrete-event engine, ``simulate``), and the volumes and alpha-beta time read
     ``sent``/``received``: the fraction of the message node ``k`` sends and receives in *each* step of the run (the
-    same for every step of the run; ``tests/test_collectives.py`` checks it against the built steps).
+    same for every step of the run; ``tests/test_collectives.py`` checks it against the built steps). Placed on nodes
+    (:meth:`Step.placed`), a run's steps are read from ``placed(local)`` where the run gives that closed form, else
+    from its first step where every step moves equal chunks between the same nodes (``same_pairs``), else built.
     """
 
     count: int
     build: Callable[[int], Step]
     sent: NDArray[np.float64]
     received: NDArray[np.float64]
-    tier: Tier = "intra"
     transfers: int = 0  # point-to-point transfers in each step (what a step built from the run holds)
     uniform: bool = False  # every step moves the same chunk sizes between the same nodes (bit for bit)
-
-    def __post_init__(self) -> None:
-        if self.tier not in TIERS:
-            raise PlansimError(f"schedule step tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
+    same_pairs: bool = False  # every step moves equal chunks between the same nodes (only the offsets move)
+    placed: Callable[[int], Placed | None] | None = None  # each step's Step.placed on workers 0..p-1, closed form
 
     def __len__(self) -> int:
         return self.count
@@ -159,7 +181,8 @@ class Schedule:
     Pricing is the alpha-beta (Hockney) model as used by Thakur, Rabenseifner & Gropp 2005, "Optimization of
     Collective Communication Operations in MPICH", IJHPCA 19(1), sec. 2: a step costs
     ``alpha + max over nodes of max(bytes sent, bytes received) / bandwidth``. Links are full duplex, so a node
-    that sends and receives at once pays once; a node receiving from ``k`` peers pays for all ``k`` chunks.
+    that sends and receives at once pays once; a node receiving from ``k`` peers pays for all ``k`` chunks. Placed
+    on nodes (``time(..., local=)``), each GPU's node-local and inter-node transfers go over their own links at once.
 
     Examples
     --------
@@ -175,6 +198,7 @@ class Schedule:
     steps: Sequence[Step]
     num_nodes: int = 0
     out_of_place: bool = False
+    _placed_terms: dict[int, dict[Placed, int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, Steps):
@@ -193,12 +217,23 @@ class Schedule:
         return np.arange(self.p, dtype=np.int64)
 
     @cached_property
-    def _totals(self) -> tuple[NDArray[np.float64], dict[Tier, tuple[int, float]]]:
-        """Fraction of the message each node sends in all, and per tier (number of steps, sum over steps of the
-        busiest node's fraction): everything the volumes and the alpha-beta time need, as both are linear in n.
-        A :class:`StepRun` adds its closed form, so a long ring costs memory and time linear in its size."""
+    def gpus(self) -> NDArray[np.int64]:
+        """The worker whose GPU runs each node: a worker its own, a helper (the parameter server) worker 0's. The
+        one placement of helpers: the discrete-event engine sends a helper's transfers from and to that GPU, and
+        ``time(..., local=)`` prices them there (worker 0's own push to the server never leaves its GPU).
+
+        >>> Schedule("x", p=2, steps=(), num_nodes=3).gpus.tolist()
+        [0, 1, 0]
+        """
+        return locked_array(np.concatenate([self.workers, np.zeros(self.num_nodes - self.p, dtype=np.int64)]))
+
+    @cached_property
+    def _totals(self) -> tuple[NDArray[np.float64], int, float]:
+        """Fraction of the message each node sends in all, the number of steps and the sum over steps of the
+        busiest node's fraction: everything the volumes and the one-link alpha-beta time need, as both are linear in
+        n. A :class:`StepRun` adds its closed form, so a long ring costs memory and time linear in its size."""
         sent_total = np.zeros(self.num_nodes)
-        terms: dict[Tier, tuple[int, float]] = {tier: (0, 0.0) for tier in TIERS}
+        count, load = 0, 0.0
         assert isinstance(self.steps, Steps)  # __post_init__
         for part in self.steps.parts:
             if isinstance(part, StepRun):
@@ -208,10 +243,27 @@ class Schedule:
                 sent, received = part.loads(self.num_nodes)
                 sent_total += sent
                 steps = 1
-            count, load = terms[part.tier]
             busiest = max(float(np.amax(sent, initial=0.0)), float(np.amax(received, initial=0.0)))
-            terms[part.tier] = (count + steps, load + steps * busiest)
-        return sent_total, terms
+            count, load = count + steps, load + steps * busiest
+        return sent_total, count, load
+
+    def placed_terms(self, local: int) -> dict[Placed, int]:
+        """The steps placed ``local`` workers per node (worker ``r`` on node ``r // local``, a helper on its GPU in
+        :attr:`gpus`), as each distinct :meth:`Step.placed` and how many steps have it (memoized per ``local``);
+        steps in which no transfer leaves its GPU are left out. A run is read in closed form where it can be
+        (:class:`StepRun`), so a long ring still costs time linear in its size."""
+        if local < 1:
+            raise PlansimError(f"schedule {self.name}: local (workers per node) must be at least 1, got {local}")
+        terms = self._placed_terms.get(local)
+        if terms is None:
+            terms = {}
+            assert isinstance(self.steps, Steps)  # __post_init__
+            for part in self.steps.parts:
+                for placed, count in _placed_part(part, self.gpus if self.num_nodes > self.p else None, local):
+                    if placed is not None:
+                        terms[placed] = terms.get(placed, 0) + count
+            self._placed_terms[local] = terms
+        return terms
 
     @property
     def transfers(self) -> int:
@@ -244,19 +296,61 @@ class Schedule:
         return float(self._totals[0].sum() * n_bytes)
 
     def time(
-        self, n_bytes: float, alpha_s: float, bandwidth_Bps: float, inter: tuple[float, float] | None = None
+        self,
+        n_bytes: float,
+        alpha_s: float,
+        bandwidth_Bps: float,
+        inter: tuple[float, float] | None = None,
+        local: int | None = None,
     ) -> float:
-        """Alpha-beta time in seconds; ``inter=(alpha_s, bandwidth_Bps)`` prices steps tagged ``"inter"``."""
-        links = {"intra": (alpha_s, bandwidth_Bps), "inter": inter if inter is not None else (alpha_s, bandwidth_Bps)}
-        total = 0.0
-        for tier, (count, load) in self._totals[1].items():
-            if not count:
-                continue
-            alpha, bandwidth = links[tier]
+        """Alpha-beta time in seconds.
+
+        Without ``local``, every transfer on the one link (``alpha_s``, ``bandwidth_Bps``), each node a machine of
+        its own (a helper too): the textbook closed forms. With ``local`` workers per node, placed as
+        :meth:`placed_terms` says, each step's transfers go over the links they cross: a GPU's transfers to GPUs of
+        its own node over its node-local link (``alpha_s``, ``bandwidth_Bps``), those to other nodes over its
+        inter-node link (``inter=(alpha_s, bandwidth_Bps)``; default the node-local one), both at once. A step
+        ends when the busiest GPU is done on its busiest link, and pays the inter-node latency if any transfer
+        crosses nodes, else the node-local one.
+
+        >>> s = Schedule("x", p=4, steps=(Step([0, 1, 2], [2, 2, 3], [0.0] * 3, [1.0] * 3),))
+        >>> s.time(1.0, 0.0, 1.0), s.time(1.0, 0.0, 1.0, inter=(0.0, 0.5), local=2)  # GPU 2 receives 2 over its NIC
+        (2.0, 4.0)
+        """
+        intra = (alpha_s, bandwidth_Bps)
+        links = (intra, inter if inter is not None else intra)
+        for name, (alpha, bandwidth) in zip(("node-local", "inter-node"), links, strict=True):
             if bandwidth <= 0 or alpha < 0:
-                raise PlansimError(f"{tier} link needs bandwidth_Bps > 0 and alpha_s >= 0, got {bandwidth}, {alpha}")
-            total += count * alpha + load * n_bytes / bandwidth
-        return total
+                raise PlansimError(f"{name} link needs bandwidth_Bps > 0 and alpha_s >= 0, got {bandwidth}, {alpha}")
+        if local is None:
+            _, count, load = self._totals
+            return count * alpha_s + load * n_bytes / bandwidth_Bps if count else 0.0
+        (a_in, bw_in), (a_x, bw_x) = links
+        return sum(
+            count * ((a_x if crosses else a_in) + n_bytes * max(on_node / bw_in, across / bw_x))
+            for (crosses, on_node, across), count in self.placed_terms(local).items()
+        )
+
+
+def locked_array(arr: NDArray) -> NDArray:
+    """``arr`` marked read-only (a schedule's arrays are shared through caches)."""
+    arr.setflags(write=False)
+    return arr
+
+
+def _placed_part(
+    part: Step | StepRun, gpus: NDArray[np.int64] | None, local: int
+) -> Iterator[tuple[Placed | None, int]]:
+    """(placed step, how many steps) of one part of a schedule: a run by its closed form or first step if it can."""
+    if not isinstance(part, StepRun):
+        yield part.placed(gpus, local), 1
+    elif part.placed is not None:
+        yield part.placed(local), part.count
+    elif part.same_pairs:
+        yield part.step(0).placed(gpus, local), part.count
+    else:
+        for i in range(part.count):
+            yield part.step(i).placed(gpus, local), 1
 
 
 def _padded(values: NDArray[np.float64], length: int) -> NDArray[np.float64]:
