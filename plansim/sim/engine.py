@@ -446,6 +446,8 @@ class _Engine:
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
         nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
         channels = self._channels(comm, members)
+        # NCCL's channels keep each inter-node hop on one rail (Fabric.ring_route); other schedules take the plain route
+        route = self.fabric.ring_route if len(channels) > 1 else self.fabric.route
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
         steps = list(sched.steps)
@@ -477,12 +479,12 @@ class _Engine:
                     if not nccl:
                         latency = max(latency, self.fabric.latency_s(src, dst))
                     if src in self.devices:
-                        own.update(self.fabric.route(src, dst))
+                        own.update(route(src, dst))
                     for off in offsets:
-                        route = self.fabric.route(src + off, dst + off)
-                        if route:
+                        links = route(src + off, dst + off)
+                        if links:
                             injected += w
-                        for link in route:
+                        for link in links:
                             weights[link] += w
             kept = self._own_links(dict(weights), own)
             phases.append(
