@@ -81,7 +81,10 @@ def test_ring_across_nodes_matches_the_group_link(ranks: range, size: int, strid
 )
 @settings(max_examples=30, deadline=None)
 def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: str) -> None:
-    """What the members inject, and what the links right after them carry, is the schedule's total volume."""
+    """What the members inject is the schedule's total volume; what leaves GPUs arrives at GPUs. The links right
+    after the members carry exactly the total, except that a ring channel's hop to another node may be relayed
+    through the GPU next to the NIC of its rail (PXN, ``Fabric.ring_route``): that GPU's link to its NIC carries
+    those bytes once more."""
     if algorithm not in ("ring",) and collective != "all_reduce":
         algorithm = "butterfly"
     if algorithm == "butterfly" and p & (p - 1):
@@ -92,7 +95,12 @@ def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: 
     total = schedule(collective, algorithm, p).total_bytes(1e6)
     assert math.isclose(run.injected_bytes, total, rel_tol=1e-9)
     first_hops = sum(v for k, v in run.link_bytes.items() if k.startswith("gpu"))
-    assert math.isclose(first_hops, total, rel_tol=1e-9)
+    last_hops = sum(v for k, v in run.link_bytes.items() if k.split("->")[1].startswith("gpu"))
+    assert math.isclose(first_hops, last_hops, rel_tol=1e-9)
+    if algorithm == "ring":
+        assert first_hops >= total * (1 - 1e-9)
+    else:
+        assert math.isclose(first_hops, total, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("attention", ["flash", "unfused"])
