@@ -64,10 +64,13 @@ def test_one_allreduce_on_uniform_links_matches_the_closed_form(algorithm: str, 
     assert close(run.seconds, expected, 1e-9)
 
 
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100"])
 @pytest.mark.parametrize(("ranks", "size", "stride"), [(range(16), 16, 1), ((0, 8), 2, 8), (range(0, 32, 8), 4, 8)])
-def test_ring_across_nodes_matches_the_group_link(ranks: range, size: int, stride: int) -> None:
-    """NCCL's one ring per NIC (channels) gives the bus bandwidth the analytic engine's group link assumes."""
-    cluster = load_hardware("dgx-a100", gpus=32)
+def test_ring_across_nodes_matches_the_group_link(name: str, ranks: range, size: int, stride: int) -> None:
+    """NCCL's one ring per NIC (channels) gives the bus bandwidth the analytic engine's group link assumes; on DGX
+    H100 the channels' NVLink relays (PXN) cap it at the node's NVLink ring bandwidth, as the group link does
+    (8 x 47 GB/s of NICs, 370 GB/s of NVLink)."""
+    cluster = load_hardware(name, gpus=32)
     link = cluster.group_link(size, stride)
     run = simulate_collective(cluster, "all_reduce", "ring", ranks, 1e9)
     nodes = len({cluster.node_of(r) for r in ranks})

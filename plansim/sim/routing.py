@@ -22,6 +22,9 @@ Routes (deterministic; the first rule that finds one wins):
    then fewest hops.
 4. Otherwise a Dijkstra search over the whole graph, fewest GPU transits then fewest hops.
 
+A ring channel's hop between nodes (``Fabric.ring_route``) instead leaves through the NIC of the rail it enters the
+next node on, relayed over NVLink to that NIC's GPU where needed (NCCL's same-NIC channels and PXN).
+
 Ties are broken by the lexicographically smallest vertex sequence, vertex names compared in natural order
 (``gpu2 < gpu10``).
 
