@@ -101,10 +101,13 @@ def test_one_allreduce_on_uniform_links_matches_the_closed_form(algorithm: str, 
     assert close(run.seconds, expected, 1e-9)
 
 
+@pytest.mark.parametrize("name", ["dgx-a100", "dgx-h100"])
 @pytest.mark.parametrize(("ranks", "size", "stride"), [(range(16), 16, 1), ((0, 8), 2, 8), (range(0, 32, 8), 4, 8)])
-def test_ring_across_nodes_matches_the_group_link(ranks: range, size: int, stride: int) -> None:
-    """NCCL's one ring per NIC (channels) gives the bus bandwidth the analytic engine's group link assumes."""
-    cluster = load_hardware("dgx-a100", gpus=32)
+def test_ring_across_nodes_matches_the_group_link(name: str, ranks: range, size: int, stride: int) -> None:
+    """NCCL's one ring per NIC (channels) gives the bus bandwidth the analytic engine's group link assumes; on DGX
+    H100 the channels' NVLink relays (PXN) cap it at the node's NVLink ring bandwidth, as the group link does
+    (8 x 47 GB/s of NICs, 370 GB/s of NVLink)."""
+    cluster = load_hardware(name, gpus=32)
     link = cluster.group_link(size, stride)
     run = simulate_collective(cluster, "all_reduce", "ring", ranks, 1e9)
     nodes = len({cluster.node_of(r) for r in ranks})
@@ -141,7 +144,10 @@ def test_one_allreduce_on_the_links_it_crosses_matches_the_des(gpus: int, n_byte
 )
 @settings(max_examples=30, deadline=None)
 def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: str) -> None:
-    """What the members inject, and what the links right after them carry, is the schedule's total volume."""
+    """What the members inject is the schedule's total volume; what leaves GPUs arrives at GPUs. The links right
+    after the members carry exactly the total, except that a ring channel's hop to another node may be relayed
+    through the GPU next to the NIC of its rail (PXN, ``Fabric.ring_route``): that GPU's link to its NIC carries
+    those bytes once more."""
     if algorithm not in ("ring",) and collective != "all_reduce":
         algorithm = "butterfly"
     if algorithm == "butterfly" and p & (p - 1):
@@ -152,7 +158,12 @@ def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: 
     total = schedule(collective, algorithm, p).total_bytes(1e6)
     assert math.isclose(run.injected_bytes, total, rel_tol=1e-9)
     first_hops = sum(v for k, v in run.link_bytes.items() if k.startswith("gpu"))
-    assert math.isclose(first_hops, total, rel_tol=1e-9)
+    last_hops = sum(v for k, v in run.link_bytes.items() if k.split("->")[1].startswith("gpu"))
+    assert math.isclose(first_hops, last_hops, rel_tol=1e-9)
+    if algorithm == "ring":
+        assert first_hops >= total * (1 - 1e-9)
+    else:
+        assert math.isclose(first_hops, total, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("attention", ["flash", "unfused"])

@@ -7,8 +7,9 @@ cluster's routes (``plansim.sim.routing``) through a flow-level network with max
 (``plansim.sim.network``). Consecutive schedule steps with the same pattern form one phase: one bundled transfer whose
 member flows move in lockstep (a ring's steps are paced by its slowest hop, so this is how a ring behaves), with
 the schedule's per-step latency once per step. A ring among ranks on several nodes runs as one channel per local rank,
-each crossing the node boundary from a different GPU (and NIC): NCCL's multi-ring layout, which is what the analytic
-engine's group bandwidth assumes (``Cluster.group_link``).
+each entering and leaving every node through the NIC of one rail (``Fabric.ring_route``: NCCL's same-NIC channels,
+relayed over NVLink to that NIC's GPU where the channel's last GPU is another): NCCL's multi-ring layout, one channel
+per NIC, which is what the analytic engine's group bandwidth assumes (``Cluster.group_link``).
 
 Symmetry (``mode="symmetric"``): tensor-parallel ranks run in lockstep and data-parallel replicas are identical, so
 one representative rank per pipeline stage is simulated; every transfer it starts also stands for the identical
@@ -461,8 +462,10 @@ class _Engine:
         return _Phase(kept, factor, 0.0, injected, self.net.route(kept))
 
     def _channels(self, comm: Comm, members: tuple[int, ...]) -> list[tuple[int, ...]]:
-        """Member orders of the rings a collective runs concurrently: one per member on a node, rotated so each
-        ring leaves the node from a different GPU (NCCL's channels); a single order for other algorithms."""
+        """Member orders of the rings a collective runs concurrently: one per member on a node, rotated so ring
+        ``c`` enters every node at its ``c``-th member and leaves from the one before (NCCL's channels, one per NIC;
+        ``Fabric.ring_route`` keeps the hop between nodes on the rail of the entry GPU's NIC); a single order for
+        other algorithms."""
         if not algorithm_entry(comm.collective, comm.algorithm).rings_per_local_rank:
             return [members]
         nodes: dict[int, list[int]] = defaultdict(list)
@@ -493,6 +496,8 @@ class _Engine:
         nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
         channels = self._channels(comm, members)
         gpus = sched.gpus.tolist()
+        # NCCL's channels keep each inter-node hop on one rail (Fabric.ring_route); other schedules take the plain route
+        route = self.fabric.ring_route if len(channels) > 1 else self.fabric.route
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
         steps = list(sched.steps)
@@ -523,12 +528,12 @@ class _Engine:
                     if not nccl:
                         latency = max(latency, self.fabric.latency_s(src, dst))
                     if src in self.devices:
-                        own.update(self.fabric.route(src, dst))
+                        own.update(route(src, dst))
                     for off in offsets:
-                        route = self.fabric.route(src + off, dst + off)
-                        if route:
+                        links = route(src + off, dst + off)
+                        if links:
                             injected += w
-                        for link in route:
+                        for link in links:
                             weights[link] += w
             kept = self._own_links(dict(weights), own)
             phases.append(

@@ -22,6 +22,9 @@ Routes (deterministic; the first rule that finds one wins):
    then fewest hops.
 4. Otherwise a Dijkstra search over the whole graph, fewest GPU transits then fewest hops.
 
+A ring channel's hop between nodes (``Fabric.ring_route``) instead leaves through the NIC of the rail it enters the
+next node on, relayed over NVLink to that NIC's GPU where needed (NCCL's same-NIC channels and PXN).
+
 Ties are broken by the lexicographically smallest vertex sequence, vertex names compared in natural order
 (``gpu2 < gpu10``).
 
@@ -133,6 +136,7 @@ class Fabric:
         self._router = _Router(cluster, failed_edges)
         self._healthy = _Router(cluster, set()) if failed_edges else None
         self._routes: dict[tuple[int, int], tuple[LinkId, ...]] = {}
+        self._ring_routes: dict[tuple[int, int], tuple[LinkId, ...]] = {}
 
     def route(self, src_rank: int, dst_rank: int) -> tuple[LinkId, ...]:
         """Directed links from ``src_rank``'s GPU to ``dst_rank``'s, in order (empty for the same rank; cached).
@@ -167,6 +171,69 @@ class Fabric:
                     self.detours.add(key)
         self._routes[key] = links
         return links
+
+    def ring_route(self, src_rank: int, dst_rank: int) -> tuple[LinkId, ...]:
+        """Route of a ring channel's hop from ``src_rank`` to ``dst_rank``, kept on the rail of ``dst_rank``'s NIC.
+
+        NCCL's ring search (``src/graph/search.cc`` at 5067397c, ``ncclTopoSearchRecNet``/``ncclTopoSearchRecGpu``,
+        ``ncclTopoSearchCheckNet``) builds each inter-node channel as ``NET n -> GPU a -> ... -> GPU x -> NET n``:
+        it enters a node at the GPU next to NIC ``n`` and leaves through the same NIC (``NCCL_CROSS_NIC`` defaults
+        to 2, which tries this same-NIC layout first and allows crossing NICs only where it finds none). The hop
+        between nodes therefore joins the same NIC index on both, one rail. Where the channel's last GPU ``x`` is
+        not attached to that NIC it reaches it over NVLink through the GPU that is (PXN, "PCI x NVLink": the
+        path type ``PATH_PXN`` the search may use, ``src/graph/paths.cc``; NCCL 2.12 release notes).
+
+        NCCL relays through a GPU only when that GPU reaches the sender over NVLink directly (``paths.cc``,
+        ``ncclTopoComputePaths``: ``peerNode->paths[GPU][g].type <= PATH_NVL``, which a forward through a third GPU,
+        ``PATH_NVB``, is not).
+
+        So: a hop inside a node, or whose sender is attached to the NIC of ``dst_rank``'s index, is ``route``.
+        Otherwise the hop goes from ``src_rank`` to a GPU of its node attached to that NIC (the one of
+        ``dst_rank``'s local index first) that it reaches without transiting another GPU (through the NVSwitch, or
+        over a direct link of an NVLink mesh), then up*/down* to ``dst_rank``. Where no such GPU exists (a mesh
+        without that link: NCCL would have ordered the ring differently), failed links block that path, or a
+        partly used node lacks the GPU, the hop takes ``route`` (cached).
+
+        >>> from plansim.hardware import load_hardware
+        >>> fabric = Fabric(load_hardware("dgx-a100", gpus=16))
+        >>> [v for _, v in fabric.ring_route(7, 8)]  # GPU 7 reaches NIC 0 through GPU 0, then rail 0
+        ['node0/nvswitch', 'gpu0', 'node0/nic0', 'leaf0/rail0', 'node1/nic0', 'gpu8']
+        >>> [v for _, v in fabric.route(7, 8)]  # the plain route leaves through GPU 7's NIC and crosses rails
+        ['node0/nic7', 'leaf0/rail7', 'spine0', 'leaf0/rail0', 'node1/nic0', 'gpu8']
+        """
+        key = (src_rank, dst_rank)
+        cached = self._ring_routes.get(key)
+        if cached is not None:
+            return cached
+        cluster = self.cluster
+        per_node = cluster.gpus_per_node
+        src_node, dst_node = cluster.node_of(src_rank), cluster.node_of(dst_rank)
+        nic = self._nic_of(dst_rank)
+        links: tuple[LinkId, ...] | None = None
+        if src_node != dst_node and self._nic_of(src_rank) != nic:
+            first = src_node * per_node
+            local = dst_rank - dst_node * per_node
+            relays = [first + local] + [r for r in range(first, first + per_node) if r != first + local]
+            src, dst = f"gpu{src_rank}", f"gpu{dst_rank}"
+            for relay in relays:
+                if relay >= cluster.num_gpus or relay == src_rank or self._nic_of(relay) != nic:
+                    continue
+                head = self._router.intra_path(src, f"gpu{relay}")
+                if head is None or self._router.transits(head):
+                    continue
+                tail = self._router.up_down(f"gpu{relay}", dst)
+                if tail is not None:
+                    links = tuple(itertools.pairwise(head + tail[1:]))
+                    break
+        if links is None:
+            links = self.route(src_rank, dst_rank)
+        self._ring_routes[key] = links
+        return links
+
+    def _nic_of(self, rank: int) -> int:
+        """Index of the NIC ``rank``'s GPU is attached to (``plansim.hardware.topology``: consecutive GPUs share)."""
+        node = self.cluster.node
+        return (rank % node.gpus_per_node) * node.nics.count // node.gpus_per_node
 
     def latency_s(self, src_rank: int, dst_rank: int) -> float:
         """Latency of a send, the analytic engine's: ``cluster.p2p_link(src_rank, dst_rank).latency_s``."""
@@ -293,10 +360,10 @@ class _Router:
         nodes = self._graph.nodes
         same_node = nodes[src]["node"] == nodes[dst]["node"]
         if same_node:
-            path = self._intra_path(src, dst)
+            path = self.intra_path(src, dst)
             if path is not None:
                 return path
-        path = self._up_down(src, dst)
+        path = self.up_down(src, dst)
         if path is not None:
             return path
         path = self._via_neighbours(src, dst)
@@ -360,7 +427,7 @@ class _Router:
             self._closures[gpu] = closure
         return closure
 
-    def _up_down(self, src: str, dst: str) -> list[str] | None:
+    def up_down(self, src: str, dst: str) -> list[str] | None:
         up, down = self._closure(src), self._closure(dst)
         best: list[str] | None = None
         for meet in up:
@@ -380,7 +447,7 @@ class _Router:
 
     # Rule 1 and the pieces of rule 3: inside one node.
 
-    def _intra_path(self, src: str, dst: str) -> list[str] | None:
+    def intra_path(self, src: str, dst: str) -> list[str] | None:
         """Path inside the node of ``src`` and ``dst`` (GPUs and hub only; cached)."""
         if src == dst:
             return [src]
@@ -398,18 +465,18 @@ class _Router:
     def _via_neighbours(self, src: str, dst: str) -> list[str] | None:
         best: tuple[tuple[int, int, list[tuple[str | int, ...]]], list[str]] | None = None
         for exit_gpu in self._node_gpus(src):
-            head = self._intra_path(src, exit_gpu)
+            head = self.intra_path(src, exit_gpu)
             if head is None:
                 continue
             for entry_gpu in self._node_gpus(dst):
-                middle = self._up_down(exit_gpu, entry_gpu)
-                tail = self._intra_path(entry_gpu, dst)
+                middle = self.up_down(exit_gpu, entry_gpu)
+                tail = self.intra_path(entry_gpu, dst)
                 if middle is None or tail is None:
                     continue
                 path = head + middle[1:] + tail[1:]
                 if len(set(path)) < len(path):
                     continue  # not a simple path
-                cost = (self._transits(path), len(path), self._keys_of(path))
+                cost = (self.transits(path), len(path), self._keys_of(path))
                 if best is None or cost < best[0]:
                     best = (cost, path)
         return None if best is None else best[1]
@@ -421,7 +488,7 @@ class _Router:
         others = (f"gpu{r}" for r in range(first, first + self._per_node) if r != rank)
         return [gpu, *(v for v in others if v in self._graph)]
 
-    def _transits(self, path: list[str]) -> int:
+    def transits(self, path: list[str]) -> int:
         nodes = self._graph.nodes
         return sum(1 for v in path[1:-1] if nodes[v]["kind"] == "gpu")
 
