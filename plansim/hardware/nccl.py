@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning
+from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning, nccl_overhead_s
 from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
@@ -42,25 +42,38 @@ def _comm(node: NodeSpec, ranks: int, nodes: int, cpu: str | None = None) -> Ncc
 
 
 def ring_overhead_s(
-    cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
+    cluster: Cluster,
+    collective: str,
+    ranks: int,
+    nodes: int,
+    n_bytes: float,
+    busbw_Bps: float,
+    nccl: str = "ring",
 ) -> float | None:
-    """Seconds a ring collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the
-    group's bus bandwidth ``busbw_Bps``, as NCCL runs it (``plansim.costs.nccl.ring_overhead_s``): both engines add
-    it to a ring's wire time in place of a per-step latency. None where the node profile does not time NCCL's calls
-    (the alpha-beta latency then applies)."""
+    """Seconds a collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the group's
+    bus bandwidth ``busbw_Bps``, as NCCL runs it: ``nccl`` "ring" (``NCCL_ALGO=Ring``,
+    ``plansim.costs.nccl.ring_overhead_s``) or "auto" (``NCCL_ALGO`` unset, the call NCCL's tuner picks,
+    ``plansim.costs.nccl.nccl_overhead_s``; a registry entry's ``nccl``). Both engines add it to the call's wire time
+    in place of a per-step latency. None where the node profile does not time NCCL's calls (the alpha-beta latency
+    then applies)."""
     if not timed(cluster):
         return None
     if collective not in COLLECTIVES or ranks <= 1 or n_bytes <= 0:
         return 0.0
+    if nccl not in ("ring", "auto"):
+        raise ValueError(f"nccl={nccl!r}: ring or auto")
     nodes = max(1, min(nodes, ranks))
-    return _ring_overhead(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps))
+    return _ring_overhead(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps), nccl)
 
 
 @lru_cache(maxsize=65536)
-def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float) -> float:
+def _ring_overhead(
+    node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float, nccl: str = "ring"
+) -> float:
     section = node.nccl
     assert section is not None and section.call_us is not None and section.sync_us is not None
     per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
     comm = _comm(node, per_node * nodes, nodes)
     tuning = NcclTuning(section.call_us, section.sync_us)
-    return _costs_ring_overhead_s(comm, collective, n_bytes, tuning, busbw / 1e9)
+    overhead = nccl_overhead_s if nccl == "auto" else _costs_ring_overhead_s
+    return overhead(comm, collective, n_bytes, tuning, busbw / 1e9)

@@ -330,12 +330,14 @@ class _Engine:
         return entry[1]
 
     def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
-        """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
-        adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
-        figures (whose phases carry the per-step latency instead)."""
-        if comm.algorithm != "ring" or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
+        """What NCCL adds to a ring call's bytes, or to an ``nccl`` call's (the ring's flows, the time of the call
+        NCCL's tuner picks) (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine adds it), charged at
+        the end of its last phase; 0 for other algorithms, sends and nodes without NCCL figures (whose phases carry
+        the per-step latency instead)."""
+        mode = algorithm_entry(comm.collective, comm.algorithm).nccl
+        if mode is None or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
             return 0.0
-        key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
+        key = (comm.collective, comm.algorithm, len(members), members[0], members[-1], comm.n_bytes)
         got = self.extra_cache.get(key)
         if got is None:
             nodes = len({self.cluster.node_of(r) for r in members})
@@ -344,7 +346,8 @@ class _Engine:
             else:
                 link = self.cluster.group_link(len(members), members[1] - members[0])
             busbw = link.bandwidth_Bps
-            got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw) or 0.0
+            got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw, mode)
+            got = got or 0.0
             self.extra_cache[key] = got
         return got
 
@@ -444,7 +447,11 @@ class _Engine:
     def _build_phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         p = len(members)
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
-        nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
+        nccl = (
+            algorithm_entry(comm.collective, comm.algorithm).nccl is not None
+            and comm.group != "pp"
+            and timed(self.cluster)
+        )
         channels = self._channels(comm, members)
         offsets = self.images(comm.group)
         phases: list[_Phase] = []
