@@ -9,7 +9,8 @@ selective, full; ``milp`` is priced for the finalists only, see ``search``) and 
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
 the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and under ZeRO >= 1 the gradient
 reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring; butterflies beside
-a butterfly; NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated; ``check_strategy`` stays the judge.
+a butterfly; NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
+``check_strategy`` stays the judge.
 """
 
 from __future__ import annotations
