@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
-from plansim.costs.collectives import bytes_sent_per_rank, collective_time
+from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.interference import Interference, collective_load, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import StageActivations, stage_activation_bytes_of
@@ -489,11 +489,11 @@ def _price(
     coll: str, algorithm: str, p: int, n_bytes: float, link: Link, ring: tuple[Cluster, int] | None = None, **kw: Any
 ) -> tuple[float, float]:
     """(seconds, bytes one rank sends) of one collective among ``p`` ranks on ``link``; a ring given ``ring=(cluster,
-    nodes it spans)`` is priced as NCCL runs it (``ring_call_s``)."""
+    nodes it spans)`` is priced as NCCL runs it (``ring_call_s``), as is an entry with an ``nccl`` mode."""
     if p <= 1 or n_bytes <= 0:
         return 0.0, 0.0
-    if algorithm == "ring" and ring is not None and not kw:
-        seconds = ring_call_s(ring[0], coll, p, ring[1], n_bytes, link)
+    if algorithm_entry(coll, algorithm).nccl is not None and ring is not None and not kw:
+        seconds = ring_call_s(ring[0], coll, p, ring[1], n_bytes, link, algorithm)
     else:
         seconds = collective_time(coll, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps, **kw)
     local = kw.get("local")

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from plansim.costs.nccl import NcclComm, NcclTuning, NvlsTuning, choose, default_call, ring_call
+from plansim.costs.nccl import NcclComm, NcclTuning, NvlsTuning, choose, nccl_call, ring_call
 from plansim.hardware import load_hardware
 from plansim.hardware.nccl import nccl_comm
 from plansim.yamlfile import parse_yaml, read_text
@@ -82,7 +82,7 @@ def nvls_errors(curve: dict, tuning: NvlsTuning) -> dict[int, tuple[str, float, 
     comm, ring = _nvls_setup(curve)
     out = {}
     for size, measured in curve["busbw_GBps"].items():
-        call = default_call(comm, curve["collective"], float(size), ring, tuning)
+        call = nccl_call(comm, curve["collective"], float(size), ring, tuning)
         out[int(size)] = (call.algorithm, call.busbw_GBps, measured)
     return out
 

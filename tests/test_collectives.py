@@ -272,10 +272,11 @@ def test_large_ring_is_cheap_to_build_and_price() -> None:
 
 
 def test_registries_expose_the_documented_choices() -> None:
-    assert set(ALLREDUCE_ALGORITHMS) == {"naive", "ps", "ring", "tree", "butterfly", "hierarchical"}
+    # nccl: NCCL_ALGO unset (the ring's bytes, the time of the call NCCL's tuner picks), beside ZeRO too
+    assert set(ALLREDUCE_ALGORITHMS) == {"naive", "ps", "ring", "nccl", "tree", "butterfly", "hierarchical"}
     assert {c: set(a) for c, a in COLLECTIVES.items() if c != "all_reduce"} == {
-        "all_gather": {"ring", "butterfly"},
-        "reduce_scatter": {"ring", "butterfly"},
+        "all_gather": {"ring", "nccl", "butterfly"},
+        "reduce_scatter": {"ring", "nccl", "butterfly"},
         "broadcast": {"tree", "ring"},
         "all_to_all": {"direct"},
         "send_recv": {"direct"},
@@ -285,7 +286,7 @@ def test_registries_expose_the_documented_choices() -> None:
 def test_bad_names_raise_naming_the_choices() -> None:
     with pytest.raises(PlansimError, match="unknown collective 'allreduce': choose one of all_gather, all_reduce"):
         schedule("allreduce", "ring", 4)
-    with pytest.raises(PlansimError, match="butterfly, hierarchical, naive, ps, ring, tree"):
+    with pytest.raises(PlansimError, match="butterfly, hierarchical, naive, nccl, ps, ring, tree"):
         collective_time("all_reduce", "rng", 4, M, A, BW)
     with pytest.raises(PlansimError, match="unknown broadcast algorithm 'direct': choose one of ring, tree"):
         schedule("broadcast", "direct", 4)

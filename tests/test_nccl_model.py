@@ -34,6 +34,9 @@ CLUSTER = NcclComm(ranks=64, nodes=8, gpu="ampere", channels=8, bw_intra=24.0, b
         (CLUSTER, "tree", "Simple", 96 * 0.92 / 2, 8.4 + 2 * (7 * 4.0 + 3 * 14.0)),
         # tree LL across nodes: min(0.92 x 96, 142.4) / 3.8, capped at llMaxBw (Intel CPUs, >2 nodes: 20.4)
         (CLUSTER, "tree", "LL", min(96 * 0.92 / 3.8, 20.4) / 2, 6.8 + 2 * (7 * 0.6 + 3 * 5.0)),
+        # tree LL128 across nodes: min(0.92 x 96, 142.4) x 120/128, below 8 x 20 per channel, halved;
+        # 14.0 + 2 (7 x 1.25 + log2(8) x 8.5)
+        (CLUSTER, "tree", "LL128", 96 * 0.92 * 120 / 128 / 2, 14.0 + 2 * (7 * 1.25 + 3 * 8.5)),
     ],
 )
 def test_all_reduce_equals_the_hand_computation(comm, algorithm, protocol, bandwidth, latency) -> None:  # type: ignore[no-untyped-def]
@@ -259,15 +262,15 @@ def test_ncclc_default_takes_the_ring_for_small_and_nvls_for_large_all_reduces()
     # they cross at 10 us / (1/80.57 - 1/272) GB/s = 1.145 MB
     pick = [choose(H100, "all_reduce", s, algorithms=("ring", "nvls")).algorithm for s in (1 << 20, 3 << 19)]
     assert pick == ["ring", "nvls"]
-    from plansim.costs.nccl import NcclTuning, NvlsTuning, default_call
+    from plansim.costs.nccl import NcclTuning, NvlsTuning, nccl_call
 
     ring, nvls = NcclTuning(30.0, (0.0, 3.0, 6.0)), NvlsTuning(40.0, 2.5)
-    assert default_call(H100, "all_reduce", 1 << 30, ring, nvls).algorithm == "nvls"
-    assert default_call(H100, "all_reduce", 1 << 30, ring, None).algorithm == "ring"  # no NVLS timing: the ring
-    assert default_call(H100, "all_gather", 1 << 30, ring, nvls).algorithm == "ring"  # NVLS all-gather not timed
+    assert nccl_call(H100, "all_reduce", 1 << 30, ring, nvls).algorithm == "nvls"
+    assert nccl_call(H100, "all_reduce", 1 << 30, ring, None).algorithm == "ring"  # no NVLS timing: the ring
+    assert nccl_call(H100, "all_gather", 1 << 30, ring, nvls).algorithm == "ring"  # NVLS all-gather not timed
     spread = NcclComm(ranks=16, nodes=2, gpu="hopper", channels=24, bw_intra=15.45, bw_inter=16.67,
                       nvls_channels=16, nvls_bw_intra=40.0, nvls_bw_inter=60.0)  # fmt: skip
-    assert default_call(spread, "all_reduce", 1 << 30, ring, nvls).algorithm == "ring"  # NVLS is one node's
+    assert nccl_call(spread, "all_reduce", 1 << 30, ring, nvls).algorithm == "ring"  # NVLS is one node's
 
 
 def _h100_curve() -> dict:
@@ -376,3 +379,84 @@ def test_nvls_timing_fields_come_all_or_none() -> None:
         NcclSection(**{**fields, "nvls_channels": 0})
     assert not NcclSection(**{**fields, **dict.fromkeys(("nvls_bw_intra_GBps", "nvls_bw_inter_GBps",
                                                          "nvls_call_us", "nvls_sync_us"))}).nvls_timed  # fmt: skip
+
+
+# ---- the tree as it runs, and the call NCCL's tuner picks (nccl_call) -------------------------------------------
+def test_tree_time_equals_the_hand_computation() -> None:
+    """``tree_time_us`` by hand (NVIDIA/nccl at 5067397c: src/enqueue.cc's channels and chunks, src/graph/trees.cc's
+    depth, src/device/all_reduce.h's pipelined up and down passes)."""
+    from plansim.costs.nccl import NcclTuning, tree_time_us
+
+    t = NcclTuning(30.0, (0.0, 3.0, 6.0))
+    # Simple, 64 MiB over 8 nodes of 8: 8 channels (64 MiB >> 8 x 512 threads x 64 B), 8 MiB each in 16 chunks of
+    # 512 KiB; depth log2(8) = 3, D = 7 + 3, 2 x 10 + 16 - 1 = 35 stages, each a sync and a chunk (Simple forwards
+    # whole chunks) at 96 x 0.92 / 2 / 8 = 5.52 GB/s; 2 x 3 inter-node hops at 14.0 - 4.0 us; base 8.4
+    want = 30.0 + 8.4 + 35 * 6.0 + 35 * 524288 / 5520 + 6 * 10.0
+    assert tree_time_us(CLUSTER, "Simple", 64 << 20, t) == pytest.approx(want, rel=1e-9)
+    # LL128, 1 MiB over 4 nodes of 8: 8 channels of 131,072 B; the chunk halves from 576,000 while fewer than
+    # (1 + 2 + 0.8) x 64 / 8 chunks (to 72,000), then x 16 / 8 (to 18,000): 8 chunks of 16,384 B; depth 2,
+    # 2 x 9 + 8 - 1 = 25 syncs, the data once (lines forwarded as they land) at 96 x 0.92 x 120/128 / 2 / 8 =
+    # 5.175 GB/s; 2 x 2 inter-node hops at 8.5 - 1.25 us; base 14.0
+    comm = NcclComm(ranks=32, nodes=4, gpu="ampere", channels=8, bw_intra=24.0, bw_inter=12.0)
+    want = 30.0 + 14.0 + 25 * 3.0 + 8 * 16384 / 5175 + 4 * 7.25
+    assert tree_time_us(comm, "LL128", 1 << 20, t) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_binary_tree_is_ceil_log2_deep() -> None:
+    from plansim.costs.nccl import _btree_depth
+
+    assert [_btree_depth(n) for n in (1, 2, 3, 4, 5, 8, 14, 16, 17, 512, 4096)] == [0, 1, 2, 2, 3, 3, 4, 4, 5, 9, 12]
+
+
+def _dgx_a100(nodes: int):  # type: ignore[no-untyped-def]
+    from plansim.costs.nccl import NcclTuning
+    from plansim.hardware import load_hardware
+    from plansim.hardware.nccl import nccl_comm
+
+    cluster = load_hardware("dgx-a100", gpus=8 * nodes)
+    section = cluster.node.nccl
+    assert section is not None and section.call_us is not None and section.sync_us is not None
+    return nccl_comm(cluster, 8 * nodes, nodes), NcclTuning(section.call_us, section.sync_us)
+
+
+def test_nccl_picks_the_tree_for_small_messages_over_many_nodes_and_the_ring_for_large_on_few() -> None:
+    from plansim.costs.nccl import nccl_call, ring_call
+
+    comm, t = _dgx_a100(64)
+    small = nccl_call(comm, "all_reduce", 1 << 20, t)
+    assert small.algorithm == "tree"
+    assert small.time_us < ring_call(comm, "all_reduce", 1 << 20, t).time_us / 2
+    comm, t = _dgx_a100(2)
+    large = nccl_call(comm, "all_reduce", 1 << 30, t)
+    assert large.algorithm == "ring"
+    assert large == ring_call(comm, "all_reduce", 1 << 30, t)
+    # all-gather with 8 GPUs per node: no PAT, the ring
+    assert nccl_call(comm, "all_gather", 1 << 20, t).algorithm == "ring"
+
+
+def test_nccl_call_is_the_ring_call_wherever_the_tuner_picks_the_ring() -> None:
+    from plansim.costs.nccl import nccl_call, ring_call
+
+    picked_ring = 0
+    for nodes in (1, 2, 4, 8, 16):
+        comm, t = _dgx_a100(nodes)
+        for size in (2**k for k in range(10, 34, 3)):
+            got = nccl_call(comm, "all_reduce", size, t)
+            if got.algorithm == "ring":
+                picked_ring += 1
+                assert got.time_us == ring_call(comm, "all_reduce", size, t).time_us
+    assert picked_ring >= 5
+
+
+@pytest.mark.parametrize("n_bytes", [1 << 20, 64 << 20, 1 << 30])
+def test_nccl_call_time_does_not_fall_as_ranks_grow(n_bytes: int) -> None:
+    """From 8 to 4,096 ranks (1 to 512 DGX A100 nodes) the call NCCL picks never gets faster with more ranks (the
+    ring alone does: 1 MiB is 1.80 ms at 32 nodes with LL128, 0.81 ms at 64 with LL). Not at every size: at 256 KiB
+    NCCL's tuner flips the tree from LL128 to LL at 128 nodes, and the as-run LL tree is faster (218 -> 128 us)."""
+    from plansim.costs.nccl import nccl_call
+
+    times = []
+    for nodes in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        comm, t = _dgx_a100(nodes)
+        times.append(nccl_call(comm, "all_reduce", n_bytes, t).time_us)
+    assert all(a <= b for a, b in pairwise(times)), times

@@ -38,7 +38,9 @@ def _canonical(s: Strategy) -> Strategy:
     if s.dp == 1:
         update |= {"zero": 0, "dp_algorithm": "ring"}
     elif s.zero >= 1:
-        update |= {"dp_algorithm": "butterfly" if s.dp_algorithm == "butterfly" else "ring"}
+        # the reduce-scatter runs as the entry's sharded_with: ring, butterfly or nccl (NCCL's pick)
+        sharded = ALLREDUCE_ALGORITHMS[s.dp_algorithm].sharded_with
+        update |= {"dp_algorithm": sharded}
     return s.model_copy(update=update)
 
 

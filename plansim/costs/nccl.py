@@ -22,7 +22,8 @@ tree, NVLS (NVLink SHARP, one node) and PAT (one GPU per node) for all-reduce, a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 __all__ = [
     "ALGORITHMS",
@@ -36,8 +37,9 @@ __all__ = [
     "algorithm_time_us",
     "bandwidth_GBps",
     "choose",
-    "default_call",
     "latency_us",
+    "nccl_call",
+    "nccl_overhead_s",
     "nvls_channels_used",
     "nvls_chunk_bytes",
     "nvls_sent_factor",
@@ -45,6 +47,7 @@ __all__ = [
     "ring_call",
     "ring_overhead_s",
     "ring_time_us",
+    "tree_time_us",
 ]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -488,18 +491,139 @@ def nvls_sent_factor(ranks: int) -> float:
     return (ranks + 1) / ranks
 
 
-def default_call(c: NcclComm, collective: str, n_bytes: float, ring: NcclTuning, nvls: NvlsTuning | None) -> NcclChoice:
-    """A call as NCCL runs it with ``NCCL_ALGO`` unset, between the two algorithms timed as they run: NCCL's own model
-    (``choose``) picks the ring (``ring_call``) or, for an all-reduce on one node with NVLink SHARP and an NVLS
-    timing, NVLS (``nvls_time_us``). The tree, and NVLS all-gather and reduce-scatter, are not timed as they run:
-    not offered."""
-    algorithms: tuple[str, ...] = ("ring",)
+# ---- A tree all-reduce as it runs, and a call as NCCL picks it (NVIDIA/nccl at 5067397c) ---------------------------
+#: Data bytes of one tree chunk on one channel (``calcCollChunking``, src/enqueue.cc): the tree runs one step per
+#: chunk (``chunkSteps = sliceSteps = 1`` for every algorithm but the Simple ring), so LL 32 KiB and LL128 576,000 B
+#: as the ring, Simple one 512 KiB step (4 MiB ``NCCL_BUFFSIZE`` over ``NCCL_STEPS`` = 8).
+TREE_CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 524288}
+#: Threads per channel of a tree call (``comm->maxThreads[NCCL_ALGO_TREE]``, src/graph/tuning.cc
+#: ``ncclTopoTuneModel``: ``NCCL_SIMPLE_MAX_NTHREADS`` 512, ``NCCL_LL_MAX_NTHREADS`` 512,
+#: ``NCCL_LL128_MAX_NTHREADS`` 640), used by the channel count; the tree's thread thresholds are the protocols'
+#: (not multiplied by the ranks, unlike the ring's LL).
+TREE_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+#: The algorithms NCCL's tuner weighs for each collective with ``NCCL_ALGO`` unset (src/graph/tuning.cc
+#: ``ncclTopoTuneModel`` and src/enqueue.cc ``updateCollCostTable``: all-reduce over ring and tree, all-gather and
+#: reduce-scatter over ring and PAT (``NCCL_PAT_ENABLE`` defaults to 2: on with one GPU per node, ``ncclPatEnable``);
+#: CollNet off by default; NVLS is added for an all-reduce on one node where the node times it (``nccl_call``).
+NCCL_DEFAULT_ALGORITHMS = {
+    "all_reduce": ("tree", "ring"),
+    "all_gather": ("ring", "pat"),
+    "reduce_scatter": ("ring", "pat"),
+}
+
+
+@lru_cache(maxsize=256)
+def _btree_depth(nodes: int) -> int:
+    """Hops from the deepest node to the root of NCCL's binary tree over ``nodes`` nodes (``ncclGetBtree``,
+    src/graph/trees.cc: a node's parent flips its lowest set bit and sets the next; the double binary tree's second
+    tree is the first mirrored or shifted, of the same depth). ceil(log2 nodes) for every node count."""
+    deepest = 0
+    for rank in range(1, nodes):
+        depth, r = 0, rank
+        while r:
+            bit = r & -r
+            up = (r ^ bit) | (bit << 1)
+            r = up if up < nodes else r ^ bit
+            depth += 1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _tree_channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
+    """Channels a tree call runs on (``topoGetAlgoInfo``, src/enqueue.cc: drop one while every thread would get
+    less than its protocol's threshold)."""
+    nc = c.channels
+    while nc >= 2 and n_bytes < nc * TREE_THREADS[protocol] * THREAD_THRESHOLD[protocol]:
+        nc -= 1
+    return nc
+
+
+def _tree_chunk_bytes(c: NcclComm, protocol: str, per_channel: float) -> int:
+    """A tree chunk's data bytes for a channel's share ``per_channel`` (``calcCollChunking``, src/enqueue.cc, which
+    ``scheduleCollTasksToPlan`` calls per channel): LL128 halves its chunk while the channel would get fewer than
+    ``(1 + log2(nodes) + 0.1 ppn) x 64 / ppn`` chunks (down to 128 KiB) or x 16 / ppn (down to 32 KiB); the other
+    protocols keep theirs. The alignment to the protocol's grain is left out."""
+    chunk = TREE_CHUNK_BYTES[protocol]
+    if protocol == "LL128":
+        ppn = c.per_node
+        steps = 1 + _log2i(c.nodes) + 0.1 * ppn
+        while per_channel // chunk < steps * 64 / ppn and chunk > 131072:
+            chunk //= 2
+        while per_channel // chunk < steps * 16 / ppn and chunk > 32768:
+            chunk //= 2
+    return chunk
+
+
+def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> float:
+    """The time of one tree all-reduce call as it runs, us (NVIDIA/nccl at 5067397c).
+
+    Each channel takes its share of the data (``topoGetAlgoInfo``'s channel count) in chunks
+    (``_tree_chunk_bytes``) and pipelines them through the tree (src/device/all_reduce.h ``runTreeSplit``: the
+    reduction up and the broadcast down run at once on split threads, the root reducing and sending each chunk back
+    down in one operation). The path from the deepest rank to the root is ``D = (ppn - 1) + depth`` hops: the chain
+    of a node's ranks (src/graph/connect.cc, ``tree.up``/``tree.down[0]`` along ``treeIntra``) and the binary tree
+    over the nodes (``_btree_depth``). So ``K`` chunks take ``2 D + K - 1`` pipeline stages. With Simple a hop
+    forwards a chunk once its step's flag says it has all arrived (src/device/prims_simple.h waits on the peer's
+    step counter), so every stage moves a chunk; LL and LL128 carry a flag in every line (src/device/prims_ll.h,
+    prims_ll128.h), so a hop forwards lines as they land and the data costs its ``K`` chunks once.
+
+    A stage costs one synchronisation, the node profile's fitted ``sync_us`` for the protocol (an assumption: the
+    tree's hops use the same primitives' flag handshake as the ring's steps, one per chunk since the tree runs one
+    step per chunk), plus the chunk at the channel's share of NCCL's tree bandwidth for the protocol (at most one
+    channel's own: ``bandwidth_GBps`` of a one-channel communicator), which is what NCCL's model gives a large
+    message. The ``2 depth`` inter-node hops of the first chunk's path each add NCCL's difference between the
+    tree's network and NVLink hop latencies, and the call adds its fixed ``call_us`` and NCCL's base latency, as
+    ``ring_time_us`` does. NCCL's medium-size correction (``treeCorrectionFactor``) is its model's stand-in for
+    this pipeline and is not applied."""
+    if c.ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    p = PROTOCOLS.index(protocol)
+    nc = _tree_channels_used(c, protocol, n_bytes)
+    total = bandwidth_GBps(c, "all_reduce", "tree", protocol)  # algorithm bandwidth, GB/s, all channels
+    own = bandwidth_GBps(replace(c, channels=1), "all_reduce", "tree", protocol)
+    per_channel = min(total / nc, own) * 1000.0  # bytes per us
+    per_ch = n_bytes / nc
+    chunks = max(1, math.ceil(per_ch / _tree_chunk_bytes(c, protocol, per_ch)))
+    chunk = per_ch / chunks
+    depth = _btree_depth(c.nodes)
+    stages = 2 * (c.ranks // c.nodes - 1 + depth) + chunks - 1
+    net_extra = max(0.0, HW_LATENCY_US["net"]["tree"][p] - HW_LATENCY_US[c.intra]["tree"][p]) if c.nodes > 1 else 0.0
+    base = BASE_LATENCY_US["tree"][p]
+    data_stages = stages if protocol == "Simple" else chunks  # Simple forwards whole chunks; LL, LL128 lines
+    return t.call_us + base + stages * t.sync_us[p] + data_stages * chunk / per_channel + 2 * depth * net_extra
+
+
+def nccl_call(
+    c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, nvls: NvlsTuning | None = None
+) -> NcclChoice:
+    """One call as NCCL runs it with ``NCCL_ALGO`` and ``NCCL_PROTO`` unset: the algorithm and protocol NCCL's own
+    model picks among those it weighs for the collective (``NCCL_DEFAULT_ALGORITHMS``; NVLS too for an all-reduce on
+    one node where ``nvls`` times NVLS calls; ``choose``), timed as it runs: ``ring_time_us``, ``tree_time_us`` or
+    ``nvls_time_us``. PAT (all-gather and reduce-scatter with one GPU per node) has no as-run model here: it is timed
+    by NCCL's own prediction plus the call's fixed ``call_us`` (an assumption). NVLS all-gather and reduce-scatter
+    are not timed as they run: not offered."""
+    algorithms: tuple[str, ...] = NCCL_DEFAULT_ALGORITHMS[collective]
     if nvls is not None and collective == "all_reduce" and c.nodes == 1:
-        algorithms = ("ring", "nvls")
+        algorithms = (*algorithms, "nvls")
     pick = choose(c, collective, n_bytes, algorithms=algorithms)
-    if pick.algorithm != "nvls":
-        return ring_call(c, collective, n_bytes, ring)
-    assert nvls is not None
-    us = nvls_time_us(c, n_bytes, nvls)
+    if pick.algorithm == "tree":
+        us = tree_time_us(c, pick.protocol, n_bytes, t)
+    elif pick.algorithm == "ring":
+        us = ring_time_us(c, collective, pick.protocol, n_bytes, t)
+    elif pick.algorithm == "nvls":
+        assert nvls is not None
+        us = nvls_time_us(c, n_bytes, nvls)
+    else:
+        us = pick.time_us + t.call_us
     factor = _steps(collective, c.ranks) / c.ranks
-    return NcclChoice("nvls", "Simple", us, n_bytes * factor / (1000 * us))
+    return NcclChoice(pick.algorithm, pick.protocol, us, n_bytes * factor / (1000 * us) if us > 0 else math.inf)
+
+
+def nccl_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, busbw_GBps: float) -> float:
+    """Seconds ``nccl_call`` takes beyond the call's bytes at ``busbw_GBps`` moved as a ring moves them (the
+    engines' wire time: to first order a tree moves as much per rank through each node boundary, about ``2 n``, as
+    a ring does), never below 0: ``ring_overhead_s`` for the call NCCL picks."""
+    if c.ranks <= 1 or n_bytes <= 0:
+        return 0.0
+    wire_us = n_bytes * _steps(collective, c.ranks) / c.ranks / (1000 * busbw_GBps)
+    return max(0.0, nccl_call(c, collective, n_bytes, t).time_us - wire_us) * 1e-6

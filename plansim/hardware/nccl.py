@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from plansim.costs.nccl import COLLECTIVES, NcclComm, NcclTuning, NvlsTuning, default_call, nvls_sent_factor
+from plansim.costs.nccl import (
+    COLLECTIVES,
+    NcclComm,
+    NcclTuning,
+    NvlsTuning,
+    nccl_call,
+    nccl_overhead_s,
+    nvls_sent_factor,
+)
 from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
@@ -54,33 +62,47 @@ def _tunings(node: NodeSpec) -> tuple[NcclTuning, NvlsTuning | None]:
 
 
 def ring_overhead_s(
-    cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
+    cluster: Cluster,
+    collective: str,
+    ranks: int,
+    nodes: int,
+    n_bytes: float,
+    busbw_Bps: float,
+    nccl: str = "ring",
 ) -> float | None:
-    """Seconds a ring collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the
-    group's bus bandwidth ``busbw_Bps``, as NCCL runs it (``plansim.costs.nccl.ring_overhead_s``): both engines add
-    it to a ring's wire time in place of a per-step latency. None where the node profile does not time NCCL's calls
-    (the alpha-beta latency then applies)."""
+    """Seconds a collective of ``n_bytes`` among ``ranks`` on ``nodes`` nodes costs beyond its bytes at the group's
+    bus bandwidth ``busbw_Bps``, as NCCL runs it: ``nccl`` "ring" (``NCCL_ALGO=Ring``,
+    ``plansim.costs.nccl.ring_overhead_s``) or "auto" (``NCCL_ALGO`` unset, the call NCCL's tuner picks,
+    ``plansim.costs.nccl.nccl_overhead_s``; a registry entry's ``nccl``). Both engines add it to the call's wire time
+    in place of a per-step latency. None where the node profile does not time NCCL's calls (the alpha-beta latency
+    then applies)."""
     if not timed(cluster):
         return None
     if collective not in COLLECTIVES or ranks <= 1 or n_bytes <= 0:
         return 0.0
+    if nccl not in ("ring", "auto"):
+        raise ValueError(f"nccl={nccl!r}: ring or auto")
     nodes = max(1, min(nodes, ranks))
-    return _ring_overhead(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps))
+    return _ring_overhead(cluster.node, collective, ranks, nodes, float(n_bytes), float(busbw_Bps), nccl)
 
 
 @lru_cache(maxsize=65536)
-def _ring_overhead(node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float) -> float:
+def _ring_overhead(
+    node: NodeSpec, collective: str, ranks: int, nodes: int, n_bytes: float, busbw: float, nccl: str = "ring"
+) -> float:
     per_node = -(-ranks // nodes)  # a group split unevenly over nodes: NCCL's per-node figures at the fuller nodes
     comm = _comm(node, per_node * nodes, nodes)
-    return _costs_ring_overhead_s(comm, collective, n_bytes, _tunings(node)[0], busbw / 1e9)
+    overhead = nccl_overhead_s if nccl == "auto" else _costs_ring_overhead_s
+    return overhead(comm, collective, n_bytes, _tunings(node)[0], busbw / 1e9)
 
 
 @dataclass(frozen=True)
 class LayerCall:
-    """How a layer's collective runs with NCCL's default algorithm (``NCCL_ALGO`` unset): ``algorithm`` (``ring`` or
-    ``nvls``), ``sent_factor`` (bytes each rank puts on its link per message byte: the ring's ``2 (p - 1) / p`` for an
-    all-reduce, NVLS's ``(p + 1) / p`` to the switch) and ``overhead_s``, what the call takes beyond those bytes at the
-    group's bus bandwidth (None: the node does not time NCCL's calls; the alpha-beta latency applies)."""
+    """How a layer's collective runs with NCCL's default algorithm (``NCCL_ALGO`` unset): ``algorithm`` (``ring``,
+    ``tree``, ``pat`` or ``nvls``), ``sent_factor`` (bytes each rank puts on its link per message byte: the
+    ring's ``2 (p - 1) / p`` for an all-reduce, NVLS's ``(p + 1) / p`` to the switch) and ``overhead_s``, what the
+    call takes beyond those bytes at the group's bus bandwidth (None: the node does not time NCCL's calls; the
+    alpha-beta latency applies)."""
 
     algorithm: str
     sent_factor: float
@@ -90,8 +112,10 @@ class LayerCall:
 def layer_call(
     cluster: Cluster, collective: str, ranks: int, nodes: int, n_bytes: float, busbw_Bps: float
 ) -> LayerCall:
-    """A layer's blocking collective (tensor parallelism) as NCCL runs it by default: NVLS where the node times NVLS
-    calls, the group is one node and NCCL's own model picks it (``plansim.costs.nccl.default_call``), else the ring.
+    """A layer's blocking collective (tensor parallelism) as NCCL runs it by default (``plansim.costs.nccl.nccl_call``:
+    the algorithm NCCL's own model picks; NVLS where the node times NVLS calls and the group is one node). A ring,
+    tree or PAT call moves the ring's bytes (a tree moves about as much per rank, ``nccl_overhead_s``), an NVLS call
+    ``(p + 1) / p`` of the message to the switch.
     Both engines ask it: the analytic engine prices ``sent_factor x n_bytes / busbw + overhead_s``, the DES moves
     those bytes as flows and adds ``overhead_s`` at the end."""
     ring = _ring_factor(collective, ranks)
@@ -112,11 +136,8 @@ def _layer_call(
     ring = _ring_factor(collective, ranks)
     if not is_timed:
         return LayerCall("ring", ring, None)
-    assert node.nccl is not None
-    if nodes == 1 and collective == "all_reduce" and node.nccl.nvls_timed:
-        ring_t, nvls_t = _tunings(node)
-        call = default_call(_comm(node, ranks, 1), collective, n_bytes, ring_t, nvls_t)
-        if call.algorithm == "nvls":
-            factor = nvls_sent_factor(ranks)
-            return LayerCall("nvls", factor, max(0.0, call.time_us * 1e-6 - factor * n_bytes / busbw))
-    return LayerCall("ring", ring, _ring_overhead(node, collective, ranks, nodes, n_bytes, busbw))
+    ring_t, nvls_t = _tunings(node)
+    per_node = -(-ranks // nodes)
+    call = nccl_call(_comm(node, per_node * nodes, nodes), collective, n_bytes, ring_t, nvls_t)
+    factor = nvls_sent_factor(ranks) if call.algorithm == "nvls" else ring
+    return LayerCall(call.algorithm, factor, max(0.0, call.time_us * 1e-6 - factor * n_bytes / busbw))

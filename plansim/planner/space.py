@@ -8,8 +8,9 @@ selective, full; ``milp`` is priced for the finalists only, see ``search``) and 
 
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
 the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and under ZeRO >= 1 the gradient
-reduction is a reduce-scatter whose algorithm is a ring unless the all-reduce is a butterfly
-(``step.shard_algorithm``). Strategies that cannot run are not enumerated; ``check_strategy`` stays the judge.
+reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring; butterflies beside
+a butterfly; NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
+``check_strategy`` stays the judge.
 """
 
 from __future__ import annotations
@@ -249,8 +250,10 @@ def _sp_values(tp: int, c: Constraints) -> list[bool]:
 def _algorithms(dp: int, zero: int, c: Constraints) -> list[str]:
     if dp == 1:
         return [c.dp_algorithms[0]]
-    wanted = [a for a in c.dp_algorithms if a != "butterfly" or dp & (dp - 1) == 0]
-    if zero >= 1:  # sharded collectives run as rings, or as butterflies with a butterfly all-reduce: one of each
-        ring_like = [a for a in wanted if a != "butterfly"][:1]
-        wanted = ring_like + (["butterfly"] if "butterfly" in wanted else [])
+    wanted = [a for a in c.dp_algorithms if not ALLREDUCE_ALGORITHMS[a].power_of_two or dp & (dp - 1) == 0]
+    if zero >= 1:  # sharded collectives run as the entry's sharded_with (ring, butterfly, nccl): one of each
+        firsts: dict[str, str] = {}
+        for a in wanted:
+            firsts.setdefault(ALLREDUCE_ALGORITHMS[a].sharded_with, a)
+        wanted = list(firsts.values())
     return wanted

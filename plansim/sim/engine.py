@@ -332,15 +332,18 @@ class _Engine:
         return entry[1]
 
     def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
-        """What NCCL adds to a ring call's bytes (``plansim.hardware.nccl.ring_overhead_s``, as the analytic engine
-        adds it), charged at the end of its last phase; 0 for other algorithms, sends and nodes without NCCL
-        figures (whose phases carry the per-step latency instead)."""
+        """What NCCL adds to a call's bytes (``plansim.hardware.nccl``, as the analytic engine adds it), charged at the
+        end of its last phase: a layer's call as NCCL's default runs it (``layer_call``: ring, tree or NVLS), a ring
+        call's or an ``nccl`` call's (the ring's flows, the time of the call NCCL's tuner picks, ``ring_overhead_s``);
+        0 for other algorithms, sends and nodes without NCCL figures (whose phases carry the per-step latency
+        instead)."""
         call = self._layer_call(comm, members)
         if call is not None:
             return call.overhead_s or 0.0
-        if comm.algorithm != "ring" or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
+        mode = algorithm_entry(comm.collective, comm.algorithm).nccl
+        if mode is None or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
             return 0.0
-        key = (comm.collective, len(members), members[0], members[-1], comm.n_bytes)
+        key = (comm.collective, comm.algorithm, len(members), members[0], members[-1], comm.n_bytes)
         got = self.extra_cache.get(key)
         if got is None:
             nodes = len({self.cluster.node_of(r) for r in members})
@@ -349,15 +352,16 @@ class _Engine:
             else:
                 link = self.cluster.group_link(len(members), members[1] - members[0])
             busbw = link.bandwidth_Bps
-            got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw) or 0.0
+            got = ring_overhead_s(self.cluster, comm.collective, len(members), nodes, comm.n_bytes, busbw, mode)
+            got = got or 0.0
             self.extra_cache[key] = got
         return got
 
     def _layer_call(self, comm: Comm, members: tuple[int, ...]) -> LayerCall | None:
         """How a layer's collective (a mesh axis other than dp) runs with NCCL's default algorithm, as the analytic
-        engine's ``comm_pricer`` asks (``plansim.hardware.nccl.layer_call``: ring, or NVLS on an NVLS node); None for
-        data-parallel collectives, sends and the embedding sync."""
-        if comm.group in ("dp", "pp", "emb") or comm.algorithm != "ring" or len(members) < 2:
+        engine's ``comm_pricer`` asks (``plansim.hardware.nccl.layer_call``: ring, tree or NVLS); None for
+        data-parallel collectives, sends, the embedding sync and ``simulate_collective``'s (its algorithm is given)."""
+        if comm.group in ("dp", "pp", "emb", "custom") or comm.algorithm != "ring" or len(members) < 2:
             return None
         key = ("layer", comm.collective, len(members), members[0], members[-1], comm.n_bytes)
         got = self.layer_calls.get(key)
@@ -493,7 +497,11 @@ class _Engine:
     def _build_phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         p = len(members)
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
-        nccl = comm.algorithm == "ring" and comm.group != "pp" and timed(self.cluster)
+        nccl = (
+            algorithm_entry(comm.collective, comm.algorithm).nccl is not None
+            and comm.group != "pp"
+            and timed(self.cluster)
+        )
         channels = self._channels(comm, members)
         gpus = sched.gpus.tolist()
         # NCCL's channels keep each inter-node hop on one rail (Fabric.ring_route); other schedules take the plain route

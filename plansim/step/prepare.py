@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, bytes_sent_per_rank, collective_time
+from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
@@ -93,8 +93,8 @@ def shard_algorithm(s: Strategy) -> str:
 
 def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
     """Prices one blocking collective of a layer on the link of the mesh's group along its axis, as NCCL runs it by
-    default (``plansim.hardware.nccl.layer_call``: the ring, or NVLS for an all-reduce within an NVLS node where NCCL's
-    own model picks it): ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
+    default (``plansim.hardware.nccl.layer_call``: the ring, the tree, or NVLS for an all-reduce within an NVLS node,
+    as NCCL's own model picks): ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
     mesh = mesh_of(s)
     links: dict[str, Link] = {}
 
@@ -116,11 +116,17 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
     return price
 
 
-def ring_call_s(cluster: Cluster, collective: str, p: int, nodes: int, n_bytes: float, link: Link) -> float:
-    """Seconds of one ring call among ``p`` ranks on ``nodes`` nodes: its bytes at ``link``'s bus bandwidth plus
-    what NCCL adds to them (``plansim.hardware.nccl.ring_overhead_s``: the call's fixed cost, synchronisations growing
-    with ranks and nodes, small messages' protocols); the alpha-beta latency where the node has no NCCL figures."""
-    overhead = ring_overhead_s(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps)
+def ring_call_s(
+    cluster: Cluster, collective: str, p: int, nodes: int, n_bytes: float, link: Link, algorithm: str = "ring"
+) -> float:
+    """Seconds of one NCCL call among ``p`` ranks on ``nodes`` nodes with ``algorithm`` (a registry entry with an
+    ``nccl`` mode: ``ring``, or ``nccl`` for the call NCCL's tuner picks): its schedule's bytes at ``link``'s bus
+    bandwidth plus what NCCL adds to them (``plansim.hardware.nccl.ring_overhead_s``: the call's fixed cost,
+    synchronisations growing with ranks and nodes, small messages' protocols); the alpha-beta latency where the node
+    has no NCCL figures."""
+    mode = algorithm_entry(collective, algorithm).nccl
+    assert mode is not None, f"{collective} {algorithm} is not an NCCL call"
+    overhead = ring_overhead_s(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps, mode)
     if overhead is None:
-        return collective_time(collective, "ring", p, n_bytes, link.latency_s, link.bandwidth_Bps)
-    return collective_time(collective, "ring", p, n_bytes, 0.0, link.bandwidth_Bps) + overhead
+        return collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
+    return collective_time(collective, algorithm, p, n_bytes, 0.0, link.bandwidth_Bps) + overhead

@@ -82,6 +82,10 @@ class Algorithm:
     halving/doubling). ``rings_per_local_rank``: NCCL's multi-ring layout (one ring per local rank, each leaving the
     node from another GPU and NIC), which the discrete-event engine routes. ``sharded_with`` (all-reduce entries):
     the reduce-scatter/all-gather algorithm that ZeRO runs beside it.
+    ``nccl``: how NCCL runs the call where the node profile times NCCL's calls (``plansim.hardware.nccl``): "ring"
+    (``NCCL_ALGO=Ring``, the protocol NCCL's tuner picks), "auto" (``NCCL_ALGO`` unset: the algorithm and protocol
+    NCCL's tuner picks, ``plansim.costs.nccl.nccl_call``); both engines then move its schedule's bytes at the bus
+    bandwidth and add what the call costs beyond them. None: priced by the alpha-beta model alone.
     """
 
     build: Builder
@@ -89,6 +93,7 @@ class Algorithm:
     power_of_two: bool = False
     rings_per_local_rank: bool = False
     sharded_with: str = "ring"
+    nccl: str | None = None
 
 
 def _butterfly(build: Builder) -> Algorithm:
@@ -99,7 +104,10 @@ def _butterfly(build: Builder) -> Algorithm:
 
 #: The data-parallel all-reduce algorithms (``Strategy.dp_algorithm``).
 ALLREDUCE_ALGORITHMS: dict[str, Algorithm] = {
-    "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True),
+    "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True, nccl="ring"),
+    # NCCL_ALGO unset: NCCL's tuner picks ring or tree per call; the bytes move as the ring's (a tree moves about as
+    # much per rank through each node boundary, 2 n), the time is the picked call's (plansim.costs.nccl.nccl_call)
+    "nccl": Algorithm(alg.allreduce_ring, rings_per_local_rank=True, sharded_with="nccl", nccl="auto"),
     "tree": Algorithm(alg.allreduce_tree, reads_local=True),
     "butterfly": _butterfly(alg.allreduce_butterfly),
     "naive": Algorithm(alg.allreduce_naive, reads_local=True),
@@ -111,11 +119,13 @@ ALLREDUCE_ALGORITHMS: dict[str, Algorithm] = {
 COLLECTIVES: dict[str, dict[str, Algorithm]] = {
     "all_reduce": ALLREDUCE_ALGORITHMS,
     "all_gather": {
-        "ring": Algorithm(alg.all_gather_ring, rings_per_local_rank=True),
+        "ring": Algorithm(alg.all_gather_ring, rings_per_local_rank=True, nccl="ring"),
+        "nccl": Algorithm(alg.all_gather_ring, rings_per_local_rank=True, nccl="auto"),
         "butterfly": _butterfly(alg.all_gather_butterfly),
     },
     "reduce_scatter": {
-        "ring": Algorithm(alg.reduce_scatter_ring, rings_per_local_rank=True),
+        "ring": Algorithm(alg.reduce_scatter_ring, rings_per_local_rank=True, nccl="ring"),
+        "nccl": Algorithm(alg.reduce_scatter_ring, rings_per_local_rank=True, nccl="auto"),
         "butterfly": _butterfly(alg.reduce_scatter_butterfly),
     },
     "broadcast": {"tree": Algorithm(alg.broadcast_tree), "ring": Algorithm(alg.broadcast_ring)},
