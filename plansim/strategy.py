@@ -98,7 +98,9 @@ class Strategy(BaseModel):
         default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
     )
     dp_algorithm: Annotated[str, AfterValidator(_registered("dp_algorithm", ALLREDUCE_ALGORITHMS))] = Field(
-        default="ring", description="data-parallel all-reduce, a name in plansim.costs.collectives.ALLREDUCE_ALGORITHMS"
+        default="nccl",
+        description="data-parallel all-reduce, a name in plansim.costs.collectives.ALLREDUCE_ALGORITHMS (nccl: what "
+        "NCCL runs with NCCL_ALGO unset, as frameworks leave it; ring: NCCL_ALGO=Ring)",
     )
     fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
     overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")

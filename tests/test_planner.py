@@ -36,7 +36,7 @@ def _canonical(s: Strategy) -> Strategy:
     if s.pp == 1:
         update |= {"schedule": "1f1b", "virtual_stages": 1}
     if s.dp == 1:
-        update |= {"zero": 0, "dp_algorithm": "ring"}
+        update |= {"zero": 0, "dp_algorithm": next(iter(ALLREDUCE_ALGORITHMS))}  # the first: nccl
     elif s.zero >= 1:
         # the reduce-scatter runs as the entry's sharded_with: ring, butterfly or nccl (NCCL's pick)
         sharded = ALLREDUCE_ALGORITHMS[s.dp_algorithm].sharded_with

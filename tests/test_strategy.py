@@ -38,7 +38,14 @@ def test_every_shipped_strategy_loads() -> None:
 
 def test_defaults_and_derived_dp() -> None:
     s = Strategy.parse("tp=2,pp=2").with_gpus(16)
-    assert (s.dp, s.zero, s.schedule, s.remat, s.dtype, s.dp_algorithm) == (4, 0, "1f1b", "none", None, "ring")
+    assert (s.dp, s.zero, s.schedule, s.remat, s.dtype, s.dp_algorithm) == (
+        4,
+        0,
+        "1f1b",
+        "none",
+        None,
+        "nccl",
+    )  # NCCL_ALGO unset, as frameworks run it
     assert s.resolve(load_hardware("dgx-a100", gpus=16)).dtype == "bf16"
     assert Strategy.parse("dp=8").resolve(load_hardware("dgx-1", gpus=8)).dtype == "fp16"
     assert s.num_microbatches == 1

@@ -293,7 +293,7 @@ def _megatron_excluded(
 
     max_tp = _megatron_tp(model, cluster)
     recipe = Constraints(
-        tp=max_tp, micro_batch=1, remat=("selective",), dp_algorithms=("ring",),
+        tp=max_tp, micro_batch=1, remat=("selective",), dp_algorithms=("nccl",),
         allow_cross_node_tp=c.allow_cross_node_tp, dtype=c.dtype,
     )  # fmt: skip
     cache = AnalyticCache(model, cluster)
@@ -324,7 +324,7 @@ def _megatron_excluded(
         options.append(f"--remat {','.join(c.remat)}")
     if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
         options.append(f"sequence_parallel={c.sequence_parallel}")
-    if "ring" not in c.dp_algorithms:
+    if "nccl" not in c.dp_algorithms:
         options.append(f"dp algorithms {','.join(c.dp_algorithms)}")
     return (s, options) if options else None
 
@@ -355,7 +355,7 @@ def _set_constraints(c: Constraints) -> dict[str, Any]:
 def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:
     """The first change, in order of how little it asks, after which some strategy fits: lift the user's limits on
     ZeRO, remat and the micro-batch (one at a time, then all), then more GPUs (2x .. 16x)."""
-    lenient = dataclasses.replace(c, remat=("full",), dp_algorithms=("ring",))
+    lenient = dataclasses.replace(c, remat=("full",), dp_algorithms=("nccl",))
     tries: list[tuple[str, Constraints, Cluster]] = []
     if c.micro_batch not in (None, 1) or c.max_micro_batch not in (None, 1):
         one = dataclasses.replace(lenient, micro_batch=1, max_micro_batch=None)
@@ -364,7 +364,7 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
         tries.append(("allow ZeRO-3 (--zero 3)", dataclasses.replace(lenient, zero=3), cluster))
     if "full" not in c.remat:
         tries.append(("allow full recomputation (remat=full)", lenient, cluster))
-    everything = Constraints(remat=("full",), dp_algorithms=("ring",), allow_cross_node_tp=c.allow_cross_node_tp)
+    everything = Constraints(remat=("full",), dp_algorithms=("nccl",), allow_cross_node_tp=c.allow_cross_node_tp)
     if _set_constraints(c).keys() - {"remat", "dp_algorithms"}:
         tries.append(("drop the --tp/--pp/--zero/--micro-batch limits", everything, cluster))
     for factor in (2, 4, 8, 16):

@@ -127,7 +127,7 @@ def search(
         else:
             rejected[ACTIVATIONS_EXCEED] += 1
     fitting.sort(key=lambda p: (key(p.result), p.index))
-    chosen = fitting[:top_k]
+    chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
     if splits and chosen:
         say("balancing the finalists' layer splits")
@@ -213,6 +213,31 @@ def _price_strategies(
         if progress and (k % step == 0 or k + 1 == len(strategies)):
             progress(k + 1, total)
     return priced, errors
+
+
+def _twin_key(p: Priced) -> tuple[object, ...]:
+    """A candidate's strategy less its all-reduce algorithm, with what it priced at."""
+    rest = p.strategy.model_dump(exclude={"dp_algorithm"})
+    fields = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(rest.items()))
+    return (fields, p.result.step_time_s, p.result.peak_memory_bytes)
+
+
+def _without_twins(fitting: list[Priced], top_k: int) -> list[Priced]:
+    """The best ``top_k`` of ``fitting`` (in order), leaving out a candidate that differs from an earlier one only in
+    its all-reduce algorithm and prices the same to the last bit (``nccl`` where NCCL's tuner picks the ring for every
+    call is ``ring``): the DES would re-simulate one configuration twice and the runner-up would be the winner
+    again. The earlier one, in the registry's order, stays."""
+    chosen: list[Priced] = []
+    seen: set[tuple[object, ...]] = set()
+    for p in fitting:
+        if len(chosen) == top_k:
+            break
+        twin = _twin_key(p)
+        if twin in seen:
+            continue
+        seen.add(twin)
+        chosen.append(p)
+    return chosen
 
 
 #: ``remat: milp`` is tried for this many of the best finalists that recompute, whose stages hold at most

@@ -104,10 +104,12 @@ def _butterfly(build: Builder) -> Algorithm:
 
 #: The data-parallel all-reduce algorithms (``Strategy.dp_algorithm``).
 ALLREDUCE_ALGORITHMS: dict[str, Algorithm] = {
-    "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True, nccl="ring"),
-    # NCCL_ALGO unset: NCCL's tuner picks ring or tree per call; the bytes move as the ring's (a tree moves about as
-    # much per rank through each node boundary, 2 n), the time is the picked call's (plansim.costs.nccl.nccl_call)
+    # NCCL_ALGO unset (what frameworks run, the default): NCCL's tuner picks ring or tree per call; the bytes move as
+    # the ring's (a tree moves about as much per rank through each node boundary, 2 n), the time is the picked
+    # call's (plansim.costs.nccl.nccl_call)
     "nccl": Algorithm(alg.allreduce_ring, rings_per_local_rank=True, sharded_with="nccl", nccl="auto"),
+    # NCCL_ALGO=Ring: the ring, with the protocol NCCL's tuner picks
+    "ring": Algorithm(alg.allreduce_ring, rings_per_local_rank=True, nccl="ring"),
     "tree": Algorithm(alg.allreduce_tree, reads_local=True),
     "butterfly": _butterfly(alg.allreduce_butterfly),
     "naive": Algorithm(alg.allreduce_naive, reads_local=True),
