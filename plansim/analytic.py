@@ -90,7 +90,7 @@ class StageCost:
     num_layers: int
     bwd_weight_s: float = 0.0
     sync_s: float = 0.0
-    #: the caching allocator's rounding of ``activations`` (``plansim.step.memory.rounding_ratio``)
+    #: the caching allocator's rounding of ``activations``, allocation by allocation (``step.memory.activation_peak``)
     fragmentation: float = 0.0
     interference_s: float = 0.0
     overlapped_s: float = 0.0
