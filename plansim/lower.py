@@ -11,12 +11,12 @@ all-gather of the updated weights.
 
 Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static; each activation has the
 caching allocator's rounding beside it (sizes from ``plansim.step.memory.layer_memory``, which the analytic engine
-walks too); each layer's saved activations are allocated at its forward and freed after its backward (or its
-weight-gradient pass when backward is split), what remat drops is a transient of the forward and is rebuilt by the recompute task (``remat: milp``: per block, what its stage's MILP
-schedule keeps from forward to backward and recomputes in the stages of the block's gradient nodes; recomputed
-tensor-parallel collectives run at their priced time inside that task); a fused attention kernel's backward workspace
-lives for its layer's backward; ZeRO-3's gathered weights live from their gather to the end of the pass that uses
-them.
+walks too); each layer's saved activations are allocated at its forward and freed after its backward (or its weight-
+gradient pass when backward is split), what remat drops is a transient of the forward and is rebuilt by the
+recompute task (``remat: milp``: per block, what its stage's MILP schedule keeps from forward to backward and
+recomputes in the stages of the block's gradient nodes; recomputed tensor-parallel collectives run at their priced
+time inside that task); a fused attention kernel's backward workspace lives for its layer's backward; ZeRO-3's
+gathered weights live from their gather to the end of the pass that uses them.
 
 Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
 sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
