@@ -20,7 +20,6 @@ import networkx as nx
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.interference import Interference, collective_load, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.memory import StageActivations, stage_activation_bytes_of
 from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
@@ -28,31 +27,24 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.mesh import mesh_of
 from plansim.result import Result
-from plansim.schedules import HeldPoint, get_schedule
-from plansim.stages import stage_layers
+from plansim.schedules import get_schedule
+from plansim.stages import chunk_layers, stage_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import (
     AxisComm,
     LayerCost,
-    layer_activations,
     layer_costs,
     layer_programs,
     rerun,
     rerun_sync_s,
 )
 from plansim.step.memory import (
-    SplitHeld,
-    ends_saved,
+    LayerBytes,
+    activation_peak,
     fixed_bytes,
-    held_peak,
     milp_stage_plans,
-    rounding_ratio,
-    saved_figures,
-    scheduled_split_extra,
-    split_backward_held,
     stage_params,
     static_bytes,
-    workspace_peak,
 )
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import (
@@ -98,7 +90,7 @@ class StageCost:
     num_layers: int
     bwd_weight_s: float = 0.0
     sync_s: float = 0.0
-    #: the caching allocator's rounding of ``activations`` (``plansim.step.memory.rounding_ratio``)
+    #: the caching allocator's rounding of ``activations``, allocation by allocation (``step.memory.activation_peak``)
     fragmentation: float = 0.0
     interference_s: float = 0.0
     overlapped_s: float = 0.0
@@ -218,6 +210,14 @@ class _Priced:
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
     p2p: dict[_SendsKey, list[_Sends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], _StageSums] = field(default_factory=dict)
+    _bytes: dict[int, LayerBytes] = field(default_factory=dict)
+
+    def layer_bytes(self, layer: int) -> LayerBytes:
+        """What the memory model reads of a layer's cost (``step.memory.LayerBytes``)."""
+        hit = self._bytes.get(layer)
+        if hit is None:
+            hit = self._bytes[layer] = LayerBytes.of(self.costs[layer])
+        return hit
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> _StageSums:
         """The sums of a layer list; lists whose layers cost alike (a pipeline's middle stages) share one."""
@@ -357,31 +357,33 @@ def simulate_analytic(
     pipe = priced.pipelines.get(key) if not scheduled else None
     if pipe is None:
         plans = milp_stage_plans(prep, cluster, model, priced.costs) if scheduled else {}
-        sched = get_schedule(s.schedule)
-        ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
         tied = tied_copy_params(model, s)
+        chunks = _chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
         stages = []
         for idx, (layers, p2p) in enumerate(
             zip(_layout(model.layers, s.pp, s.virtual_stages, s.layer_split), priced.p2p_of(cluster, s), strict=True)
         ):
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
-            ends_bytes = ends_saved(layers, priced.costs, ends, model) if sums.has_ends else 0.0
-            workspace = workspace_peak(layers, priced.costs, model, sched.split_backward)
-            in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-            # a split backward (ZB-H1) holds micro-batches between B and W too: the schedule's held points
-            held = sched.held(idx, s.pp, s.num_microbatches, s.virtual_stages) if sched.split_backward else None
+            own = tuple(
+                tuple((i, priced.layer_bytes(i)) for i in chunks[c * s.pp + idx] if i in priced.costs)
+                for c in range(s.virtual_stages)
+            )
+            milp = (
+                tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
+                if scheduled
+                else None
+            )
+            # the activations' peak as the stage's passes allocate and free them (step.memory.activation_peak)
+            peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
+                                   model.layers, sums.layer_input, milp)  # fmt: skip
             if scheduled:
-                if held is not None:  # what the held points add to the schedule's peak, beside the workspace
-                    workspace += scheduled_split_extra(held, in_flight, plans[idx], layers, priced.costs, model)
-                stages.append(_stage_cost(sums, s.remat, 0, p2p, params, ends_bytes, plans[idx], workspace))
+                stages.append(_stage_cost(sums, s.remat, p2p, params, peak, plans[idx]))
                 continue
-            stage_key = (sums, s.remat, in_flight, held, p2p, params, ends_bytes, workspace)
+            stage_key = (sums, s.remat, p2p, params, peak)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
-                stage = priced.stage_costs[stage_key] = _stage_cost(
-                    sums, s.remat, in_flight, p2p, params, ends_bytes, workspace=workspace, held=held
-                )
+                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, p2p, params, peak)
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
         if not scheduled:
@@ -396,6 +398,12 @@ def simulate_analytic(
         shared,
         kernel_recompute=priced.kernel_recompute_flops,
     )
+
+
+@lru_cache(maxsize=4096)
+def _chunks(num_layers: int, pp: int, v: int, split: tuple[int, ...] | None = None) -> tuple[tuple[int, ...], ...]:
+    """``chunk_layers`` as tuples, memoized: the model chunks, chunk ``c`` of stage ``s`` being ``c * pp + s``."""
+    return tuple(tuple(chunk) for chunk in chunk_layers(num_layers, pp, v, split))
 
 
 @lru_cache(maxsize=4096)
@@ -506,8 +514,6 @@ class _StageSums:
 
     def __init__(self, layers: list[int], costs: dict[int, LayerCost], model: Workload, layer_input: float) -> None:
         self.blocks = [costs[i] for i in layers if 0 <= i < model.layers]
-        self._head = [costs[i] for i in layers if i < 0 and i in costs]
-        self._tail = [costs[i] for i in layers if i >= model.layers and i in costs]
         every = self.blocks + [costs[i] for i in layers if not 0 <= i < model.layers and i in costs]
         self.fwd_s = sum(c.fwd_s for c in every)
         self.bwd_s = sum(c.bwd_s for c in every)
@@ -519,15 +525,9 @@ class _StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
-        self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
-        self._saved = tuple(saved_figures(c) for c in self.blocks)
-        self._ends_saved = tuple(saved_figures(costs[i]) for i in layers if not 0 <= i < model.layers and i in costs)
-        self.transient = max((c.transient_bytes for c in every), default=0.0)
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
-        self._activations: dict[str, StageActivations] = {}
-        self._split_held: dict[str, SplitHeld] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -539,68 +539,30 @@ class _StageSums:
             self._rerun_sync[remat] = rerun_sync_s(remat, self.blocks)
         return self._rerun_sync[remat]
 
-    def rounding(self, remat: str) -> float:
-        """The caching allocator's reserved over allocated bytes of this stage's activations under ``remat``."""
-        return rounding_ratio(remat, self._saved, self._ends_saved, self.layer_input)
-
-    def split_held(self, remat: str) -> SplitHeld:
-        """What the stage holds per micro-batch under a split backward (``step.memory.split_backward_held``)."""
-        if remat not in self._split_held:
-            self._split_held[remat] = split_backward_held(remat, self._head, self.blocks, self._tail, self.layer_input)
-        return self._split_held[remat]
-
-    def activations(self, remat: str) -> StageActivations:
-        if remat not in self._activations:
-            acts = [layer_activations(c, self.layer_input) for c in self.blocks]
-            activations = REMAT_POLICIES[remat].activations
-            assert activations is not None, "scheduled policies take their stage's schedule"
-            self._activations[remat] = activations(acts)
-        return self._activations[remat]
-
 
 def _stage_cost(
     sums: _StageSums,
     remat: str,
-    in_flight: float,
     p2p: _Sends,
     params: int,
-    ends_saved: float,
+    peak: tuple[float, float],
     plan: StageRemat | None = None,
-    workspace: float = 0.0,
-    held: tuple[HeldPoint, ...] | None = None,
 ) -> StageCost:
-    """One stage from its layers' sums, with ``in_flight`` micro-batches' activations stored (``plan``: the stage's
-    ``remat: milp`` schedule, which says what it stores), ``p2p`` (seconds, pp bytes, tp bytes, each send beside
-    compute) of its pipeline traffic (``_p2p``), ``params`` it holds, ``ends_saved`` bytes of embedding/output
-    activations and ``workspace`` what a fused attention kernel's backward adds at the peak
-    (``step.memory.workspace_peak``). ``held``: under a split backward, the schedule's points where the stage can
-    peak (``PipelineSchedule.held``), which replace ``in_flight`` and the ends' count (``step.memory.held_peak``).
+    """One stage from its layers' sums, ``p2p`` (seconds, pp bytes, tp bytes, each send beside compute) of its
+    pipeline traffic (``_p2p``), ``params`` it holds and its activations' ``peak`` (bytes, reserved bytes: the
+    difference is the caching allocator's rounding, ``fragmentation``; ``step.memory.activation_peak``); ``plan``:
+    the stage's ``remat: milp`` schedule, which says what it recomputes.
 
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); the analytic engine still charges the send itself on the critical path
     (``comm_s``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
-        # The schedule gives one peak, not its stored and working parts: the loss's logits (``transient``) are
-        # counted beside it, exact when nothing is recomputed and an overstatement by at most the logits otherwise.
-        activations = plan.activation_bytes + ends_saved + sums.transient + workspace
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
-        if held is None:
-            activations = (
-                stage_activation_bytes_of(sums.activations(remat), in_flight, ends_saved, sums.transient) + workspace
-            )
-        else:
-            st, split = sums.activations(remat), sums.split_held(remat)
-            activations = held_peak(
-                held,
-                st.stored_per_microbatch + split.ends_stored,
-                split.kept,
-                max(st.working, sums.transient) + workspace,
-                split.after_backward,
-            )
         rerun_sync = sums.rerun_sync(remat)
+    activations = peak[0]
     sends = p2p[3]
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
     lost = overlapped = 0.0
@@ -623,7 +585,7 @@ def _stage_cost(
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
-        fragmentation=activations * (sums.rounding(remat) - 1.0),
+        fragmentation=peak[1] - peak[0],
         interference_s=lost,
         overlapped_s=overlapped,
     )

@@ -9,14 +9,14 @@ backward) or, with ``overlap_grad_reduce: false``, as one collective after backw
 weights before its forward and backward with a prefetch depth of one layer; the optimizer step follows, then ZeRO-1/2's
 all-gather of the updated weights.
 
-Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static (activations carry the
-caching allocator's rounding, ``plansim.step.memory.rounding_ratio``); each layer's saved activations are allocated at
-its forward and freed after its backward (or its weight-gradient pass when backward is split), what remat drops is a
-transient of the forward and is rebuilt by the recompute task (``remat: milp``: per block, what its stage's MILP
-schedule keeps from forward to backward and recomputes in the stages of the block's gradient nodes; recomputed
-tensor-parallel collectives run at their priced time inside that task); a fused attention kernel's backward workspace
-lives for its layer's backward; ZeRO-3's gathered weights live from their gather to the end of the pass that uses
-them.
+Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static; each activation has the
+caching allocator's rounding beside it (sizes from ``plansim.step.memory.layer_memory``, which the analytic engine
+walks too); each layer's saved activations are allocated at its forward and freed after its backward (or its weight-
+gradient pass when backward is split), what remat drops is a transient of the forward and is rebuilt by the
+recompute task (``remat: milp``: per block, what its stage's MILP schedule keeps from forward to backward and
+recomputes in the stages of the block's gradient nodes; recomputed tensor-parallel collectives run at their priced
+time inside that task); a fused attention kernel's backward workspace lives for its layer's backward; ZeRO-3's
+gathered weights live from their gather to the end of the pass that uses them.
 
 Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
 sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.optimizer import optimizer_step_s
-from plansim.costs.remat_policies import REMAT_POLICIES, Recompute, weight_grad_kept
+from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
 from plansim.mesh import DeviceMesh, mesh_of
@@ -41,11 +41,13 @@ from plansim.stages import chunk_layers
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
 from plansim.step.layers import LayerProgram, Segment, layer_programs
 from plansim.step.memory import (
+    LayerBytes,
+    LayerMemory,
+    Sized,
+    chunk_memory,
     fixed_bytes,
     milp_stage_plans,
     model_states,
-    rounding_ratio,
-    saved_figures,
     stage_params,
 )
 from plansim.step.p2p import call_overhead_s, regather
@@ -58,12 +60,13 @@ from plansim.workload.traced import Workload
 __all__ = ["lower"]
 
 
-def _stored(remat: str, lp: LayerProgram, layer_input: float, is_block: bool, segment_start: bool) -> float:
-    """Bytes a layer keeps per micro-batch from its forward to its backward under ``remat`` (its registry entry's
-    rule for blocks; the embedding and output layer keep all they save)."""
-    if not is_block:
-        return lp.saved
-    return REMAT_POLICIES[remat].stored(lp.saved, lp.selective_saved, layer_input, segment_start)
+def _act(name: str, size: Sized) -> list[tuple[str, float, str]]:
+    """An activation allocation and, beside it, what the caching allocator reserves beyond its bytes (category
+    ``fragmentation``, named ``<name>#rounding``: the memory tracker frees it with ``name``)."""
+    out = [(name, size.n, "activations")]
+    if size.reserved > size.n:
+        out.append((f"{name}#rounding", size.reserved - size.n, "fragmentation"))
+    return out
 
 
 @dataclass
@@ -84,6 +87,8 @@ class _Ctx:
     call_s: float = 0.0
     # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
     milp: dict[int, LayerRemat] = field(default_factory=dict)
+    # what each layer allocates (plansim.step.memory.chunk_memory), by model chunk: layer -> its LayerMemory
+    memory: dict[int, dict[int, LayerMemory]] = field(default_factory=dict)
     # cross-stage dependencies by key, resolved once every stage is built
     sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
@@ -204,27 +209,20 @@ class _StageLowering:
         return None
 
     def forward(self, mb: int, g: int) -> None:
-        ctx, s = self.ctx, self.s
+        ctx = self.ctx
         layers = ctx.chunks[g]
         received = self._regather(("F", mb, g - 1)) if g > 0 else None
-        k_seg = math.ceil(math.sqrt(sum(1 for x in layers if ctx.is_block(x)) or 1))
+        memory = ctx.memory[g]
         for pos, layer in enumerate(layers):
             lp = ctx.programs.get(layer)
             if lp is None:
                 continue
-            block = ctx.is_block(layer)
-            seg_start = block and (layers.index(layer) - (1 if layers[0] < 0 else 0)) % k_seg == 0
-            if block and REMAT_POLICIES[s.remat].scheduled:
-                stored = min(lp.saved, ctx.milp[layer].stored_bytes)
-            else:
-                stored = _stored(s.remat, lp, ctx.layer_input, block, seg_start)
-            # With backward split (ZB-H1), the weight GEMMs' inputs outlive B until the deferred W pass.
-            keep = min(stored, lp.wgrad_saved) if self.split else 0.0
-            alloc = [(f"a/{mb}/{layer}", stored - keep, "activations"), (f"k/{mb}/{layer}", keep, "activations")]
-            transient = lp.saved - stored + lp.transient
+            mem = memory[layer]
+            # with backward split (ZB-H1), the weight GEMMs' inputs (k/) outlive B until the deferred W pass
+            alloc = [*_act(f"a/{mb}/{layer}", mem.stored), *_act(f"k/{mb}/{layer}", mem.kept)]
             free: tuple[str, ...] = ()
-            if transient > 0:
-                alloc.append((f"w/{mb}/{layer}", transient, "activations"))
+            if mem.transient.n > 0:
+                alloc += _act(f"w/{mb}/{layer}", mem.transient)
                 free = (f"w/{mb}/{layer}",)
             deps: tuple[tuple[int, int], ...] = ()
             if self.zero3:
@@ -259,7 +257,7 @@ class _StageLowering:
                     deps = ((self.stage, gather),)
                     frees.append(f"g/{mb}/{layer}/b")
             if self._rebuilds(layer):
-                wait, deps = self._recompute(mb, layer, blocks, k_seg, wait, deps, frees)
+                wait, deps = self._recompute(mb, g, layer, blocks, k_seg, wait, deps, frees)
             frees.append(f"a/{mb}/{layer}")
             if self._rebuilds(layer):
                 frees.append(f"r/{mb}/{layer}")
@@ -269,8 +267,9 @@ class _StageLowering:
                     frees.append(f"rk/{mb}/{layer}")
             segs = lp.bwd_input if input_only else lp.bwd
             alloc: tuple[tuple[str, float, str], ...] = ()
-            if lp.bwd_workspace > 0:  # a fused attention kernel's accumulators, for this backward only
-                alloc = ((f"ws/{mb}/{layer}", lp.bwd_workspace, "activations"),)
+            workspace = ctx.memory[g][layer].workspace
+            if workspace.n > 0:  # a fused attention kernel's accumulators, for this backward only
+                alloc = tuple(_act(f"ws/{mb}/{layer}", workspace))
                 frees.append(f"ws/{mb}/{layer}")
             _, last = self._run(
                 segs, f"B{mb}.L{layer}", "backward", mb, first_deps=deps, alloc=alloc, free=tuple(frees), wait_key=wait
@@ -297,6 +296,7 @@ class _StageLowering:
     def _recompute(
         self,
         mb: int,
+        g: int,
         layer: int,
         blocks: list[int],
         k_seg: int,
@@ -310,10 +310,8 @@ class _StageLowering:
         policy = REMAT_POLICIES[s.remat]
         if policy.scheduled:  # what the schedule recomputes in the stages of this block's gradient nodes
             plan = ctx.milp[layer]
-            plan_alloc = (
-                (f"r/{mb}/{layer}", plan.rebuilt_bytes, "activations"),
-                (f"rk/{mb}/{layer}", 0.0, "activations"),
-            )
+            mem = ctx.memory[g][layer]
+            plan_alloc = (*_act(f"r/{mb}/{layer}", mem.rebuilt), *_act(f"rk/{mb}/{layer}", mem.rebuilt_kept))
             self._run(
                 [Segment(plan.recompute_s)],
                 f"R{mb}.L{layer}",
@@ -338,14 +336,10 @@ class _StageLowering:
                 return wait, deps
             todo = seg_layers
             segs = [x for lay in seg_layers for x in ctx.programs[lay].fwd]
-        alloc = []
-        for lay in todo:
-            p = ctx.programs[lay]
-            stored = _stored(s.remat, p, ctx.layer_input, True, lay == todo[0] and policy.segments)
-            rebuilt = max(p.saved - stored, 0.0)  # a traced block may save less than the kept input
-            # split backward: what W needs beyond the stored part (``k/``) is rebuilt here and stays for the W pass
-            keep = weight_grad_kept(p.saved, stored, p.wgrad_saved) - min(stored, p.wgrad_saved) if self.split else 0.0
-            alloc += [(f"r/{mb}/{lay}", rebuilt - keep, "activations"), (f"rk/{mb}/{lay}", keep, "activations")]
+        alloc: list[tuple[str, float, str]] = []
+        for lay in todo:  # split backward: what W needs beyond the stored part (rk/) stays for the W pass
+            mem = ctx.memory[g][lay]
+            alloc += [*_act(f"r/{mb}/{lay}", mem.rebuilt), *_act(f"rk/{mb}/{lay}", mem.rebuilt_kept)]
         self._run(segs, f"R{mb}.L{layer}", "recompute", mb, first_deps=deps, alloc=tuple(alloc), wait_key=wait)
         return None, ()
 
@@ -460,9 +454,6 @@ class _StageLowering:
         self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0
         )
-        blocks = tuple(saved_figures(ctx.programs[x]) for x in layers if ctx.is_block(x) and x in ctx.programs)
-        ends = tuple(saved_figures(ctx.programs[x]) for x in layers if not ctx.is_block(x) and x in ctx.programs)
-        self.prog.activation_rounding = rounding_ratio(s.remat, blocks, ends, ctx.layer_input)
 
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
@@ -496,6 +487,11 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
             ctx.milp.update(plan.layers)
             milp_flops += plan.recompute_flops
     sched = get_schedule(s.schedule)
+    milp = {i: (r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in ctx.milp.items()}
+    for g, chunk in enumerate(ctx.chunks):
+        own = tuple((i, LayerBytes.of(programs[i])) for i in chunk if i in programs)
+        rows = chunk_memory(s.remat, own, model.layers, layer_input, sched.split_backward, milp if ctx.milp else None)
+        ctx.memory[g] = {i: mem for i, mem, _ in rows}
     m, p, v = s.num_microbatches, s.pp, s.virtual_stages
     stages = []
     for stage in range(p):

@@ -74,15 +74,14 @@ class StageProgram:
     """Every task of one pipeline stage, and the memory it holds for the whole step.
 
     ``static_memory`` (weights, gradients, optimizer states, workspace reserve, CUDA context, NCCL buffers) is live
-    before the step starts and after it ends: the step must return to it. ``activation_rounding`` is the caching
-    allocator's reserved over allocated bytes for this stage's activations (``plansim.step.memory.rounding_ratio``).
+    before the step starts and after it ends: the step must return to it. What the caching allocator reserves beyond
+    an activation's bytes is a ``fragmentation`` allocation beside it (``plansim.step.memory.LayerMemory``).
     """
 
     stage: int
     tasks: list[Task] = field(default_factory=list)
     static_memory: dict[str, float] = field(default_factory=dict)
     params: float = 0.0
-    activation_rounding: float = 1.0
 
     def add(self, task: Task) -> int:
         """Append ``task``; returns its index."""

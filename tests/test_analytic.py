@@ -116,8 +116,10 @@ def test_full_recompute_activations_follow_korthikanti() -> None:
     sbh2 = m.seq_len * 2 * m.hidden * 2
     block = none.stage_peak_memory_bytes[stage] - full.stage_peak_memory_bytes[stage]
     in_flight = 8 - stage
-    # none holds in_flight full layers; full holds in_flight inputs + one full layer rebuilt.
-    full_layer = (block + in_flight * sbh2) / (in_flight - 1)
+    # none holds in_flight full layers; full holds the inputs of the in_flight - 1 micro-batches waiting and one full
+    # layer rebuilt, whose saved tensors include its kept input (the recompute rebuilds the rest beside it; counting
+    # that input twice was a bug): none - full = (in_flight - 1) * (full layer - input).
+    full_layer = block / (in_flight - 1) + sbh2
     assert full_layer == pytest.approx(sbh2 / 2 * (34 + 5 * m.heads * m.seq_len / m.hidden), rel=1e-6)
 
 

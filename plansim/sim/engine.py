@@ -132,7 +132,7 @@ class _Device:
         self.offset = offset
         self.program = program
         self.label = f"gpu{rank} (stage {stage})"
-        self.mem = MemoryTracker(self.label, capacity, program.activation_rounding)
+        self.mem = MemoryTracker(self.label, capacity)
         n = len(program.tasks)
         self.start = [math.nan] * n
         self.end = [math.nan] * n

@@ -17,9 +17,10 @@ a free of something not live, or time going backwards is a bug in the caller and
 >>> print(m.oom.message())
 gpu 0 (stage 0) ran out of memory at 1.500 s: 11.0 GB live of 10.0 GB; largest: act mb1 (7.0 GB), weights (4.0 GB)
 
-``rounding`` is reserved over allocated bytes of the caching allocator for activations
-(``plansim.step.memory.rounding_ratio``): each activation allocation also holds ``(rounding - 1) x`` its bytes in
-the category ``fragmentation`` until it is freed.
+``rounding`` is reserved over allocated bytes for activations: each activation allocation also holds
+``(rounding - 1) x`` its bytes in the category ``fragmentation`` until it is freed. (The lowering passes 1.0 and
+allocates the caching allocator's exact rounding of each activation as ``<name>#rounding`` beside it, which ``free``
+releases with it: ``plansim.step.memory.layer_memory``.)
 
 >>> m = MemoryTracker("gpu 0", capacity_bytes=10e9, rounding=1.01)
 >>> m.alloc("act", 1e9, 0.0, "activations")

@@ -92,6 +92,7 @@ class LayerProgram:
     #: (``plansim.costs.allocator.reserved_bytes``)
     saved_reserved: float = 0.0
     selective_saved_reserved: float = 0.0
+    wgrad_saved_reserved: float = 0.0
     #: bytes live only while its forward runs (the loss's bf16 logits beside the fp32 softmax: ``transient_bytes``)
     transient: float = 0.0
 
@@ -218,6 +219,7 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
             lp.fwd_matmul_flops += op["flops"]
             if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
                 lp.wgrad_saved += op["saved_bytes"]
+                lp.wgrad_saved_reserved += reserved_bytes(op["saved_bytes"])
         if op["selective_recompute"]:
             lp.selective_s += fwd
             lp.selective_saved += op["saved_bytes"]
@@ -294,6 +296,7 @@ class LayerCost:
     selective_saved_bytes: float = 0.0
     saved_reserved_bytes: float = 0.0
     selective_saved_reserved_bytes: float = 0.0
+    wgrad_saved_reserved_bytes: float = 0.0
     transient_bytes: float = 0.0
     wgrad_saved_bytes: float = 0.0
     bwd_workspace_bytes: float = 0.0
@@ -348,6 +351,7 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
         selective_saved_bytes=lp.selective_saved,
         saved_reserved_bytes=lp.saved_reserved,
         selective_saved_reserved_bytes=lp.selective_saved_reserved,
+        wgrad_saved_reserved_bytes=lp.wgrad_saved_reserved,
         transient_bytes=lp.transient,
         wgrad_saved_bytes=lp.wgrad_saved,
         bwd_workspace_bytes=lp.bwd_workspace,

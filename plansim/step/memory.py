@@ -1,12 +1,14 @@
 """What a pipeline stage holds for the whole step, defined once for both engines: its parameters (the tied
-embedding copy included), its model states and workspace, and the embedding/output activations in flight; and the
-``remat: milp`` schedule of each stage, which is budgeted from them.
+embedding copy included), its model states and workspace, and the ``remat: milp`` schedule of each stage, which is
+budgeted from them; and its activations allocation by allocation (``layer_memory``: what each layer's forward,
+recompute and backward allocate and free, with what the caching allocator reserves for each), which the lowering
+allocates pass by pass and the analytic engine walks over the stage's schedule (``activation_peak``).
 
-It also holds what a real run loses beside the tensors (``fixed_bytes``, ``rounding_ratio``): the CUDA context (the
-GPU profile's ``cuda_context_bytes``), NCCL's buffers for the communicators the stage's ranks belong to
-(``plansim.costs.nccl_memory``, from the node profile's ``nccl`` channels) and the caching allocator's block rounding
-of the stored activations (``plansim.costs.allocator``). Both engines add them: the DES holds the first two static
-and rounds each activation it allocates by the stage's ratio; the analytic engine adds the same figures in closed form.
+It also holds what a real run loses beside the tensors (``fixed_bytes``): the CUDA context (the GPU profile's
+``cuda_context_bytes``) and NCCL's buffers for the communicators the stage's ranks belong to
+(``plansim.costs.nccl_memory``, from the node profile's ``nccl`` channels), which both engines hold static; and the
+caching allocator's block rounding of each activation allocation (``plansim.costs.allocator``), category
+``fragmentation``.
 
 Sources: ZeRO's model-state formulas (Rajbhandari et al. 2020, sec 3 and 5, via ``plansim.costs.memory``); the
 tied-embedding copy on Megatron-LM's last stage (``plansim.step.prepare.tied_copy_params``); NCCL's buffers
@@ -22,12 +24,12 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
-from plansim.costs.memory import LayerActivations, model_state_bytes
+from plansim.costs.memory import model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
-from plansim.schedules import HeldPoint, get_schedule
+from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.layers import LayerCost, LayerProgram, layer_costs, layer_programs
 from plansim.step.prepare import PreparedStep, comm_pricer, tied_copy_params
@@ -40,21 +42,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIXED_CATEGORIES",
-    "SplitHeld",
+    "LayerBytes",
+    "LayerMemory",
+    "PassProfile",
+    "Sized",
+    "activation_peak",
     "backward_workspace",
+    "chunk_memory",
     "communicators",
     "ends_saved",
     "fixed_bytes",
-    "held_peak",
+    "layer_memory",
     "milp_stage_plans",
     "model_states",
-    "rounding_ratio",
-    "saved_figures",
-    "scheduled_split_extra",
-    "split_backward_held",
+    "pass_profiles",
     "stage_params",
     "static_bytes",
-    "workspace_peak",
 ]
 
 #: The memory categories a real run holds beside the tensors torch's allocator counts: the CUDA context and NCCL's
@@ -133,136 +136,10 @@ def fixed_bytes(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> dict[s
     return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl)}
 
 
-#: A layer's saved bytes and what the allocator reserves for them: (saved, selective_saved, saved reserved,
-#: selective_saved reserved).
-Saved = tuple[float, float, float, float]
-
-
-def saved_figures(layer: LayerCost | LayerProgram) -> Saved:
-    """``Saved`` of a layer's cost (the analytic engine) or program (the lowering)."""
-    if isinstance(layer, LayerCost):
-        return (layer.saved_bytes, layer.selective_saved_bytes, layer.saved_reserved_bytes,
-                layer.selective_saved_reserved_bytes)  # fmt: skip
-    return layer.saved, layer.selective_saved, layer.saved_reserved, layer.selective_saved_reserved
-
-
-@lru_cache(maxsize=4096)
-def rounding_ratio(remat: str, blocks: tuple[Saved, ...], ends: tuple[Saved, ...], layer_input: float) -> float:
-    """Reserved over allocated bytes of what a stage stores for one micro-batch under ``remat`` (its blocks'
-    stored and working activations and the embedding/output layer's), with each op's saved tensor rounded as the
-    caching allocator rounds it (``reserved_bytes``); 1.0 when nothing is stored. A scheduled policy (``milp``)
-    takes the ratio of everything the blocks save. Both engines multiply the stage's activations by it less one to
-    get the ``fragmentation`` category."""
-    policy = REMAT_POLICIES[remat].activations or REMAT_POLICIES["none"].activations
-    assert policy is not None
-
-    def total(exact: bool) -> float:
-        at = 0 if exact else 2
-        acts = [
-            LayerActivations(
-                full=b[at], selective=b[at] - b[at + 1],
-                layer_input=layer_input if exact else reserved_bytes(layer_input),
-            )
-            for b in blocks
-        ]  # fmt: skip
-        st = policy(acts)
-        ends_bytes = sum(e[at] for e in ends)
-        return st.stored_per_microbatch + st.working + ends_bytes
-
-    allocated = total(True)
-    return total(False) / allocated if allocated > 0 else 1.0
-
-
 def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) -> float:
     """The most bytes one block's backward allocates for its length only (a fused attention kernel's accumulators:
     ``LayerCost.bwd_workspace_bytes``); one block's backward runs at a time."""
     return max((costs[i].bwd_workspace_bytes for i in blocks if i in costs), default=0.0)
-
-
-def workspace_peak(layers: Sequence[int], costs: Mapping[int, LayerCost], model: Workload, split: bool) -> float:
-    """What a fused attention kernel's backward workspace adds to a stage's activation peak: the largest of its blocks'
-    (``backward_workspace``), less what the output layer, on the stage that holds it, has freed by then: its backward
-    runs first in each micro-batch's backward and frees what it saved, but for its weight GEMM's input under a split
-    backward, which waits for the W pass (as the lowering allocates and frees them)."""
-    workspace = backward_workspace([i for i in layers if 0 <= i < model.layers], costs)
-    out = model.layers
-    if out not in layers or out not in costs:
-        return workspace
-    kept = min(costs[out].saved_bytes, costs[out].wgrad_saved_bytes) if split else 0.0
-    return max(0.0, workspace - (costs[out].saved_bytes - kept))
-
-
-class SplitHeld(NamedTuple):
-    """A stage's bytes per micro-batch under a split backward (ZB-H1), beside its blocks' stored bytes (the remat
-    policy's ``stored_per_microbatch``): ``ends_stored`` the embedding's and output layer's saved activations;
-    ``kept`` what all its layers keep from B to W (``weight_grad_kept``); ``after_backward`` the most that a B pass
-    holds of its micro-batch beyond ``kept`` (the layers not yet through B, the one in B with what its recompute
-    rebuilt and its backward workspace), which at the B's end is what a ``HeldPoint(after_backward=True)`` adds."""
-
-    ends_stored: float
-    kept: float
-    after_backward: float
-
-
-def split_backward_held(
-    remat: str, head: Sequence[LayerCost], blocks: Sequence[LayerCost], tail: Sequence[LayerCost], layer_input: float
-) -> SplitHeld:
-    """``SplitHeld`` of a stage with layers ``head`` (the embedding), ``blocks`` and ``tail`` (the output layer), in
-    forward order, as the lowering allocates and frees them (``plansim.lower``): a layer stores its policy's bytes
-    (the ends all they save), its recompute brings it to ``max(saved, stored)`` just before its B (a sqrt(N)
-    segment's, before the B of the segment's last block, for the whole segment), its B frees all but
-    ``weight_grad_kept`` and its backward workspace. Backward runs the layers in reverse."""
-    policy = REMAT_POLICIES[remat]
-    k_seg = math.ceil(math.sqrt(len(blocks) or 1))
-    rows = []  # (segment, stored, held while in B, kept, workspace), forward order
-    for i, c in enumerate(blocks):
-        stored = policy.stored(c.saved_bytes, c.selective_saved_bytes, layer_input, i % k_seg == 0)
-        rows.append((i // k_seg if policy.segments else None, stored, max(c.saved_bytes, stored), c))
-    ends = [(None, c.saved_bytes, c.saved_bytes, c) for c in (*head, *tail)]
-    every = [*ends[: len(head)], *rows, *ends[len(head) :]]
-    kept = [weight_grad_kept(c.saved_bytes, stored, c.wgrad_saved_bytes) for _, stored, _, c in every]
-    extra = 0.0
-    for j in reversed(range(len(every))):  # B of layer j: the layers before it not yet through B
-        seg = every[j][0]
-        waiting = sum(
-            (held if seg is not None and s == seg else stored) - kept[u]
-            for u, (s, stored, held, _) in enumerate(every[:j])
-        )
-        extra = max(extra, waiting + every[j][2] - kept[j] + every[j][3].bwd_workspace_bytes)
-    return SplitHeld(sum(c.saved_bytes for c in (*head, *tail)), sum(kept), extra)
-
-
-def held_peak(points: Sequence[HeldPoint], stored: float, kept: float, between: float, after_backward: float) -> float:
-    """A stage's activation peak over its schedule's ``held`` points: ``stored`` bytes per micro-batch between F and
-    B, ``kept`` per micro-batch between B and W, plus ``between`` at a B's start (the working set and workspace, as
-    1F1B's peak adds them) or ``after_backward`` at its end (``SplitHeld.after_backward``).
-
-    >>> held_peak([HeldPoint(2, 1), HeldPoint(1, 2, after_backward=True)], 10.0, 4.0, 3.0, 1.0)
-    27.0
-    """
-    return max(h.stored * stored + h.weight * kept + (after_backward if h.after_backward else between) for h in points)
-
-
-def scheduled_split_extra(
-    points: Sequence[HeldPoint],
-    in_flight: float,
-    plan: StageRemat,
-    layers: Sequence[int],
-    costs: Mapping[int, LayerCost],
-    model: Workload,
-) -> float:
-    """``remat: milp`` under a split backward: what the schedule's held points add to the stage's plan, whose peak
-    counts ``in_flight`` micro-batches stored. Each block stores what the plan keeps (the ends all they save) and keeps
-    of it for W its weight GEMMs' inputs; what the plan rebuilds goes after B (as the lowering allocates them), so the
-    peaks are at B starts and a B's end adds nothing beyond them."""
-    stored = {
-        i: min(costs[i].saved_bytes, plan.layers[i].stored_bytes) if 0 <= i < model.layers else costs[i].saved_bytes
-        for i in layers
-        if i in costs
-    }
-    per_mb = sum(stored.values())
-    kept = sum(min(b, costs[i].wgrad_saved_bytes) for i, b in stored.items())
-    return max(0.0, *((h.stored - in_flight) * per_mb + h.weight * kept for h in points if not h.after_backward))
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
@@ -332,3 +209,271 @@ def milp_stage_plans(
             time_limit_s=s.remat_time_limit_s,
         )
     return plans
+
+
+# -- activations, allocation by allocation ----------------------------------------------------------------------------
+
+
+class LayerBytes(NamedTuple):
+    """What the memory model reads of one layer, per micro-batch (``LayerCost`` or ``LayerProgram``): its saved
+    bytes (``selective`` of them by the rerun ops, ``wgrad`` the weight GEMMs' inputs), each with what the caching
+    allocator reserves for them (``*_reserved``, each op's tensor rounded), the bytes live only while its forward runs
+    (``transient``) and its backward's workspace."""
+
+    saved: float
+    selective: float
+    wgrad: float
+    transient: float
+    workspace: float
+    saved_reserved: float
+    selective_reserved: float
+    wgrad_reserved: float
+
+    @classmethod
+    def of(cls, layer: LayerCost | LayerProgram) -> LayerBytes:
+        if isinstance(layer, LayerCost):
+            return cls(layer.saved_bytes, layer.selective_saved_bytes, layer.wgrad_saved_bytes, layer.transient_bytes,
+                       layer.bwd_workspace_bytes, layer.saved_reserved_bytes, layer.selective_saved_reserved_bytes,
+                       layer.wgrad_saved_reserved_bytes)  # fmt: skip
+        return cls(layer.saved, layer.selective_saved, layer.wgrad_saved, layer.transient, layer.bwd_workspace,
+                   layer.saved_reserved, layer.selective_saved_reserved, layer.wgrad_saved_reserved)  # fmt: skip
+
+
+class Sized(NamedTuple):
+    """An allocation's bytes and what the caching allocator reserves for it."""
+
+    n: float
+    reserved: float
+
+
+_NOTHING = Sized(0.0, 0.0)
+
+
+class LayerMemory(NamedTuple):
+    """What one layer allocates per micro-batch, as the lowering names it (``plansim.lower``): ``stored`` (``a/``,
+    forward to backward) and ``kept`` (``k/``, forward to the weight-gradient pass under a split backward) at its
+    forward; ``transient`` (``w/``, what its forward makes and does not keep, and the loss's logits) for its forward
+    only; ``rebuilt`` (``r/``, to its backward) and ``rebuilt_kept`` (``rk/``, to its W) by its recompute, where
+    ``rebuilds``; ``workspace`` (``ws/``) for its backward only."""
+
+    stored: Sized
+    kept: Sized
+    transient: Sized
+    rebuilt: Sized
+    rebuilt_kept: Sized
+    workspace: Sized
+    rebuilds: bool
+
+
+def _part(n: float, whole: float, whole_reserved: float) -> float:
+    """What the allocator reserves for ``n`` bytes out of tensors of ``whole`` bytes it reserves ``whole_reserved``
+    for: all of them when ``n`` is all of them (the exact rounding), else their average share."""
+    if n <= 0:
+        return 0.0
+    if n >= whole:
+        return whole_reserved + (n - whole)
+    return n * whole_reserved / whole
+
+
+def layer_memory(
+    remat: str,
+    b: LayerBytes,
+    layer_input: float,
+    *,
+    block: bool,
+    segment_start: bool,
+    split: bool,
+    milp: tuple[float, float, bool] | None = None,
+) -> LayerMemory:
+    """``LayerMemory`` of a layer under ``remat`` (a block: its policy's ``stored`` rule; the embedding and output
+    layer keep all they save), with a split backward (``split``: ZB-H1) keeping its weight GEMMs' inputs to W
+    (``weight_grad_kept``). ``milp``: a block's (stored, rebuilt, rebuilds) under its stage's schedule.
+
+    Reserved bytes: each allocation is a set of ops' tensors, each rounded by the caching allocator
+    (``plansim.costs.allocator.reserved_bytes``): what a policy keeps whole (all saved, all but the attention core,
+    the layer input, the weight GEMMs' inputs) takes its tensors' rounding exactly; a part of a set that no op
+    boundary delimits (a ``milp`` schedule's) takes the set's average rounding.
+
+    >>> b = LayerBytes(34.0, 10.0, 20.0, 0.0, 3.0, 36.0, 11.0, 21.0)
+    >>> m = layer_memory("full", b, 2.0, block=True, segment_start=True, split=False)
+    >>> m.stored.n, m.transient.n, m.rebuilt.n, m.workspace.reserved
+    (2.0, 32.0, 32.0, 512.0)
+    """
+    policy = REMAT_POLICIES[remat]
+    input_res = float(reserved_bytes(layer_input))
+    if milp is not None and block:
+        stored_n, rebuilt_n, rebuilds = min(b.saved, milp[0]), milp[1], milp[2]
+        stored = Sized(stored_n, _part(stored_n, b.saved, b.saved_reserved))
+        rebuilt = Sized(rebuilt_n, _part(rebuilt_n, b.saved, b.saved_reserved)) if rebuilds else _NOTHING
+        keep = min(stored.n, b.wgrad) if split else 0.0
+        kept = Sized(keep, min(stored.reserved, _part(keep, b.wgrad, b.wgrad_reserved)))
+        gone = max(b.saved - stored.n, 0.0)
+        gone_res = max(b.saved_reserved - stored.reserved, 0.0)
+        transient = Sized(gone + b.transient, gone_res + reserved_bytes(b.transient))
+        workspace = Sized(b.workspace, float(reserved_bytes(b.workspace)))
+        return _normalized(Sized(stored.n - kept.n, stored.reserved - kept.reserved), kept, transient, rebuilt,
+                           _NOTHING, workspace, rebuilds)  # fmt: skip
+    if not block:
+        stored = Sized(b.saved, b.saved_reserved)
+    else:
+        n = policy.stored(b.saved, b.selective, layer_input, segment_start)
+        if policy.reruns == "nothing":
+            stored = Sized(n, b.saved_reserved)
+        elif policy.reruns == "attention_core":
+            stored = Sized(n, b.saved_reserved - b.selective_reserved)
+        else:
+            stored = Sized(n, input_res if n > 0 else 0.0)
+    rebuilds = block and policy.reruns != "nothing"
+    # with backward split, the weight GEMMs' inputs outlive B until the deferred W pass
+    keep_n = min(stored.n, b.wgrad) if split else 0.0
+    keep_res = stored.reserved if keep_n >= stored.n else _part(keep_n, b.wgrad, b.wgrad_reserved)
+    kept = Sized(keep_n, min(keep_res, stored.reserved))
+    gone = b.saved - stored.n  # what the forward makes and the policy does not keep (negative: a traced block may
+    gone_res = b.saved_reserved - stored.reserved  # save less than the input it keeps)
+    transient = Sized(gone + b.transient, gone_res + reserved_bytes(b.transient))
+    rebuilt = rebuilt_kept = _NOTHING
+    if rebuilds:
+        rebuilt_all = Sized(max(gone, 0.0), max(gone_res, 0.0))
+        # split backward: what W needs beyond the stored part is rebuilt here and stays for the W pass
+        w_all = weight_grad_kept(b.saved, stored.n, b.wgrad)
+        rk_n = w_all - min(stored.n, b.wgrad) if split else 0.0
+        rk_res = min(rebuilt_all.reserved, _part(w_all, b.wgrad, b.wgrad_reserved) - kept.reserved) if rk_n > 0 else 0.0
+        rebuilt_kept = Sized(rk_n, max(rk_res, rk_n))
+        rebuilt = Sized(rebuilt_all.n - rk_n, rebuilt_all.reserved - rebuilt_kept.reserved)
+    workspace = Sized(b.workspace, float(reserved_bytes(b.workspace)))
+    return _normalized(Sized(stored.n - kept.n, stored.reserved - kept.reserved), kept, transient, rebuilt,
+                       rebuilt_kept, workspace, rebuilds)  # fmt: skip
+
+
+def _normalized(
+    stored: Sized, kept: Sized, transient: Sized, rebuilt: Sized, rebuilt_kept: Sized, workspace: Sized, rebuilds: bool
+) -> LayerMemory:
+    """``LayerMemory`` with no allocation reserving less than its bytes (an average share can, by float rounding)."""
+
+    def fix(s: Sized) -> Sized:
+        return Sized(s.n, max(s.reserved, s.n))
+
+    return LayerMemory(
+        fix(stored), fix(kept), fix(transient), fix(rebuilt), fix(rebuilt_kept), fix(workspace), rebuilds
+    )
+
+
+#: A pass's effect on a stage's live activations: (bytes, reserved) at its highest point over its start, and
+#: (bytes, reserved) it leaves live at its end; the highest point is the one with the most reserved bytes.
+PassProfile = tuple[float, float, float, float]
+
+
+class _Walk:
+    """Live (bytes, reserved) through a sequence of allocations and frees, with the highest reserved point."""
+
+    def __init__(self) -> None:
+        self.n = self.res = self.peak_n = self.peak_res = 0.0
+
+    def alloc(self, *sizes: Sized) -> None:
+        for s in sizes:
+            self.n += s.n
+            self.res += s.reserved
+        if self.res > self.peak_res:
+            self.peak_n, self.peak_res = self.n, self.res
+
+    def free(self, *sizes: Sized) -> None:
+        for s in sizes:
+            self.n -= s.n
+            self.res -= s.reserved
+
+    def profile(self) -> PassProfile:
+        return self.peak_n, self.peak_res, self.n, self.res
+
+
+#: One chunk's layers for the memory walk: (layer index, its bytes) in forward order.
+ChunkLayers = tuple[tuple[int, LayerBytes], ...]
+
+
+def chunk_memory(
+    remat: str,
+    chunk: ChunkLayers,
+    num_blocks: int,
+    layer_input: float,
+    split: bool,
+    milp: Mapping[int, tuple[float, float, bool]] | None = None,
+) -> list[tuple[int, LayerMemory, int]]:
+    """Each layer of a chunk with its ``LayerMemory`` and its sqrt(N) segment's last block (the layer whose
+    backward's recompute rebuilds the segment; -1 outside segments), as the lowering allocates them: segments of
+    ``ceil(sqrt(blocks in the chunk))`` blocks, each chunk being checkpointed on its own (a Megatron-LM model
+    chunk is its own module)."""
+    policy = REMAT_POLICIES[remat]
+    blocks = [i for i, _ in chunk if 0 <= i < num_blocks]
+    k_seg = math.ceil(math.sqrt(len(blocks) or 1))
+    out = []
+    for i, b in chunk:
+        block = 0 <= i < num_blocks
+        pos = blocks.index(i) if block else -1
+        last = blocks[min(pos - pos % k_seg + k_seg, len(blocks)) - 1] if block and policy.segments else -1
+        plan = milp.get(i) if milp is not None and block else None
+        mem = layer_memory(remat, b, layer_input, block=block, segment_start=block and pos % k_seg == 0, split=split,
+                           milp=plan)  # fmt: skip
+        out.append((i, mem, last))
+    return out
+
+
+def pass_profiles(
+    remat: str,
+    chunk: ChunkLayers,
+    num_blocks: int,
+    layer_input: float,
+    split: bool,
+    milp: Mapping[int, tuple[float, float, bool]] | None = None,
+) -> dict[str, PassProfile]:
+    """``PassProfile`` of a chunk's forward (``F``), backward (``B``: input gradients only when ``split``) and
+    weight-gradient pass (``W``) for one micro-batch, in the lowering's order: a layer's forward allocates what it
+    stores and its transient and frees the transient at its end; its backward first recomputes (allocating what that
+    rebuilds: a sqrt(N) segment's before its last block's backward), then allocates its workspace and frees at its
+    end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part."""
+    layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp)
+    mem = {i: m for i, m, _ in layers}
+    fwd, bwd, wgt = _Walk(), _Walk(), _Walk()
+    for _, m, _ in layers:
+        fwd.alloc(m.stored, m.kept, *([m.transient] if m.transient.n > 0 else []))
+        fwd.free(*([m.transient] if m.transient.n > 0 else []))
+    for i, m, last in reversed(layers):
+        if m.rebuilds and (last < 0 or last == i):
+            todo = [j for j, _, seg in layers if seg == i] if last == i else [i]
+            bwd.alloc(*(s for j in todo for s in (mem[j].rebuilt, mem[j].rebuilt_kept)))
+        ws = [m.workspace] if m.workspace.n > 0 else []
+        bwd.alloc(*ws)
+        bwd.free(m.stored, *ws, m.rebuilt)
+        if not split:
+            bwd.free(m.kept, m.rebuilt_kept)
+        wgt.free(m.kept, m.rebuilt_kept)
+    return {"F": fwd.profile(), "B": bwd.profile(), "W": wgt.profile()}
+
+
+@lru_cache(maxsize=4096)
+def activation_peak(
+    remat: str,
+    schedule: str,
+    stage: int,
+    pp: int,
+    num_microbatches: int,
+    virtual_stages: int,
+    chunks: tuple[ChunkLayers, ...],
+    num_blocks: int,
+    layer_input: float,
+    milp: tuple[tuple[int, float, float, bool], ...] | None = None,
+) -> tuple[float, float]:
+    """A stage's activation peak, (bytes live, bytes the allocator reserves for them) at the moment the reserved
+    bytes are highest, walking its schedule's passes (``PipelineSchedule.order``) with each chunk's ``pass_profiles``:
+    what the DES's memory tracker sees of the lowering's allocations, since one stage's passes run one after
+    another on its compute stream. ``chunks``: the stage's chunks, ``chunks[c]`` its ``c``-th (model chunk
+    ``c * pp + stage``); ``milp``: (block, stored, rebuilt, rebuilds) of each block under ``remat: milp``."""
+    sched = get_schedule(schedule)
+    plan = None if milp is None else {i: (st, rb, on) for i, st, rb, on in milp}
+    profiles = [pass_profiles(remat, c, num_blocks, layer_input, sched.split_backward, plan) for c in chunks]
+    n = res = peak_n = peak_res = 0.0
+    for op in sched.order(stage, pp, num_microbatches, virtual_stages):
+        rise_n, rise_res, net_n, net_res = profiles[op.chunk][op.kind]
+        if res + rise_res > peak_res:
+            peak_n, peak_res = n + rise_n, res + rise_res
+        n += net_n
+        res += net_res
+    return peak_n, peak_res
