@@ -46,7 +46,7 @@ from plansim.step.memory import (
     stage_params,
     static_bytes,
 )
-from plansim.step.p2p import call_overhead_s, regather
+from plansim.step.p2p import OverlappedSends, call_overhead_s, regather
 from plansim.step.prepare import (
     PreparedStep,
     comm_pricer,
@@ -94,6 +94,8 @@ class StageCost:
     fragmentation: float = 0.0
     interference_s: float = 0.0
     overlapped_s: float = 0.0
+    #: what the stage's sends that run beside compute add once per step (``OverlappedSends.chain_s``)
+    send_chain_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -160,9 +162,9 @@ class _StatesKey(StrategyProjection):
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
-#: A stage's pipeline traffic per micro-batch: (seconds, pp bytes, tp bytes, ((seconds, compute rate beside it) per
-#: send that runs beside compute))
-_Sends = tuple[float, float, float, tuple[tuple[float, float], ...]]
+#: A stage's pipeline traffic per micro-batch: (seconds on the compute stream, pp bytes, tp bytes, ((seconds, compute
+#: rate beside it) per send that runs beside compute), those sends per direction)
+_Sends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
 
@@ -378,12 +380,14 @@ def simulate_analytic(
             peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
                                    model.layers, sums.layer_input, milp)  # fmt: skip
             if scheduled:
-                stages.append(_stage_cost(sums, s.remat, p2p, params, peak, plans[idx]))
+                stages.append(_stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=s.virtual_stages))
                 continue
-            stage_key = (sums, s.remat, p2p, params, peak)
+            stage_key = (sums, s.remat, p2p, params, peak, s.virtual_stages)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
-                stage = priced.stage_costs[stage_key] = _stage_cost(sums, s.remat, p2p, params, peak)
+                stage = priced.stage_costs[stage_key] = _stage_cost(
+                    sums, s.remat, p2p, params, peak, chunks=s.virtual_stages
+                )
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
         if not scheduled:
@@ -414,9 +418,10 @@ def _layout(num_layers: int, pp: int, v: int, split: tuple[int, ...] | None = No
 
 @dataclass(frozen=True)
 class _Pipeline:
-    """A pipeline's stages and what every ZeRO/all-reduce variant of it reads: the schedule's step time, the
-    bottleneck stage, and the stages grouped where the data-parallel traffic (params, layers, backward and forward
-    time) or the static memory (params, largest layer) can differ, so that each group is priced once."""
+    """A pipeline's stages and what every ZeRO/all-reduce variant of it reads: the schedule's step time (with the
+    fill and drain of the sends beside compute, ``send_chain_s``), the bottleneck stage, and the stages grouped
+    where the data-parallel traffic (params, layers, backward and forward time) or the static memory (params, largest
+    layer) can differ, so that each group is priced once."""
 
     stages: list[StageCost]
     pipe_s: float
@@ -430,12 +435,17 @@ class _Pipeline:
     axis_bytes: dict[str, float]
     p2p_bytes: float
     recompute_matmul_flops: float
+    send_chain_s: float = 0.0
 
     @classmethod
     def of(cls, stages: list[StageCost], s: Strategy) -> _Pipeline:
         times = [st.time_s for st in stages]
         weights = [st.bwd_weight_s for st in stages]
+        # sends beside compute (plansim.step.p2p.OverlappedSends): one micro-batch's transfers along the chain of
+        # chunks, once per step
+        chain = sum(st.send_chain_s for st in stages)
         pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
+        pipe_s += chain
         bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
         dp_groups: dict[tuple[float, ...], StageCost] = {}
         dp_sizes: dict[tuple[float, ...], int] = {}
@@ -454,43 +464,48 @@ class _Pipeline:
             stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), representatives, group_of,
             [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
-            max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages),
+            max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages), chain,
         )  # fmt: skip
 
 
 def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: Interference) -> _Sends:
-    """(seconds, pp bytes, tp bytes, sends beside compute) of one micro-batch's pipeline traffic on ``stage``, as
-    Megatron-LM issues it (``plansim.step.p2p``): its activation and gradient sends, each on its own boundary (the
-    stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the last stage to the first)
-    and, where they block, the idle launch after each call; the all-gather that rebuilds each received activation
-    under the scatter/gather optimization, a tensor-parallel collective. A send that does not block runs beside the
-    stage's compute (as the DES runs it on the p2p stream): each such send's seconds and the compute stream's rate
-    beside it (``model``, ``plansim.costs.interference``); a blocking send has the device to itself."""
+    """(seconds, pp bytes, tp bytes, sends beside compute, those sends per direction) of one micro-batch's pipeline
+    traffic on ``stage``, as Megatron-LM issues it (``plansim.step.p2p``): its activation and gradient sends, each on
+    its own boundary (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the
+    last stage to the first). A blocking send is on the compute stream's critical path (the seconds), with the idle
+    launch after each call; one that does not block runs beside the stage's compute (as the DES runs it on the p2p
+    stream), so it is not in the seconds: each such send's seconds and the compute stream's rate beside it
+    (``model``, ``plansim.costs.interference``), and their counts and transfers (``OverlappedSends``), of which the
+    stage prices what its passes do not cover. The all-gather that rebuilds each received activation under the
+    scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds."""
     sched = get_schedule(s.schedule)
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
-        return 0.0, 0.0, 0.0, ()
+        return 0.0, 0.0, 0.0, (), OverlappedSends()
     n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
     call = call_overhead_s(cluster.gpu, s)
     seconds = 0.0
     beside: list[tuple[float, float]] = []
+    transfers = {+1: 0.0, -1: 0.0}
     for count, steps in ((fwd, +1), (bwd, -1)):
         if not count:
             continue
         peer = mesh.shift("pp", first, steps)
         link = cluster.p2p_link(first, peer)
-        transfer = link.latency_s + n_bytes / link.bandwidth_Bps
-        seconds += count * (transfer + call)
-        if not sched.blocking_p2p:
+        transfer = transfers[steps] = link.latency_s + n_bytes / link.bandwidth_Bps
+        if sched.blocking_p2p:
+            seconds += count * (transfer + call)
+        else:
             beside += [(transfer, model.rate(send_load(cluster, first, peer)))] * count
+    overlapped = OverlappedSends() if sched.blocking_p2p else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
     gather = regather(graph, s)
     if gather is None:
-        return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside)
+        return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
     gather_s, gather_sent = comm_pricer(cluster, s)(gather.group, gather.collective, gather.n_bytes)
-    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside)
+    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
 
 
 def _price(
@@ -519,6 +534,8 @@ class _StageSums:
         self.bwd_s = sum(c.bwd_s for c in every)
         self.comm_s = sum(c.comm_fwd_s + c.comm_bwd_s for c in every)
         self.sync_s = sum(c.sync_fwd_s + c.sync_bwd_s for c in every)
+        # the forward passes' share of the compute stream (kernels, blocking collectives and their waits)
+        self.fwd_pass_s = sum(c.fwd_s + c.comm_fwd_s + c.sync_fwd_s for c in every)
         self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
         self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
         self.largest_layer_params = max(c.params for c in every)
@@ -547,6 +564,7 @@ def _stage_cost(
     params: int,
     peak: tuple[float, float],
     plan: StageRemat | None = None,
+    chunks: int = 1,
 ) -> StageCost:
     """One stage from its layers' sums, ``p2p`` (seconds, pp bytes, tp bytes, each send beside compute) of its
     pipeline traffic (``_p2p``), ``params`` it holds and its activations' ``peak`` (bytes, reserved bytes: the
@@ -554,8 +572,9 @@ def _stage_cost(
     the stage's ``remat: milp`` schedule, which says what it recomputes.
 
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
-    compute per send (``overlap_cost``); the analytic engine still charges the send itself on the critical path
-    (``comm_s``)."""
+    compute per send (``overlap_cost``); of its transfer the stage's time per micro-batch holds only what outlasts one
+    of its ``chunks``' passes of the send's direction (``OverlappedSends.excess_s``), and the step once the chain of
+    one micro-batch's transfers (``send_chain_s``, added by ``_Pipeline``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
@@ -563,7 +582,11 @@ def _stage_cost(
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         rerun_sync = sums.rerun_sync(remat)
     activations = peak[0]
-    sends = p2p[3]
+    sends, overlapped_sends = p2p[3], p2p[4]
+    fwd_pass = sums.fwd_pass_s
+    bwd_pass = sums.comm_s + sums.sync_s + sums.fwd_s + sums.bwd_s - fwd_pass + recompute_s + recompute_comm_s
+    bwd_pass += rerun_sync
+    send_excess = overlapped_sends.excess_s(fwd_pass / chunks, bwd_pass / chunks)
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
     lost = overlapped = 0.0
     for seconds, rate in sends:
@@ -574,7 +597,7 @@ def _stage_cost(
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
-        comm_s=sums.comm_s + recompute_comm_s + p2p[0],
+        comm_s=sums.comm_s + recompute_comm_s + p2p[0] + send_excess,
         axis_bytes=_plus(_rerun_bytes(sums, remat), "tp", p2p[2]),
         params=params,
         largest_layer_params=sums.largest_layer_params,
@@ -588,6 +611,7 @@ def _stage_cost(
         fragmentation=peak[1] - peak[0],
         interference_s=lost,
         overlapped_s=overlapped,
+        send_chain_s=overlapped_sends.chain_s,
     )
 
 
@@ -765,8 +789,8 @@ def _time_breakdown(
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
-        "exposed_comm": m * bottleneck.comm_s + dpc.exposed_s + emb_s,
-        "bubble": pipe.pipe_s - m * bottleneck.time_s,
+        "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + emb_s,
+        "bubble": pipe.pipe_s - pipe.send_chain_s - m * bottleneck.time_s,
         "optimizer": max(optimizer),
         "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),
         "interference": m * bottleneck.interference_s + dpc.interference_s,

@@ -15,6 +15,25 @@ call's own NCCL kernel is launched while the device still runs the pass before i
 device), so it adds nothing. The interleaved schedule's separate ``isend``/``irecv`` (``overlap_p2p_comm``) block
 nothing: the receiver waits for the data where it needs it.
 
+Overlapped sends. With ``overlap_p2p_comm`` (NVIDIA/Megatron-LM d98e8a64,
+``megatron/core/pipeline_parallel/schedules.py``, ``forward_backward_pipelining_with_interleaving``: ``pp_post_forward``
+and ``pp_post_backward`` issue ``send_forward_recv_forward`` / ``send_backward_recv_backward`` with
+``overlap_p2p_comm=True``, which ``p2p_communication.py`` turns into plain ``isend``/``irecv`` with
+``wait_on_reqs=False``) a send is launched after the chunk's pass and the stage goes on with its next pass; its handle
+is waited for only after the stage's next send of that direction is issued, and the receiver waits for its
+``irecv``, posted one pass ahead, in ``pp_pre_forward`` / ``pp_pre_backward``, just before the pass that reads it.
+The lowering runs exactly that: the send on the p2p stream after the pass, the receiver's first task of the next
+chunk waiting for it, nothing on the sender's compute stream. ``OverlappedSends`` is the closed form of what this
+costs the step, found by running ``plansim.pipeline_orders.interleaved_order`` with a delay on every chunk boundary
+(``tests/test_p2p_overlap.py``): for p equal stages whose every transfer fits in one chunk pass (forward or
+backward), the step grows by exactly the transfers of one micro-batch along the whole chain of chunks, forward and
+back (``chain_s`` summed over the stages: ``2 (p v - 1)`` transfers), the pipeline's fill and drain, and the steady
+state hides every send behind the passes the receiver runs meanwhile. A transfer longer than its direction's chunk
+pass shows the rest in the steady state, once per send (``excess_s``): an estimate there, above the orders run pass by
+pass, and equal to the p2p stream's own saturation once transfers outlast both passes. With unequal stages the
+faster stages' idle time absorbs part of the chain, which the closed form still charges (an upper bound, within a few
+per cent of the step for heavier first or last stages).
+
 Not counted: the calls that only receive (``recv_forward`` before each warm-up forward and the first steady-state
 one, ``recv_backward`` before each cool-down backward: one launch each, about 2 (p - 1) launches on 1F1B's critical
 path, but one per micro-batch and stage under GPipe).
@@ -32,6 +51,8 @@ plansim prices the paper's scheme, as ``p2p_message_bytes`` does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
 from plansim.hardware import GPUSpec
@@ -39,7 +60,7 @@ from plansim.schedules import get_schedule
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm
 
-__all__ = ["call_overhead_s", "regather"]
+__all__ = ["OverlappedSends", "call_overhead_s", "regather"]
 
 
 def call_overhead_s(gpu: GPUSpec, s: Strategy) -> float:
@@ -56,3 +77,34 @@ def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:
     if s.tp <= 1 or s.sequence_parallel:
         return None
     return Comm("all_gather", "ring", "tp", float(graph.graph["layer_input_bytes"]), "tp")
+
+
+@dataclass(frozen=True)
+class OverlappedSends:
+    """One stage's sends of one micro-batch that run beside its compute (``overlap_p2p_comm``), per direction: how many
+    and one transfer's seconds (each direction goes to one peer, over one link).
+
+    >>> s = OverlappedSends(2, 0.1, 2, 0.3)
+    >>> round(s.chain_s, 6)                        # its share of the pipeline's fill and drain
+    0.8
+    >>> round(s.excess_s(0.2, 0.4), 6), round(s.excess_s(0.05, 0.2), 6)   # exposed in the steady state
+    (0.0, 0.3)
+    """
+
+    forward: int = 0
+    forward_s: float = 0.0
+    backward: int = 0
+    backward_s: float = 0.0
+
+    @property
+    def chain_s(self) -> float:
+        """Seconds these sends add once per step, on the chain of chunks that the first micro-batch's forward and
+        the last one's backward cross with no pass beside them: every transfer of one micro-batch."""
+        return self.forward * self.forward_s + self.backward * self.backward_s
+
+    def excess_s(self, forward_pass_s: float, backward_pass_s: float) -> float:
+        """Seconds per micro-batch these sends show in the steady state: what each transfer outlasts one chunk pass
+        of its direction (the pass the receiver runs before it needs the data)."""
+        return self.forward * max(0.0, self.forward_s - forward_pass_s) + self.backward * max(
+            0.0, self.backward_s - backward_pass_s
+        )
