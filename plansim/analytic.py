@@ -30,7 +30,14 @@ from plansim.mesh import mesh_of
 from plansim.result import Result
 from plansim.schedules import HeldPoint, get_schedule
 from plansim.stages import stage_layers
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
+from plansim.step.data_parallel import (
+    BackwardLayer,
+    DataParallelPlan,
+    GroupCollective,
+    bucketed_reduction,
+    data_parallel_plan,
+    tied_gradient_bytes,
+)
 from plansim.step.layers import (
     AxisComm,
     LayerCost,
@@ -102,6 +109,8 @@ class StageCost:
     fragmentation: float = 0.0
     interference_s: float = 0.0
     overlapped_s: float = 0.0
+    #: its layers' backward in the order it runs them, which launches the gradient buckets
+    backward_layers: tuple[BackwardLayer, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -519,6 +528,8 @@ class _StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
+        # (is a block, its costs) in the order backward runs the layers
+        self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
         self._saved = tuple(saved_figures(c) for c in self.blocks)
@@ -609,6 +620,7 @@ def _stage_cost(
         overlapped += ov
         lost += cost
     return StageCost(
+        backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
@@ -627,6 +639,23 @@ def _stage_cost(
         interference_s=lost,
         overlapped_s=overlapped,
     )
+
+
+def _backward_layers(sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float) -> tuple[BackwardLayer, ...]:
+    """The stage's layers' backward in the order it runs them (``step.data_parallel.BackwardLayer``): a block's
+    share of the stage's recompute (and its collectives) runs before its backward; the output layer also holds the
+    tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
+    blocks = max(1, len(sums.blocks))
+    out = []
+    for is_block, c in sums.backward:
+        work, blocking, layer_params = c.bwd_s, c.comm_bwd_s + c.sync_bwd_s, c.params
+        if is_block:
+            work += recompute_s / blocks
+            blocking += rerun_blocking_s / blocks
+        elif c is sums.backward[0][1]:  # the output layer (or, without one, the stage's first layer in backward)
+            layer_params += params - sums.params
+        out.append(BackwardLayer(work, blocking, layer_params))
+    return tuple(out)
 
 
 def _plus(axis_bytes: dict[str, float], axis: str, n_bytes: float) -> dict[str, float]:
@@ -735,23 +764,9 @@ def _dp_comm(
     t_ag, ag_sent = (0.0, 0.0)
     if plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
-    overlapped = lost = 0.0
-    if plan.overlap:
-        # Buckets filled layer by layer as backward produces them, each flushed once full (the lowering); the
-        # embedding's gradients (``tail_params``) come last and join the last, partly filled bucket.
-        tail = stage.tail_params * plan.grad_bytes
-        layer = (grad_bytes - tail) / n
-        per_bucket = max(1, math.ceil(plan.bucket_bytes / layer)) if layer > 0 else n
-        full, rest = divmod(n, per_bucket)
-        t_full, sent_full = price(plan.reduce, layer * per_bucket) if full else (0.0, 0.0)
-        t_rest, sent_rest = price(plan.reduce, layer * rest + tail) if rest or tail else (0.0, 0.0)
-        t_r, r_sent = full * t_full + t_rest, full * sent_full + sent_rest
-        last = t_rest if rest or tail else t_full  # the last bucket cannot hide: backward is over when it is flushed
-        overlapped, lost = overlap_cost(backward_s, t_r - last, rate)
-        exposed = max(t_r - backward_s - lost, last)
-    else:
-        t_r, r_sent = price(plan.reduce, grad_bytes)
-        exposed = t_r
+    layers = stage.backward_layers or (BackwardLayer(backward_s, 0.0, stage.params),)
+    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate)
+    exposed, r_sent, lost, overlapped = r.exposed_s, r.sent_bytes, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     return DataParallelComm(
         reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped

@@ -15,6 +15,7 @@ wrapped unit, Zhao et al. 2023, sec 3).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from plansim.costs.collectives import algorithm_entry
@@ -26,7 +27,16 @@ from plansim.strategy import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
-__all__ = ["DataParallelPlan", "GroupCollective", "data_parallel_plan", "tied_gradient_bytes"]
+__all__ = [
+    "BackwardLayer",
+    "BucketedReduction",
+    "DataParallelPlan",
+    "GroupCollective",
+    "bucket_launches",
+    "bucketed_reduction",
+    "data_parallel_plan",
+    "tied_gradient_bytes",
+]
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,103 @@ class DataParallelPlan:
     weight_bytes: int
     bucket_bytes: float
     overlap: bool
+
+    def bucket_full(self, held_bytes: float) -> bool:
+        """Whether a gradient bucket holding ``held_bytes`` is launched now, while backward goes on (else it waits
+        for more gradients, or for the end of backward without overlap). The lowering and ``bucket_launches`` ask
+        this one rule."""
+        return self.overlap and held_bytes >= self.bucket_bytes
+
+
+@dataclass(frozen=True)
+class BackwardLayer:
+    """One layer's backward on the compute stream, as the analytic engine sees it: ``work_s`` of kernels at full
+    rate (its recompute included), which a collective beside it slows (``plansim.costs.interference``),
+    ``blocking_s`` of blocking collectives and their waits, which it does not, and the ``params`` whose gradients
+    are complete once it ends."""
+
+    work_s: float
+    blocking_s: float
+    params: float
+
+
+@dataclass(frozen=True)
+class BucketedReduction:
+    """A micro-batch's gradient reduction in buckets beside its backward: ``exposed_s`` of it after backward ends,
+    ``overlapped_s`` of compute beside it, the ``interference_s`` that compute lost, and the buckets' seconds and
+    bytes sent per rank."""
+
+    exposed_s: float
+    overlapped_s: float
+    interference_s: float
+    reduce_s: float
+    sent_bytes: float
+
+
+def bucket_launches(plan: DataParallelPlan, grad_bytes: Sequence[float]) -> list[tuple[int, float]]:
+    """The gradient buckets of one backward as the lowering issues them: ``grad_bytes`` per layer in the order
+    backward completes them fill a bucket, launched once full (``DataParallelPlan.bucket_full``) after the layer
+    that filled it; the rest after the last layer with gradients. Returns (that layer's index, bucket bytes).
+
+    >>> p = DataParallelPlan(2, *[GroupCollective("all_reduce", "ring")] * 2, False, False, False, 4, 2, 10.0, True)
+    >>> bucket_launches(p, [6.0, 6.0, 0.0, 3.0, 0.0])
+    [(1, 12.0), (3, 3.0)]
+    """
+    launches = []
+    held, last = 0.0, -1
+    for i, n_bytes in enumerate(grad_bytes):
+        if n_bytes <= 0:
+            continue
+        held, last = held + n_bytes, i
+        if plan.bucket_full(held):
+            launches.append((i, held))
+            held = 0.0
+    if held > 0:
+        launches.append((last, held))
+    return launches
+
+
+def bucketed_reduction(
+    plan: DataParallelPlan,
+    layers: Sequence[BackwardLayer],
+    price: Callable[[float], tuple[float, float]],
+    rate: float,
+) -> BucketedReduction:
+    """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
+    discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
+    2020, PyTorch DDP, sec 3.2.3; Megatron-LM's ``register_grad_ready``/``start_grad_sync`` in
+    ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order (one
+    NCCL communicator, one stream), and compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent)
+    of a bucket of that many bytes. Exposed is what the last bucket ends after backward does: the wait at the end
+    of backward for every bucket (DDP's ``finalize_backward``, FSDP's ``_post_backward_final_callback``,
+    Megatron-LM's ``finish_grad_sync``).
+
+    >>> p = DataParallelPlan(2, *[GroupCollective("all_reduce", "ring")] * 2, False, False, False, 4, 2, 1.0, True)
+    >>> layers = [BackwardLayer(2.0, 0.0, 1.0), BackwardLayer(2.0, 0.0, 1.0)]
+    >>> r = bucketed_reduction(p, layers, lambda n: (3.0, n), 0.5)
+    >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
+    (3.0, 3.0, 1.5)
+    """
+    launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers]))
+    priced: dict[float, tuple[float, float]] = {}
+    t = free = overlapped = reduce_s = sent = 0.0
+    for i, layer in enumerate(layers):
+        work = layer.work_s
+        if work > 0 and t < free:  # beside a running bucket: at ``rate`` until it ends, then at full rate
+            beside = min(work / rate, free - t)
+            overlapped += beside
+            work -= beside * rate
+            t += beside
+        t += max(0.0, work) + layer.blocking_s
+        n_bytes = launches.get(i)
+        if n_bytes is not None:
+            if n_bytes not in priced:
+                priced[n_bytes] = price(n_bytes)
+            seconds, n_sent = priced[n_bytes]
+            free = max(t, free) + seconds
+            reduce_s += seconds
+            sent += n_sent
+    return BucketedReduction(max(0.0, free - t), overlapped, (1.0 - rate) * overlapped, reduce_s, sent)
 
 
 def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str) -> GroupCollective:
