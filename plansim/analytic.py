@@ -31,10 +31,11 @@ from plansim.result import Result
 from plansim.schedules import HeldPoint, get_schedule
 from plansim.stages import stage_layers
 from plansim.step.data_parallel import (
-    BackwardLayer,
     DataParallelPlan,
     GroupCollective,
+    LayerPass,
     bucketed_reduction,
+    per_layer_overlap,
     data_parallel_plan,
     tied_gradient_bytes,
 )
@@ -109,8 +110,9 @@ class StageCost:
     fragmentation: float = 0.0
     interference_s: float = 0.0
     overlapped_s: float = 0.0
-    #: its layers' backward in the order it runs them, which launches the gradient buckets
-    backward_layers: tuple[BackwardLayer, ...] = ()
+    #: its layers' forward and backward passes in the order it runs them (gradient buckets, ZeRO-3's gathers)
+    forward_layers: tuple[LayerPass, ...] = ()
+    backward_layers: tuple[LayerPass, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -528,8 +530,9 @@ class _StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
-        # (is a block, its costs) in the order backward runs the layers
+        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
+        self.forward = tuple(LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s, c.params) for _, c in self.backward[::-1])
         self.has_ends = len(every) > len(self.blocks)  # the embedding or the output layer
         self.layer_input = layer_input
         self._saved = tuple(saved_figures(c) for c in self.blocks)
@@ -620,6 +623,7 @@ def _stage_cost(
         overlapped += ov
         lost += cost
     return StageCost(
+        forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -641,8 +645,8 @@ def _stage_cost(
     )
 
 
-def _backward_layers(sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float) -> tuple[BackwardLayer, ...]:
-    """The stage's layers' backward in the order it runs them (``step.data_parallel.BackwardLayer``): a block's
+def _backward_layers(sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float) -> tuple[LayerPass, ...]:
+    """The stage's layers' backward in the order it runs them (``step.data_parallel.LayerPass``): a block's
     share of the stage's recompute (and its collectives) runs before its backward; the output layer also holds the
     tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
     blocks = max(1, len(sums.blocks))
@@ -654,7 +658,7 @@ def _backward_layers(sums: _StageSums, params: int, recompute_s: float, rerun_bl
             blocking += rerun_blocking_s / blocks
         elif c is sums.backward[0][1]:  # the output layer (or, without one, the stage's first layer in backward)
             layer_params += params - sums.params
-        out.append(BackwardLayer(work, blocking, layer_params))
+        out.append(LayerPass(work, blocking, layer_params))
     return tuple(out)
 
 
@@ -751,22 +755,23 @@ def _dp_comm(
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    grad_bytes = stage.params * plan.grad_bytes
-    n = max(1, stage.num_layers)
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
-        t_r, r_sent = (n * x for x in price(plan.reduce, grad_bytes / n))
-        t_ag, ag_sent = (n * x for x in price(plan.gather, stage.params * plan.weight_bytes / n))
-        hidden = 1.0 - 1.0 / n
-        ov_f, lost_f = overlap_cost(fwd_s, t_ag * hidden, rate)
-        ov_b, lost_b = overlap_cost(backward_s, (t_ag + t_r) * hidden, rate)
-        exposed = m * (max(t_ag - fwd_s - lost_f, t_ag / n) + max(t_ag + t_r - backward_s - lost_b, (t_ag + t_r) / n))
-        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent, m * (lost_f + lost_b), m * (ov_f + ov_b))
+        z = per_layer_overlap(
+            plan,
+            stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),),
+            stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),),
+            lambda n_bytes: price(plan.gather, n_bytes),
+            lambda n_bytes: price(plan.reduce, n_bytes),
+            rate,
+            m,
+        )
+        return DataParallelComm(z.exposed_s, z.reduce_sent, z.gather_sent, z.interference_s, z.overlapped_s)
     t_ag, ag_sent = (0.0, 0.0)
     if plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
-    layers = stage.backward_layers or (BackwardLayer(backward_s, 0.0, stage.params),)
+    layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
     r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate)
-    exposed, r_sent, lost, overlapped = r.exposed_s, r.sent_bytes, r.interference_s, r.overlapped_s
+    exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     return DataParallelComm(
         reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped

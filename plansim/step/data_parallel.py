@@ -28,12 +28,13 @@ from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
 __all__ = [
-    "BackwardLayer",
-    "BucketedReduction",
     "DataParallelPlan",
     "GroupCollective",
+    "LayerPass",
+    "Overlapped",
     "bucket_launches",
     "bucketed_reduction",
+    "per_layer_overlap",
     "data_parallel_plan",
     "tied_gradient_bytes",
 ]
@@ -80,11 +81,12 @@ class DataParallelPlan:
 
 
 @dataclass(frozen=True)
-class BackwardLayer:
-    """One layer's backward on the compute stream, as the analytic engine sees it: ``work_s`` of kernels at full
-    rate (its recompute included), which a collective beside it slows (``plansim.costs.interference``),
-    ``blocking_s`` of blocking collectives and their waits, which it does not, and the ``params`` whose gradients
-    are complete once it ends."""
+class LayerPass:
+    """One layer's forward or backward on the compute stream, as the analytic engine sees it: ``work_s`` of kernels
+    at full rate (a backward's recompute included), which a collective beside it slows
+    (``plansim.costs.interference``), ``blocking_s`` of blocking collectives and their waits, which it does not, and
+    the layer's ``params`` (whose weights ZeRO-3 gathers before the pass; whose gradients are complete once its
+    backward ends)."""
 
     work_s: float
     blocking_s: float
@@ -92,16 +94,63 @@ class BackwardLayer:
 
 
 @dataclass(frozen=True)
-class BucketedReduction:
-    """A micro-batch's gradient reduction in buckets beside its backward: ``exposed_s`` of it after backward ends,
-    ``overlapped_s`` of compute beside it, the ``interference_s`` that compute lost, and the buckets' seconds and
-    bytes sent per rank."""
+class Overlapped:
+    """Data-parallel collectives beside compute: ``exposed_s`` the compute stream waits for them (at the end of
+    backward, or before a pass whose weights are not there yet), ``overlapped_s`` of compute beside them, the
+    ``interference_s`` that compute lost, and the bytes one rank sends in the reductions and in the gathers."""
 
     exposed_s: float
     overlapped_s: float
     interference_s: float
-    reduce_s: float
-    sent_bytes: float
+    reduce_sent: float
+    gather_sent: float
+
+
+class _Streams:
+    """The compute stream and the dp stream of one rank, timed in the order the lowering issues their tasks: every
+    task depends only on tasks issued before it, so each one's start and end are final once issued. Collectives run
+    one at a time in issue order (one NCCL communicator, one stream); compute runs at ``rate`` while one runs."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.t = 0.0  # when the compute stream's last task ends
+        self.free = 0.0  # when the dp stream's last collective ends
+        self.spans: list[tuple[float, float]] = []
+        self.first = 0  # spans before it end before ``t``
+        self.busy = self.overlapped = 0.0
+
+    def compute(self, work_s: float, blocking_s: float = 0.0, after: float = 0.0) -> None:
+        """A compute task of ``work_s`` (at full rate) and ``blocking_s``, once the collective ending at ``after``
+        has ended."""
+        t, work = max(self.t, after), work_s
+        while self.first < len(self.spans) and self.spans[self.first][1] <= t:
+            self.first += 1
+        for lo, hi in self.spans[self.first :]:
+            if work <= 0:
+                break
+            if lo > t:  # at full rate until the collective starts
+                if work <= lo - t:
+                    break
+                work -= lo - t
+                t = lo
+            beside = min(work / self.rate, hi - t)
+            self.overlapped += beside
+            work = 0.0 if beside < hi - t else work - beside * self.rate
+            t += beside
+        self.t = t + max(0.0, work) + blocking_s
+        self.busy += work_s + blocking_s
+
+    def collective(self, seconds: float, ready: float) -> float:
+        """A collective of ``seconds`` that may start at ``ready``; returns when it ends."""
+        start = max(ready, self.free)
+        self.free = start + seconds
+        self.spans.append((start, self.free))
+        return self.free
+
+    def result(self, reduce_sent: float, gather_sent: float) -> Overlapped:
+        lost = (1.0 - self.rate) * self.overlapped
+        exposed = max(self.t, self.free) - self.busy - lost
+        return Overlapped(max(0.0, exposed), self.overlapped, lost, reduce_sent, gather_sent)
 
 
 def bucket_launches(plan: DataParallelPlan, grad_bytes: Sequence[float]) -> list[tuple[int, float]]:
@@ -127,47 +176,78 @@ def bucket_launches(plan: DataParallelPlan, grad_bytes: Sequence[float]) -> list
     return launches
 
 
-def bucketed_reduction(
-    plan: DataParallelPlan,
-    layers: Sequence[BackwardLayer],
-    price: Callable[[float], tuple[float, float]],
-    rate: float,
-) -> BucketedReduction:
+Pricer = Callable[[float], tuple[float, float]]
+
+
+def bucketed_reduction(plan: DataParallelPlan, layers: Sequence[LayerPass], price: Pricer, rate: float) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
     2020, PyTorch DDP, sec 3.2.3; Megatron-LM's ``register_grad_ready``/``start_grad_sync`` in
-    ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order (one
-    NCCL communicator, one stream), and compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent)
-    of a bucket of that many bytes. Exposed is what the last bucket ends after backward does: the wait at the end
-    of backward for every bucket (DDP's ``finalize_backward``, FSDP's ``_post_backward_final_callback``,
-    Megatron-LM's ``finish_grad_sync``).
+    ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order, and
+    compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent) of a bucket of that many bytes.
+    Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
+    ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
     >>> p = DataParallelPlan(2, *[GroupCollective("all_reduce", "ring")] * 2, False, False, False, 4, 2, 1.0, True)
-    >>> layers = [BackwardLayer(2.0, 0.0, 1.0), BackwardLayer(2.0, 0.0, 1.0)]
+    >>> layers = [LayerPass(2.0, 0.0, 1.0), LayerPass(2.0, 0.0, 1.0)]
     >>> r = bucketed_reduction(p, layers, lambda n: (3.0, n), 0.5)
     >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
     (3.0, 3.0, 1.5)
     """
     launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers]))
     priced: dict[float, tuple[float, float]] = {}
-    t = free = overlapped = reduce_s = sent = 0.0
+    streams, sent = _Streams(rate), 0.0
     for i, layer in enumerate(layers):
-        work = layer.work_s
-        if work > 0 and t < free:  # beside a running bucket: at ``rate`` until it ends, then at full rate
-            beside = min(work / rate, free - t)
-            overlapped += beside
-            work -= beside * rate
-            t += beside
-        t += max(0.0, work) + layer.blocking_s
+        streams.compute(layer.work_s, layer.blocking_s)
         n_bytes = launches.get(i)
         if n_bytes is not None:
             if n_bytes not in priced:
                 priced[n_bytes] = price(n_bytes)
             seconds, n_sent = priced[n_bytes]
-            free = max(t, free) + seconds
-            reduce_s += seconds
+            streams.collective(seconds, streams.t)
             sent += n_sent
-    return BucketedReduction(max(0.0, free - t), overlapped, (1.0 - rate) * overlapped, reduce_s, sent)
+    return streams.result(sent, 0.0)
+
+
+def per_layer_overlap(
+    plan: DataParallelPlan,
+    forward: Sequence[LayerPass],
+    backward: Sequence[LayerPass],
+    gather: Pricer,
+    reduce: Pricer,
+    rate: float,
+    microbatches: int,
+) -> Overlapped:
+    """ZeRO-3's step as the lowering issues it, micro-batch after micro-batch (pp = 1): before each layer's forward
+    and backward its weights are all-gathered, with the next layer's gather issued at the same point (a prefetch of
+    one layer: it may start once the pass before the current one has ended), and each layer's gradients are
+    reduce-scattered once its backward ends (PyTorch FSDP's forward and backward prefetch and post-backward
+    reduce-scatter, Zhao et al. 2023, sec 3.3); collectives run in issue order on the dp stream, compute at
+    ``rate`` beside them. ``forward``/``backward``: the layers' passes in the order each runs them; ``gather`` and
+    ``reduce``: (seconds, bytes sent) of a layer's collective of that many bytes."""
+    streams = _Streams(rate)
+    sent = {"g": 0.0, "r": 0.0}
+    priced: dict[tuple[str, float], tuple[float, float]] = {}
+
+    def issue(kind: str, n_bytes: float) -> float:
+        if (kind, n_bytes) not in priced:
+            priced[kind, n_bytes] = (gather if kind == "g" else reduce)(n_bytes)
+        seconds, n_sent = priced[kind, n_bytes]
+        sent[kind] += n_sent
+        return streams.collective(seconds, streams.t)
+
+    for _ in range(microbatches):
+        for layers, reduces in ((forward, False), (backward, True)):
+            gathered: dict[int, float] = {}
+            for pos, layer in enumerate(layers):
+                for i in (pos, pos + 1):
+                    if i < len(layers) and i not in gathered:
+                        params = layers[i].params
+                        gathered[i] = issue("g", params * plan.weight_bytes) if params > 0 else 0.0
+                streams.compute(layer.work_s, layer.blocking_s, after=gathered[pos])
+                if reduces and layer.params > 0:
+                    issue("r", layer.params * plan.grad_bytes)
+    return streams.result(sent["r"], sent["g"])
 
 
 def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str) -> GroupCollective:
