@@ -9,7 +9,6 @@ engine uses too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -35,8 +34,8 @@ from plansim.step.data_parallel import (
     GroupCollective,
     LayerPass,
     bucketed_reduction,
-    per_layer_overlap,
     data_parallel_plan,
+    per_layer_overlap,
     tied_gradient_bytes,
 )
 from plansim.step.layers import (
@@ -645,7 +644,9 @@ def _stage_cost(
     )
 
 
-def _backward_layers(sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float) -> tuple[LayerPass, ...]:
+def _backward_layers(
+    sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float
+) -> tuple[LayerPass, ...]:
     """The stage's layers' backward in the order it runs them (``step.data_parallel.LayerPass``): a block's
     share of the stage's recompute (and its collectives) runs before its backward; the output layer also holds the
     tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""

@@ -5,6 +5,7 @@ communication longer), the measured profile's precedence, and both engines on a 
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def test_a_bucket_waits_for_its_gradients_and_for_the_bucket_before() -> None:
     buckets = [x for x in spans if x.category == "grad_reduce"]
     first_layer = min(x.end_s for x in backward if x.name.endswith(".L11"))  # the output layer (L12) has no gradient
     assert buckets[0].start_s >= first_layer > backward[0].start_s
-    assert all(b.start_s >= a.end_s - 1e-12 for a, b in zip(buckets, buckets[1:], strict=False))
+    assert all(b.start_s >= a.end_s - 1e-12 for a, b in itertools.pairwise(buckets))
     exposed = buckets[-1].end_s - max(x.end_s for x in backward)
     assert d.time_breakdown_s["exposed_comm"] == pytest.approx(exposed, rel=1e-9)
     a = plansim.simulate("gpt3-125m", "dgx-a100", s, gpus=16)

@@ -34,8 +34,8 @@ __all__ = [
     "Overlapped",
     "bucket_launches",
     "bucketed_reduction",
-    "per_layer_overlap",
     "data_parallel_plan",
+    "per_layer_overlap",
     "tied_gradient_bytes",
 ]
 
