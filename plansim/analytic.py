@@ -183,6 +183,8 @@ _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
 _Sends = tuple[float, float, float, tuple[tuple[float, float], ...]]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
+#: ``AnalyticCache.dp_comms``: (rate, micro-batches, params, passes by identity) -> (the passes, their result)
+_DpMemo = dict[tuple[Any, ...], tuple[Any, Any, "DataParallelComm"]]
 
 
 @dataclass(frozen=True)
@@ -263,15 +265,18 @@ class AnalyticCache:
         self._states: dict[_StatesKey, int] = {}
         self._fixed: dict[_FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
-        self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent]]] = {}
+        # per data-parallel key: the plan, its collectives' prices, and a stage's reductions and gathers beside its
+        # passes by what else they read (``dp_comms``)
+        self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent], _DpMemo]] = {}
 
-    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, _DpPricer]:
-        """``data_parallel_plan`` of a resolved strategy and a memoized ``_price_dp`` of its collectives."""
+    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, _DpPricer, _DpMemo]:
+        """``data_parallel_plan`` of a resolved strategy, a memoized ``_price_dp`` of its collectives and the memo
+        of ``dp_comms``."""
         key = _DataParallelKey.of(s)
         hit = self._dp_plans.get(key)
         if hit is None:
-            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {})
-        plan, prices = hit
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, {})
+        plan, prices, memo = hit
 
         def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
             got = prices.get((c, n_bytes))
@@ -280,7 +285,26 @@ class AnalyticCache:
                 got = prices[(c, n_bytes)] = _price_dp(self.cluster, s, plan, c, n_bytes)
             return got
 
-        return plan, price
+        return plan, price, memo
+
+    @staticmethod
+    def dp_comms(
+        s: Strategy, dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo], stages: list[StageCost], rate: float
+    ) -> list[DataParallelComm]:
+        """``_dp_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the data-parallel key
+        (``rate`` follows from it and the cluster), the micro-batches and the stage's parameters and passes."""
+        plan, price, memo = dp
+        out = []
+        for stage in stages:
+            # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
+            # them alive, so an identity is not reused while it is a key
+            key = (rate, s.num_microbatches, stage.params, id(stage.forward_layers), id(stage.backward_layers))
+            hit = memo.get(key)
+            if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
+                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rate)
+                hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
+            out.append(hit[2])
+        return out
 
     def problems(self, resolved: Strategy) -> list[str]:
         """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""
@@ -541,6 +565,7 @@ class _StageSums:
         self._rerun_sync: dict[str, float] = {}
         self._activations: dict[str, StageActivations] = {}
         self._split_held: dict[str, SplitHeld] = {}
+        self.backward_passes: dict[tuple[int, float, float], tuple[LayerPass, ...]] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -650,6 +675,10 @@ def _backward_layers(
     """The stage's layers' backward in the order it runs them (``step.data_parallel.LayerPass``): a block's
     share of the stage's recompute (and its collectives) runs before its backward; the output layer also holds the
     tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
+    key = (params, recompute_s, rerun_blocking_s)
+    hit = sums.backward_passes.get(key)
+    if hit is not None:  # one tuple per stage's layers and remat: ``AnalyticCache.dp_comm`` keys on its identity
+        return hit
     blocks = max(1, len(sums.blocks))
     out = []
     for is_block, c in sums.backward:
@@ -660,7 +689,8 @@ def _backward_layers(
         elif c is sums.backward[0][1]:  # the output layer (or, without one, the stage's first layer in backward)
             layer_params += params - sums.params
         out.append(LayerPass(work, blocking, layer_params))
-    return tuple(out)
+    hit = sums.backward_passes[key] = tuple(out)
+    return hit
 
 
 def _plus(axis_bytes: dict[str, float], axis: str, n_bytes: float) -> dict[str, float]:
@@ -809,9 +839,9 @@ def _time_breakdown(
     tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
-    plan, price = shared.data_parallel(s)
-    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if plan is not None else 1.0
-    comms = [_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s, rate) for st in pipe.dp_groups]
+    dp = shared.data_parallel(s)
+    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else 1.0
+    comms = shared.dp_comms(s, dp, pipe.dp_groups, rate)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
     # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first)
     dpc = replace(

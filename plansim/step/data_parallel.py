@@ -147,6 +147,22 @@ class _Streams:
         self.spans.append((start, self.free))
         return self.free
 
+    def state(self) -> tuple[float, ...]:
+        """What the next task's timing depends on, relative to the compute stream's time: the collectives not yet
+        ended (their start, end) and when the dp stream is free."""
+        pending = [(max(0.0, lo - self.t), hi - self.t) for lo, hi in self.spans[self.first :] if hi > self.t]
+        return (self.free - self.t, *(x for span in pending for x in span))
+
+    def totals(self) -> tuple[float, float, float, float]:
+        return self.t, self.free, self.busy, self.overlapped
+
+    def advance(self, delta: Sequence[float], times: int) -> None:
+        """Repeat ``times`` more a period whose totals moved by ``delta`` and left ``state`` as it found it."""
+        self.t, self.free, self.busy, self.overlapped = (
+            x + times * d for x, d in zip(self.totals(), delta, strict=True)
+        )
+        self.spans, self.first = [], 0
+
     def result(self, reduce_sent: float, gather_sent: float) -> Overlapped:
         lost = (1.0 - self.rate) * self.overlapped
         exposed = max(self.t, self.free) - self.busy - lost
@@ -196,10 +212,13 @@ def bucketed_reduction(plan: DataParallelPlan, layers: Sequence[LayerPass], pric
     """
     launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers]))
     priced: dict[float, tuple[float, float]] = {}
-    streams, sent = _Streams(rate), 0.0
+    streams, sent, work = _Streams(rate), 0.0, 0.0
     for i, layer in enumerate(layers):
-        streams.compute(layer.work_s, layer.blocking_s)
+        work += layer.work_s  # layers between launches with nothing blocking run as one span of work
         n_bytes = launches.get(i)
+        if layer.blocking_s > 0 or n_bytes is not None or i == len(layers) - 1:
+            streams.compute(work, layer.blocking_s)
+            work = 0.0
         if n_bytes is not None:
             if n_bytes not in priced:
                 priced[n_bytes] = price(n_bytes)
@@ -236,7 +255,9 @@ def per_layer_overlap(
         sent[kind] += n_sent
         return streams.collective(seconds, streams.t)
 
-    for _ in range(microbatches):
+    previous: tuple[float, ...] | None = None
+    for k in range(microbatches):
+        before = (*streams.totals(), sent["g"], sent["r"])
         for layers, reduces in ((forward, False), (backward, True)):
             gathered: dict[int, float] = {}
             for pos, layer in enumerate(layers):
@@ -247,6 +268,19 @@ def per_layer_overlap(
                 streams.compute(layer.work_s, layer.blocking_s, after=gathered[pos])
                 if reduces and layer.params > 0:
                     issue("r", layer.params * plan.grad_bytes)
+        state = streams.state()
+        if (
+            previous is not None
+            and len(state) == len(previous)
+            and all(abs(a - b) <= 1e-12 for a, b in zip(state, previous, strict=True))
+        ):  # a micro-batch found and left the streams alike: every later one repeats it (exact, and quick)
+            delta = [a - b for a, b in zip((*streams.totals(), sent["g"], sent["r"]), before, strict=True)]
+            times = microbatches - k - 1
+            streams.advance(delta[:4], times)
+            sent["g"] += times * delta[4]
+            sent["r"] += times * delta[5]
+            break
+        previous = state
     return streams.result(sent["r"], sent["g"])
 
 
