@@ -776,12 +776,11 @@ def _dp_comm(
     gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
     of a collective of ``plan``, ``rate`` the compute stream's rate while one runs (``plansim.costs.interference``).
 
-    Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
-    bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
-    first layer's, which cannot be prefetched, and per-layer reduce-scatters behind the rest of backward. Volumes are
-    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7). Interference: the
-    hidden part and the compute beside it start together and compute runs at ``rate`` while it lasts
-    (``overlap_cost``); the compute it stretches hides that much more of the collective.
+    Overlap: the stage's layers' passes and the dp stream walked in the lowering's issue order
+    (``step.data_parallel``): gradient buckets launched once backward has completed their gradients and run one
+    after another, backward's end waiting for them (``bucketed_reduction``); ZeRO-3's gathers one layer ahead and
+    per-layer reduce-scatters (``per_layer_overlap``); compute at ``rate`` while a collective runs. Volumes are
+    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
