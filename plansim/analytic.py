@@ -9,7 +9,6 @@ engine uses too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -29,7 +28,15 @@ from plansim.mesh import mesh_of
 from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers, stage_layers
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
+from plansim.step.data_parallel import (
+    DataParallelPlan,
+    GroupCollective,
+    LayerPass,
+    bucketed_reduction,
+    data_parallel_plan,
+    per_layer_overlap,
+    tied_gradient_bytes,
+)
 from plansim.step.layers import (
     AxisComm,
     LayerCost,
@@ -96,6 +103,9 @@ class StageCost:
     overlapped_s: float = 0.0
     #: what the stage's sends that run beside compute add once per step (``OverlappedSends.chain_s``)
     send_chain_s: float = 0.0
+    #: its layers' forward and backward passes in the order it runs them (gradient buckets, ZeRO-3's gathers)
+    forward_layers: tuple[LayerPass, ...] = ()
+    backward_layers: tuple[LayerPass, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -167,6 +177,8 @@ _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
 _Sends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
+#: ``AnalyticCache.dp_comms``: (rate, micro-batches, params, passes by identity) -> (the passes, their result)
+_DpMemo = dict[tuple[Any, ...], tuple[Any, Any, "DataParallelComm"]]
 
 
 @dataclass(frozen=True)
@@ -255,15 +267,18 @@ class AnalyticCache:
         self._states: dict[_StatesKey, int] = {}
         self._fixed: dict[_FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
-        self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent]]] = {}
+        # per data-parallel key: the plan, its collectives' prices, and a stage's reductions and gathers beside its
+        # passes by what else they read (``dp_comms``)
+        self._dp_plans: dict[_DataParallelKey, tuple[DataParallelPlan | None, dict[_DpMessage, _Sent], _DpMemo]] = {}
 
-    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, _DpPricer]:
-        """``data_parallel_plan`` of a resolved strategy and a memoized ``_price_dp`` of its collectives."""
+    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, _DpPricer, _DpMemo]:
+        """``data_parallel_plan`` of a resolved strategy, a memoized ``_price_dp`` of its collectives and the memo
+        of ``dp_comms``."""
         key = _DataParallelKey.of(s)
         hit = self._dp_plans.get(key)
         if hit is None:
-            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {})
-        plan, prices = hit
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, {})
+        plan, prices, memo = hit
 
         def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
             got = prices.get((c, n_bytes))
@@ -272,7 +287,26 @@ class AnalyticCache:
                 got = prices[(c, n_bytes)] = _price_dp(self.cluster, s, plan, c, n_bytes)
             return got
 
-        return plan, price
+        return plan, price, memo
+
+    @staticmethod
+    def dp_comms(
+        s: Strategy, dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo], stages: list[StageCost], rate: float
+    ) -> list[DataParallelComm]:
+        """``_dp_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the data-parallel key
+        (``rate`` follows from it and the cluster), the micro-batches and the stage's parameters and passes."""
+        plan, price, memo = dp
+        out = []
+        for stage in stages:
+            # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
+            # them alive, so an identity is not reused while it is a key
+            key = (rate, s.num_microbatches, stage.params, id(stage.forward_layers), id(stage.backward_layers))
+            hit = memo.get(key)
+            if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
+                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rate)
+                hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
+            out.append(hit[2])
+        return out
 
     def problems(self, resolved: Strategy) -> list[str]:
         """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""
@@ -542,9 +576,13 @@ class _StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
+        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs
+        self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
+        self.forward = tuple(LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s, c.params) for _, c in self.backward[::-1])
         self.layer_input = layer_input
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
+        self.backward_passes: dict[tuple[int, float, float], tuple[LayerPass, ...]] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -594,6 +632,8 @@ def _stage_cost(
         overlapped += ov
         lost += cost
     return StageCost(
+        forward_layers=sums.forward,
+        backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
@@ -613,6 +653,30 @@ def _stage_cost(
         overlapped_s=overlapped,
         send_chain_s=overlapped_sends.chain_s,
     )
+
+
+def _backward_layers(
+    sums: _StageSums, params: int, recompute_s: float, rerun_blocking_s: float
+) -> tuple[LayerPass, ...]:
+    """The stage's layers' backward in the order it runs them (``step.data_parallel.LayerPass``): a block's
+    share of the stage's recompute (and its collectives) runs before its backward; the output layer also holds the
+    tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
+    key = (params, recompute_s, rerun_blocking_s)
+    hit = sums.backward_passes.get(key)
+    if hit is not None:  # one tuple per stage's layers and remat: ``AnalyticCache.dp_comm`` keys on its identity
+        return hit
+    blocks = max(1, len(sums.blocks))
+    out = []
+    for is_block, c in sums.backward:
+        work, blocking, layer_params = c.bwd_s, c.comm_bwd_s + c.sync_bwd_s, c.params
+        if is_block:
+            work += recompute_s / blocks
+            blocking += rerun_blocking_s / blocks
+        elif c is sums.backward[0][1]:  # the output layer (or, without one, the stage's first layer in backward)
+            layer_params += params - sums.params
+        out.append(LayerPass(work, blocking, layer_params))
+    hit = sums.backward_passes[key] = tuple(out)
+    return hit
 
 
 def _plus(axis_bytes: dict[str, float], axis: str, n_bytes: float) -> dict[str, float]:
@@ -698,46 +762,32 @@ def _dp_comm(
     gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
     of a collective of ``plan``, ``rate`` the compute stream's rate while one runs (``plansim.costs.interference``).
 
-    Overlap: a bucketed reduction can hide behind the backward of the micro-batch that produced it except its last
-    bucket (Li et al. 2020, PyTorch DDP); per-layer gathers (ZeRO-3) hide behind the compute they feed, except the
-    first layer's, which cannot be prefetched, and per-layer reduce-scatters behind the rest of backward. Volumes are
-    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7). Interference: the
-    hidden part and the compute beside it start together and compute runs at ``rate`` while it lasts
-    (``overlap_cost``); the compute it stretches hides that much more of the collective.
+    Overlap: the stage's layers' passes and the dp stream walked in the lowering's issue order
+    (``step.data_parallel``): gradient buckets launched once backward has completed their gradients and run one
+    after another, backward's end waiting for them (``bucketed_reduction``); ZeRO-3's gathers one layer ahead and
+    per-layer reduce-scatters (``per_layer_overlap``); compute at ``rate`` while a collective runs. Volumes are
+    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    grad_bytes = stage.params * plan.grad_bytes
-    n = max(1, stage.num_layers)
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
-        t_r, r_sent = (n * x for x in price(plan.reduce, grad_bytes / n))
-        t_ag, ag_sent = (n * x for x in price(plan.gather, stage.params * plan.weight_bytes / n))
-        hidden = 1.0 - 1.0 / n
-        ov_f, lost_f = overlap_cost(fwd_s, t_ag * hidden, rate)
-        ov_b, lost_b = overlap_cost(backward_s, (t_ag + t_r) * hidden, rate)
-        exposed = m * (max(t_ag - fwd_s - lost_f, t_ag / n) + max(t_ag + t_r - backward_s - lost_b, (t_ag + t_r) / n))
-        return DataParallelComm(exposed, m * r_sent, 2 * m * ag_sent, m * (lost_f + lost_b), m * (ov_f + ov_b))
+        z = per_layer_overlap(
+            plan,
+            stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),),
+            stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),),
+            lambda n_bytes: price(plan.gather, n_bytes),
+            lambda n_bytes: price(plan.reduce, n_bytes),
+            rate,
+            m,
+        )
+        return DataParallelComm(z.exposed_s, z.reduce_sent, z.gather_sent, z.interference_s, z.overlapped_s)
     t_ag, ag_sent = (0.0, 0.0)
     if plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
-    overlapped = lost = 0.0
-    if plan.overlap:
-        # Buckets filled layer by layer as backward produces them, each flushed once full (the lowering); the
-        # embedding's gradients (``tail_params``) come last and join the last, partly filled bucket.
-        tail = stage.tail_params * plan.grad_bytes
-        layer = (grad_bytes - tail) / n
-        per_bucket = max(1, math.ceil(plan.bucket_bytes / layer)) if layer > 0 else n
-        full, rest = divmod(n, per_bucket)
-        t_full, sent_full = price(plan.reduce, layer * per_bucket) if full else (0.0, 0.0)
-        t_rest, sent_rest = price(plan.reduce, layer * rest + tail) if rest or tail else (0.0, 0.0)
-        t_r, r_sent = full * t_full + t_rest, full * sent_full + sent_rest
-        last = t_rest if rest or tail else t_full  # the last bucket cannot hide: backward is over when it is flushed
-        overlapped, lost = overlap_cost(backward_s, t_r - last, rate)
-        exposed = max(t_r - backward_s - lost, last)
-    else:
-        t_r, r_sent = price(plan.reduce, grad_bytes)
-        exposed = t_r
+    layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
+    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate)
+    exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     return DataParallelComm(
         reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped
@@ -774,9 +824,9 @@ def _time_breakdown(
     tied-embedding gradient sync. Compute, recompute and blocking communication are the bottleneck stage's."""
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
-    plan, price = shared.data_parallel(s)
-    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if plan is not None else 1.0
-    comms = [_dp_comm(s, plan, price, st, st.bwd_s + st.recompute_s, st.fwd_s, rate) for st in pipe.dp_groups]
+    dp = shared.data_parallel(s)
+    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else 1.0
+    comms = shared.dp_comms(s, dp, pipe.dp_groups, rate)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
     # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first)
     dpc = replace(

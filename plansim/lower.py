@@ -112,6 +112,7 @@ class _StageLowering:
         self.last_compute = -1
         self.join: tuple[int, int] | None = None  # (asynchronous collective, compute tasks to let by first)
         self.last_dp = -1
+        self.after_dp = -1  # a micro-batch's last gradient bucket, which the next compute task waits for
         self.bucket: list[float] = [0.0]
         self.bucket_dep = -1
         self.gathers: dict[tuple[int, int, str], int] = {}
@@ -131,6 +132,9 @@ class _StageLowering:
             else:
                 task.deps = (*task.deps, (self.stage, collective))
                 self.join = None
+        if self.after_dp >= 0:
+            task.deps = (*task.deps, (self.stage, self.after_dp))
+            self.after_dp = -1
         idx = self.prog.add(task)
         self.last_compute = idx
         return idx
@@ -406,7 +410,7 @@ class _StageLowering:
             return
         self.bucket[0] += n_bytes
         self.bucket_dep = task
-        if plan.overlap and self.bucket[0] >= plan.bucket_bytes:
+        if plan.bucket_full(self.bucket[0]):
             self._flush_bucket(mb)
 
     def _flush_bucket(self, mb: int) -> None:
@@ -427,9 +431,13 @@ class _StageLowering:
         self.bucket[0] = 0.0
 
     def end_of_microbatch_backward(self, mb: int) -> None:
-        """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket."""
+        """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket, and the next
+        micro-batch's compute waits for its buckets, as backward's end waits for its gradient reductions (PyTorch
+        FSDP's ``_post_backward_final_callback``: the compute stream waits for the reduce-scatter stream;
+        DeepSpeed ZeRO-2's ``independent_gradient_partition_epilogue`` likewise after every backward)."""
         if self.plan is not None and self.plan.reduce_every_microbatch and not self.plan.per_layer:
             self._flush_bucket(mb)
+            self.after_dp = self.last_dp
 
     def finish(self, model: Workload) -> None:
         """Last bucket, tied-embedding sync, optimizer step, ZeRO-1/2 weight all-gather; static memory."""

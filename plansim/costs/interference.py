@@ -29,8 +29,9 @@ times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels.
 A compute span of ``W`` seconds (at full rate) beside a collective of ``T`` seconds started with it runs both for
 ``min(T, W / rate)`` seconds (the overlapped time) and ends ``(1 - rate) x`` that later (the interference cost):
 ``overlap_cost``. The discrete-event engine runs compute at the rate of whatever is active, recomputed as each
-collective starts and ends; the analytic engine applies ``overlap_cost`` where it overlaps data-parallel
-reductions and ZeRO gathers with compute.
+collective starts and ends; the analytic engine applies ``overlap_cost`` beside pipeline sends, and walks the
+data-parallel reductions and ZeRO gathers beside the layers' passes at the same rate
+(``plansim.step.data_parallel``).
 """
 
 from __future__ import annotations
