@@ -47,6 +47,7 @@ __all__ = [
     "ring_call",
     "ring_overhead_s",
     "ring_time_us",
+    "step_rounds_bytes",
     "tree_time_us",
 ]
 
@@ -354,6 +355,14 @@ SLICES = {"LL": 1, "LL128": 1, "Simple": 2}
 #: with ``needReload``): it consumes each line as it lands, so a step's synchronisation overlaps its data. Simple
 #: waits for the sender's step counter before it reads a slice (src/device/prims_simple.h), so they add.
 LINE_FLAGGED = ("LL", "LL128")
+#: How a step's data is dealt to a channel's threads (NVIDIA/nccl 5067397c): LL128's ``GenericOp``
+#: (src/device/prims_ll128.h lines 292-321) deals warp slices round-robin, warp ``w`` taking slices ``w``, ``w +
+#: nwarps``, ...; a slice is ``WireWordPerSlice`` = 32 lanes x ``NCCL_LL128_SHMEM_ELEMS_PER_THREAD`` (8) words of
+#: 8 B, one word in ``NCCL_LL128_LINEELEMS`` (16) a flag, so 240 x 8 = 1920 data bytes. LL's ``GenericOp``
+#: (src/device/prims_ll.h lines 253-304) deals 16-byte lines of 8 data bytes one per thread, round-robin. So a step
+#: runs in rounds of one grain per worker, and a step smaller than a round leaves workers idle. Simple is not
+#: rounded: its steps are slices of 256 KiB or more at the sizes where NCCL runs it. (grain bytes, worker threads)
+ROUND_GRAIN = {"LL": (8, 1), "LL128": (1920, 32)}
 #: The ring's bandwidth per protocol relative to the channel's (``ncclTopoTuneModel``: LL half, LL128 0.92).
 _RING_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 #: Traffic below which a channel is not worth its CTA: ``scheduleCollTasksToPlan`` (src/enqueue.cc at 5067397c) gives
@@ -386,6 +395,40 @@ def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
     while nc >= 2 and n_bytes < nc * THREADS[protocol] * threshold:
         nc -= 1
     return nc
+
+
+def _ring_threads(c: NcclComm, protocol: str, n_bytes: float) -> int:
+    """Threads of a ring call's channel (``topoGetAlgoInfo``, src/enqueue.cc lines 2092-2115 at 5067397c): the
+    protocol's maximum, halved (while a multiple of 128) while the call's bytes are under channels x threads x the
+    thread threshold; Simple adds a synchronisation warp that moves no data, so it is left out here."""
+    nc = _channels_used(c, protocol, n_bytes)
+    threshold = THREAD_THRESHOLD[protocol] * (c.ranks if protocol == "LL" else 1)
+    nt = THREADS[protocol]
+    while n_bytes < nc * nt * threshold and nt % 128 == 0:
+        nt //= 2
+    return max(nt, 96)  # at least 3 warps
+
+
+def step_rounds_bytes(protocol: str, step_bytes: float, threads: int) -> float:
+    """The bytes a step of ``step_bytes`` costs at its channel's rate, rounded up to whole rounds of its threads
+    (``ROUND_GRAIN``): each worker (an LL thread, an LL128 warp) moves one grain a round, and a round lasts as long
+    whether all workers have a grain or only some. An assumption beside the dealing, which is NCCL's: a channel's
+    rate is its workers' together, shared evenly (each has the same memory-level parallelism), so a worker moves
+    its grain at the channel's rate over the workers; a step that gives ``k`` of ``W`` workers a grain runs at ``k /
+    W`` of the channel's rate. Simple is returned unrounded.
+
+    >>> step_rounds_bytes("LL128", 22_000, 640)  # 12 slices of 1920 B over 20 warps: one round of 20
+    38400
+    >>> step_rounds_bytes("LL128", 76_800, 640)  # 40 slices: two full rounds
+    76800
+    >>> step_rounds_bytes("LL", 32768, 512)  # 4096 lines over 512 threads: 8 full rounds
+    32768
+    """
+    if protocol not in ROUND_GRAIN or step_bytes <= 0:
+        return step_bytes
+    grain, per_worker = ROUND_GRAIN[protocol]
+    workers = max(1, threads // per_worker)
+    return math.ceil(math.ceil(step_bytes / grain) / workers) * workers * grain
 
 
 def _ring_channel_share(c: NcclComm, collective: str, protocol: str, n_bytes: float) -> tuple[int, float]:
@@ -447,9 +490,10 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
     full = int(per_ch // loop)
     chunks = [CHUNK_BYTES[protocol]] * full + ([(per_ch - full * loop) / c.ranks] if per_ch > full * loop else [])
     intra, s_intra, inter, s_inter = _ring_step_sync_us(c, collective, protocol, t)
+    threads = _ring_threads(c, protocol, n_bytes)
     total = 0.0
     for chunk in chunks:
-        data = chunk / per_channel
+        data = step_rounds_bytes(protocol, chunk, threads) / per_channel
         if protocol in LINE_FLAGGED:
             total += intra * max(s_intra, data) + inter * max(s_inter, data)
         else:
@@ -548,6 +592,10 @@ TREE_CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 524288}
 #: ``NCCL_LL128_MAX_NTHREADS`` 640), used by the channel count; the tree's thread thresholds are the protocols'
 #: (not multiplied by the ranks, unlike the ring's LL).
 TREE_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+#: Threads a tree call then runs with (``topoGetAlgoInfo`` sets ``NCCL_MAX_NTHREADS``, 640, src/enqueue.cc line 2110)
+#: and how LL and LL128 split them (src/device/all_reduce.h ``runTreeSplit`` lines 155-164 at 5067397c): 70% of the
+#: warps reduce up (448 threads), the rest broadcast down (192); the root runs one group of all of them.
+TREE_SPLIT_THREADS = (448, 192)
 #: The algorithms NCCL's tuner weighs for each collective with ``NCCL_ALGO`` unset (src/graph/tuning.cc
 #: ``ncclTopoTuneModel`` and src/enqueue.cc ``updateCollCostTable``: all-reduce over ring and tree, all-gather and
 #: reduce-scatter over ring and PAT (``NCCL_PAT_ENABLE`` defaults to 2: on with one GPU per node, ``ncclPatEnable``);
@@ -636,7 +684,7 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     stages = 2 * (c.ranks // c.nodes - 1 + depth) + chunks - 1
     net_extra = max(0.0, HW_LATENCY_US["net"]["tree"][p] - HW_LATENCY_US[c.intra]["tree"][p]) if c.nodes > 1 else 0.0
     base = BASE_LATENCY_US["tree"][p]
-    data = chunk / per_channel
+    data = max(step_rounds_bytes(protocol, chunk, g) for g in TREE_SPLIT_THREADS) / per_channel
     stage = max(t.sync_us[p], data) if protocol in LINE_FLAGGED else t.sync_us[p] + data
     return t.call_us + base + stages * stage + 2 * depth * net_extra
 
