@@ -477,9 +477,11 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
     chunk to the next GPU (src/device/all_reduce.h ``runRing``; the last loop's chunk shrinks to what is left). With
     Simple a step is its slices' synchronisations, then its data at the channel's bandwidth; with LL and LL128 the
     receiver takes each line as it lands (``LINE_FLAGGED``), so a step costs the larger of its synchronisation and
-    its data. So a small call costs its synchronisations, a large one its data. A channel's bandwidth is NCCL's
-    figure for the protocol over its channels (a protocol's ceiling, such as LL's, is shared by the channels in
-    use), at most the channel's own bandwidth at the protocol's efficiency when small calls use fewer channels."""
+    its data. A step's data is paid in whole rounds of the channel's workers (``step_rounds_bytes``: LL128 warps'
+    1920-byte slices, LL threads' 8-byte lines). So a small call costs its synchronisations, a large one its data. A
+    channel's bandwidth is NCCL's figure for the protocol over its channels (a protocol's ceiling, such as LL's, is
+    shared by the channels in use), at most the channel's own bandwidth at the protocol's efficiency when small
+    calls use fewer channels."""
     if c.ranks <= 1 or n_bytes <= 0:
         return 0.0
     bus = bandwidth_GBps(c, collective, "ring", protocol) * _steps(collective, c.ranks) / c.ranks  # GB/s, all
