@@ -47,6 +47,7 @@ __all__ = [
     "ring_call",
     "ring_overhead_s",
     "ring_time_us",
+    "step_rounds_bytes",
     "tree_time_us",
 ]
 
@@ -349,8 +350,26 @@ CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 2097152}
 #: Synchronisations per ring step: Simple moves a chunk in ``CHUNKSTEPS / SLICESTEPS`` = 2 slices, each with its
 #: own flag handshake (``NCCL_MAX_SLICE_PER_CHUNK``); LL and LL128 carry their flags in the data (one per step).
 SLICES = {"LL": 1, "LL128": 1, "Simple": 2}
+#: Protocols whose receiver polls a flag stored in every line of the data (src/device/prims_ll.h ``readLL``: a flag
+#: beside every 4 data bytes of a 16-byte line; src/device/prims_ll128.h: one flag word per 128-byte line, polled
+#: with ``needReload``): it consumes each line as it lands, so a step's synchronisation overlaps its data. Simple
+#: waits for the sender's step counter before it reads a slice (src/device/prims_simple.h), so they add.
+LINE_FLAGGED = ("LL", "LL128")
+#: How a step's data is dealt to a channel's threads (NVIDIA/nccl 5067397c): LL128's ``GenericOp``
+#: (src/device/prims_ll128.h lines 292-321) deals warp slices round-robin, warp ``w`` taking slices ``w``, ``w +
+#: nwarps``, ...; a slice is ``WireWordPerSlice`` = 32 lanes x ``NCCL_LL128_SHMEM_ELEMS_PER_THREAD`` (8) words of
+#: 8 B, one word in ``NCCL_LL128_LINEELEMS`` (16) a flag, so 240 x 8 = 1920 data bytes. LL's ``GenericOp``
+#: (src/device/prims_ll.h lines 253-304) deals 16-byte lines of 8 data bytes one per thread, round-robin. So a step
+#: runs in rounds of one grain per worker, and a step smaller than a round leaves workers idle. Simple is not
+#: rounded: its steps are slices of 256 KiB or more at the sizes where NCCL runs it. (grain bytes, worker threads)
+ROUND_GRAIN = {"LL": (8, 1), "LL128": (1920, 32)}
 #: The ring's bandwidth per protocol relative to the channel's (``ncclTopoTuneModel``: LL half, LL128 0.92).
 _RING_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+#: Traffic below which a channel is not worth its CTA: ``scheduleCollTasksToPlan`` (src/enqueue.cc at 5067397c) gives
+#: each channel at least 32 KiB of traffic (``MinTrafficPerChannel``), in cells of 32 KiB of traffic; an all-reduce
+#: counts 2 bytes of traffic per byte, an all-gather or reduce-scatter the rank count (``ncclFuncTrafficPerByte``),
+#: and LL four times that (its 16-byte lines carry 8 data bytes, ``ncclPrepareTasks``).
+MIN_TRAFFIC_PER_CHANNEL = 32768
 
 
 @dataclass(frozen=True)
@@ -359,17 +378,18 @@ class NcclTuning:
     measurements (``scripts/fit_nccl.py``; the node profile cites the curve): ``call_us``, the fixed cost of one call
     (kernel launch, the first step's wait for every rank, the last flag's return: what a 1 KB all-reduce costs
     beyond NCCL's latency), and ``sync_us`` per protocol (LL, LL128, Simple), the cost of one synchronisation of a
-    ring step between two GPUs of the node (a slice's flag handshake and the data's first bytes), which replaces
-    NCCL's per-hop NVLink latency. A synchronisation across the network adds NCCL's own difference between its
-    network and NVLink hop latencies."""
+    ring step between two GPUs of the node, which replaces NCCL's per-hop NVLink latency: for Simple a slice's flag
+    handshake, paid before the slice's data; for LL and LL128 the latency of a line from its store on one GPU to its
+    flag's poll on the next, which the step's data overlaps (a step costs the larger of the two). A synchronisation
+    across the network adds NCCL's own difference between its network and NVLink hop latencies."""
 
     call_us: float
     sync_us: tuple[float, float, float]
 
 
 def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
-    """Channels a ring call runs on: NCCL drops channels while every thread would get less than its threshold of
-    bytes (``topoGetAlgoInfo``, src/enqueue.cc)."""
+    """Channels NCCL's tuner allows a ring call (``topoGetAlgoInfo``, src/enqueue.cc): it drops channels while every
+    thread would get less than its threshold of bytes. ``_ring_channel_share`` then splits the work."""
     threshold = THREAD_THRESHOLD[protocol] * (c.ranks if protocol == "LL" else 1)
     nc = c.channels
     while nc >= 2 and n_bytes < nc * THREADS[protocol] * threshold:
@@ -377,34 +397,111 @@ def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
     return nc
 
 
-def _ring_sync_us(c: NcclComm, collective: str, protocol: str, t: NcclTuning) -> float:
-    """The synchronisation cost of one pass of the ring (all its steps, each slice once), us."""
+def _ring_threads(c: NcclComm, protocol: str, n_bytes: float) -> int:
+    """Threads of a ring call's channel (``topoGetAlgoInfo``, src/enqueue.cc lines 2092-2115 at 5067397c): the
+    protocol's maximum, halved (while a multiple of 128) while the call's bytes are under channels x threads x the
+    thread threshold; Simple adds a synchronisation warp that moves no data, so it is left out here."""
+    nc = _channels_used(c, protocol, n_bytes)
+    threshold = THREAD_THRESHOLD[protocol] * (c.ranks if protocol == "LL" else 1)
+    nt = THREADS[protocol]
+    while n_bytes < nc * nt * threshold and nt % 128 == 0:
+        nt //= 2
+    return max(nt, 96)  # at least 3 warps
+
+
+def step_rounds_bytes(protocol: str, step_bytes: float, threads: int) -> float:
+    """The bytes a step of ``step_bytes`` costs at its channel's rate, rounded up to whole rounds of its threads
+    (``ROUND_GRAIN``): each worker (an LL thread, an LL128 warp) moves one grain a round, and a round lasts as long
+    whether all workers have a grain or only some. An assumption beside the dealing, which is NCCL's: a channel's
+    rate is its workers' together, shared evenly (each has the same memory-level parallelism), so a worker moves
+    its grain at the channel's rate over the workers; a step that gives ``k`` of ``W`` workers a grain runs at ``k /
+    W`` of the channel's rate. Simple is returned unrounded.
+
+    >>> step_rounds_bytes("LL128", 22_000, 640)  # 12 slices of 1920 B over 20 warps: one round of 20
+    38400
+    >>> step_rounds_bytes("LL128", 76_800, 640)  # 40 slices: two full rounds
+    76800
+    >>> step_rounds_bytes("LL", 32768, 512)  # 4096 lines over 512 threads: 8 full rounds
+    32768
+    """
+    if protocol not in ROUND_GRAIN or step_bytes <= 0:
+        return step_bytes
+    grain, per_worker = ROUND_GRAIN[protocol]
+    workers = max(1, threads // per_worker)
+    return math.ceil(math.ceil(step_bytes / grain) / workers) * workers * grain
+
+
+def _ring_channel_share(c: NcclComm, collective: str, protocol: str, n_bytes: float) -> tuple[int, float]:
+    """The channels a ring call runs on and the largest channel's share of ``n_bytes``, as
+    ``scheduleCollTasksToPlan`` (src/enqueue.cc at 5067397c) splits one call: the traffic (``n`` bytes of NCCL's
+    count times its traffic per byte, at least 32 KiB) over the tuner's channels (``_channels_used``) gives a
+    channel's budget, rounded to 16 bytes; the work goes out in whole cells of 32 KiB of traffic, a first channel
+    taking its budget's worth, the middle ones as many, the last the rest; where that needs more channels than the
+    communicator has, the cells past the first channel are spread evenly over the others."""
+    count = n_bytes if collective == "all_reduce" else n_bytes / c.ranks  # NCCL's count, in bytes
+    per_byte = (2 if collective == "all_reduce" else c.ranks) * (4 if protocol == "LL" else 1)
+    n_max = c.channels  # nMaxChannels[kind]: the communicator's channels
+    nc = min(_channels_used(c, protocol, n_bytes), n_max)
+    budget = math.ceil(int(max(MIN_TRAFFIC_PER_CHANNEL, count * per_byte) // nc) / 16) * 16
+    cell = math.ceil(math.ceil(MIN_TRAFFIC_PER_CHANNEL / per_byte) / 16) * 16
+    cells = max(1, math.ceil(count / cell))
+    per_cell = cell * per_byte
+    cpc = min(cells, -(-budget // per_cell))
+    lo = cells if n_max == 1 else min(cells, -(-budget // per_cell))
+    mid, hi = (cells - lo) // cpc, (cells - lo) % cpc
+    if n_max < (lo > 0) + mid + (hi > 0):  # more channels than the communicator has
+        mid = n_max - 2
+        cpc = (cells - lo) // (mid + 1)
+        hi = cpc + (cells - lo) % (mid + 1)
+    if hi == 0 and mid != 0:
+        hi, mid = cpc, mid - 1
+    channels = 1 + mid + (hi > 0)
+    largest = max(lo, hi, cpc if mid else 0) * cell
+    return channels, min(count, largest) * n_bytes / count
+
+
+def _ring_step_sync_us(c: NcclComm, collective: str, protocol: str, t: NcclTuning) -> tuple[int, float, int, float]:
+    """The ring's steps of one loop on its critical path: ``(intra steps, their sync, inter-node steps, theirs)``, us
+    (each Simple step synchronises each of its slices)."""
     p = PROTOCOLS.index(protocol)
     steps = _steps(collective, c.ranks)
     inter_steps = 0 if c.nodes == 1 else (2 if collective == "all_reduce" else 1) * (c.nodes - 1)
     net_extra = max(0.0, HW_LATENCY_US["net"]["ring"][p] - HW_LATENCY_US[c.intra]["ring"][p])
-    return SLICES[protocol] * (steps * t.sync_us[p] + inter_steps * net_extra)
+    sync = SLICES[protocol] * t.sync_us[p]
+    return steps - inter_steps, sync, inter_steps, sync + SLICES[protocol] * net_extra
 
 
 def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t: NcclTuning) -> float:
-    """The time of one ring call as it runs, us: the call's fixed cost and NCCL's base latency, then, per loop of
-    the ring over ``ranks`` chunks on each channel, every step's synchronisations and data at the channel's
-    bandwidth. A call smaller than a loop shrinks its chunks (``calcCollChunking``), so its synchronisations cost as
-    much as a full loop's: this is what makes bandwidth fall for mid-size messages. A channel's bandwidth is NCCL's
-    figure for the protocol over its channels (a protocol's ceiling, such as LL's, is shared by the channels in
-    use), at most the channel's own bandwidth at the protocol's efficiency when small calls drop channels."""
+    """The time of one ring call as it runs, us: the call's fixed cost and NCCL's base latency, then the loops of
+    the largest channel's share (``_ring_channel_share``) over ``ranks`` chunks, every step of a loop moving one
+    chunk to the next GPU (src/device/all_reduce.h ``runRing``; the last loop's chunk shrinks to what is left). With
+    Simple a step is its slices' synchronisations, then its data at the channel's bandwidth; with LL and LL128 the
+    receiver takes each line as it lands (``LINE_FLAGGED``), so a step costs the larger of its synchronisation and
+    its data. A step's data is paid in whole rounds of the channel's workers (``step_rounds_bytes``: LL128 warps'
+    1920-byte slices, LL threads' 8-byte lines). So a small call costs its synchronisations, a large one its data. A
+    channel's bandwidth is NCCL's figure for the protocol over its channels (a protocol's ceiling, such as LL's, is
+    shared by the channels in use), at most the channel's own bandwidth at the protocol's efficiency when small
+    calls use fewer channels."""
     if c.ranks <= 1 or n_bytes <= 0:
         return 0.0
-    steps = _steps(collective, c.ranks)
-    bus = bandwidth_GBps(c, collective, "ring", protocol) * steps / c.ranks  # GB/s over all channels
-    nc = _channels_used(c, protocol, n_bytes)
+    bus = bandwidth_GBps(c, collective, "ring", protocol) * _steps(collective, c.ranks) / c.ranks  # GB/s, all
+    nc, per_ch = _ring_channel_share(c, collective, protocol, n_bytes)
     own = (c.bw_intra if c.nodes <= 2 else c.bw_inter) * _RING_EFFICIENCY[protocol]
     per_channel = min(bus / nc, own) * 1000.0  # bytes per us
-    per_ch = n_bytes / nc
-    loops = max(1, math.ceil(per_ch / (c.ranks * CHUNK_BYTES[protocol])))
-    chunk = per_ch / (c.ranks * loops)
+    loop = c.ranks * CHUNK_BYTES[protocol]
+    full = int(per_ch // loop)
+    chunks = [CHUNK_BYTES[protocol]] * full + ([(per_ch - full * loop) / c.ranks] if per_ch > full * loop else [])
+    intra, s_intra, inter, s_inter = _ring_step_sync_us(c, collective, protocol, t)
+    threads = _ring_threads(c, protocol, n_bytes)
+    total = 0.0
+    for chunk in chunks:
+        data = step_rounds_bytes(protocol, chunk, threads) / per_channel
+        if protocol in LINE_FLAGGED:
+            total += intra * max(s_intra, data) + inter * max(s_inter, data)
+        else:
+            total += intra * (s_intra + data) + inter * (s_inter + data)
     base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
-    return t.call_us + base + loops * (_ring_sync_us(c, collective, protocol, t) + steps * chunk / per_channel)
+    return t.call_us + base + total
 
 
 def ring_call(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning) -> NcclChoice:
@@ -428,10 +525,6 @@ def ring_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning,
 
 
 # ---- An NVLS all-reduce as it runs (src/enqueue.cc, src/device/all_reduce.h, src/transport/nvls.cc at 5067397c) ----
-#: Traffic below which a channel is not worth its CTA: ``scheduleCollTasksToPlan`` gives each channel at least 32 KiB
-#: of traffic (``MinTrafficPerChannel``), an all-reduce counting 2 bytes of traffic per byte
-#: (``ncclFuncTrafficPerByte``), so a call of ``n`` bytes runs on ``ceil(2 n / 32 KiB)`` channels at most.
-MIN_TRAFFIC_PER_CHANNEL = 32768
 #: The NVLS chunk (``NCCL_NVLS_CHUNKSIZE`` default 128 KiB, src/transport/nvls.cc) and ``calcCollChunking``'s cuts for
 #: smaller calls: below 64, 8 and 2 times (channels x heads) chunks it falls to 64, 32 and 16 KiB.
 NVLS_CHUNK_BYTES = 131072
@@ -501,6 +594,10 @@ TREE_CHUNK_BYTES = {"LL": 32768, "LL128": 576000, "Simple": 524288}
 #: ``NCCL_LL128_MAX_NTHREADS`` 640), used by the channel count; the tree's thread thresholds are the protocols'
 #: (not multiplied by the ranks, unlike the ring's LL).
 TREE_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+#: Threads a tree call then runs with (``topoGetAlgoInfo`` sets ``NCCL_MAX_NTHREADS``, 640, src/enqueue.cc line 2110)
+#: and how LL and LL128 split them (src/device/all_reduce.h ``runTreeSplit`` lines 155-164 at 5067397c): 70% of the
+#: warps reduce up (448 threads), the rest broadcast down (192); the root runs one group of all of them.
+TREE_SPLIT_THREADS = (448, 192)
 #: The algorithms NCCL's tuner weighs for each collective with ``NCCL_ALGO`` unset (src/graph/tuning.cc
 #: ``ncclTopoTuneModel`` and src/enqueue.cc ``updateCollCostTable``: all-reduce over ring and tree, all-gather and
 #: reduce-scatter over ring and PAT (``NCCL_PAT_ENABLE`` defaults to 2: on with one GPU per node, ``ncclPatEnable``);
@@ -564,17 +661,17 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     of a node's ranks (src/graph/connect.cc, ``tree.up``/``tree.down[0]`` along ``treeIntra``) and the binary tree
     over the nodes (``_btree_depth``). So ``K`` chunks take ``2 D + K - 1`` pipeline stages. With Simple a hop
     forwards a chunk once its step's flag says it has all arrived (src/device/prims_simple.h waits on the peer's
-    step counter), so every stage moves a chunk; LL and LL128 carry a flag in every line (src/device/prims_ll.h,
-    prims_ll128.h), so a hop forwards lines as they land and the data costs its ``K`` chunks once.
+    step counter); LL and LL128 carry a flag in every line (src/device/prims_ll.h, prims_ll128.h), so a hop
+    forwards lines as they land.
 
-    A stage costs one synchronisation, the node profile's fitted ``sync_us`` for the protocol (an assumption: the
-    tree's hops use the same primitives' flag handshake as the ring's steps, one per chunk since the tree runs one
-    step per chunk), plus the chunk at the channel's share of NCCL's tree bandwidth for the protocol (at most one
-    channel's own: ``bandwidth_GBps`` of a one-channel communicator), which is what NCCL's model gives a large
-    message. The ``2 depth`` inter-node hops of the first chunk's path each add NCCL's difference between the
-    tree's network and NVLink hop latencies, and the call adds its fixed ``call_us`` and NCCL's base latency, as
-    ``ring_time_us`` does. NCCL's medium-size correction (``treeCorrectionFactor``) is its model's stand-in for
-    this pipeline and is not applied."""
+    A stage is one hop of one chunk, priced as a ring step is (``ring_time_us``; an assumption: the tree's hops use
+    the same primitives as the ring's steps, one step per chunk): with Simple the node profile's fitted ``sync_us``
+    then the chunk's data, with LL and LL128 the larger of the two. The data moves at the channel's share of NCCL's
+    tree bandwidth for the protocol (at most one channel's own: ``bandwidth_GBps`` of a one-channel communicator),
+    which is what NCCL's model gives a large message. The ``2 depth`` inter-node hops of the first chunk's path
+    each add NCCL's difference between the tree's network and NVLink hop latencies, and the call adds its fixed
+    ``call_us`` and NCCL's base latency, as ``ring_time_us`` does. NCCL's medium-size correction
+    (``treeCorrectionFactor``) is its model's stand-in for this pipeline and is not applied."""
     if c.ranks <= 1 or n_bytes <= 0:
         return 0.0
     p = PROTOCOLS.index(protocol)
@@ -589,8 +686,9 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     stages = 2 * (c.ranks // c.nodes - 1 + depth) + chunks - 1
     net_extra = max(0.0, HW_LATENCY_US["net"]["tree"][p] - HW_LATENCY_US[c.intra]["tree"][p]) if c.nodes > 1 else 0.0
     base = BASE_LATENCY_US["tree"][p]
-    data_stages = stages if protocol == "Simple" else chunks  # Simple forwards whole chunks; LL, LL128 lines
-    return t.call_us + base + stages * t.sync_us[p] + data_stages * chunk / per_channel + 2 * depth * net_extra
+    data = max(step_rounds_bytes(protocol, chunk, g) for g in TREE_SPLIT_THREADS) / per_channel
+    stage = max(t.sync_us[p], data) if protocol in LINE_FLAGGED else t.sync_us[p] + data
+    return t.call_us + base + stages * stage + 2 * depth * net_extra
 
 
 def nccl_call(
