@@ -60,7 +60,7 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
             continue
         pipelines = [(x, 1) for x in SCHEDULES] + [("interleaved", v) for v in range(2, model.layers + 1)]
         for (schedule, v), zero, sp, alg in itertools.product(
-            pipelines, (0, 1, 2, 3), (False, True), ALLREDUCE_ALGORITHMS
+            pipelines, (0, 1, 2, 3), (False, True), Constraints().dp_algorithms
         ):
             if sp and tp == 1:
                 continue
@@ -70,6 +70,9 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
             )  # fmt: skip
             if not check_strategy(s, model, cluster):
                 want.add(_canonical(s))
+    # a ZeRO class whose sharded collectives are an all-reduce the search leaves out (ring) is left out too
+    searched = Constraints().dp_algorithms
+    want = {s for s in want if s.zero == 0 or s.dp == 1 or s.dp_algorithm in searched}
     assert set(got) == want
 
 

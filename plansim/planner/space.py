@@ -50,7 +50,9 @@ class Constraints:
     schedule: str | None = None
     sequence_parallel: bool | None = None
     remat: tuple[str, ...] = SEARCH_REMAT
-    dp_algorithms: tuple[str, ...] = tuple(ALLREDUCE_ALGORITHMS)
+    #: every all-reduce but ``ring``: it is ``nccl`` with NCCL's choice forced to the ring, which prices as ``nccl``
+    #: wherever NCCL picks the ring, so searching both would price most configurations twice; pass it to compare
+    dp_algorithms: tuple[str, ...] = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "ring")
     allow_cross_node_tp: bool = False
     dtype: str | None = None
 
@@ -255,5 +257,8 @@ def _algorithms(dp: int, zero: int, c: Constraints) -> list[str]:
         firsts: dict[str, str] = {}
         for a in wanted:
             firsts.setdefault(ALLREDUCE_ALGORITHMS[a].sharded_with, a)
-        wanted = list(firsts.values())
+        # a class whose sharded algorithm is an all-reduce left out of the search is left out too (tree's
+        # reduce-scatters are rings, and ring, NCCL's ring forced, is not searched by default), unless none is left
+        kept = [a for sharded, a in firsts.items() if sharded in wanted or sharded not in ALLREDUCE_ALGORITHMS]
+        wanted = kept or list(firsts.values())
     return wanted

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
@@ -448,7 +448,6 @@ def pass_profiles(
     return {"F": fwd.profile(), "B": bwd.profile(), "W": wgt.profile()}
 
 
-@lru_cache(maxsize=4096)
 def activation_peak(
     remat: str,
     schedule: str,
@@ -465,15 +464,139 @@ def activation_peak(
     bytes are highest, walking its schedule's passes (``PipelineSchedule.order``) with each chunk's ``pass_profiles``:
     what the DES's memory tracker sees of the lowering's allocations, since one stage's passes run one after
     another on its compute stream. ``chunks``: the stage's chunks, ``chunks[c]`` its ``c``-th (model chunk
-    ``c * pp + stage``); ``milp``: (block, stored, rebuilt, rebuilds) of each block under ``remat: milp``."""
-    sched = get_schedule(schedule)
-    plan = None if milp is None else {i: (st, rb, on) for i, st, rb, on in milp}
-    profiles = [pass_profiles(remat, c, num_blocks, layer_input, sched.split_backward, plan) for c in chunks]
-    n = res = peak_n = peak_res = 0.0
-    for op in sched.order(stage, pp, num_microbatches, virtual_stages):
-        rise_n, rise_res, net_n, net_res = profiles[op.chunk][op.kind]
-        if res + rise_res > peak_res:
-            peak_n, peak_res = n + rise_n, res + rise_res
+    ``c * pp + stage``); ``milp``: (block, stored, rebuilt, rebuilds) of each block under ``remat: milp``.
+
+    Without ``milp`` a chunk's layers matter by kind and position only (the embedding, the blocks in order, the
+    output layer), so they are renumbered before the memoized walk: stages and candidates whose chunks hold alike
+    layers share it."""
+    if milp is None:
+        runs = tuple(_block_runs(c, num_blocks) for c in chunks)
+        return _activation_peak(remat, schedule, stage, pp, num_microbatches, virtual_stages, runs, num_blocks,
+                                layer_input)  # fmt: skip
+    plan = {i: (st, rb, on) for i, st, rb, on in milp}
+    split = get_schedule(schedule).split_backward
+    profiles = [pass_profiles(remat, c, num_blocks, layer_input, split, plan) for c in chunks]
+    return _walk(profiles, _order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
+
+
+#: A chunk's layers by kind and position only: (the layer's index for the embedding and the output layer, else
+#: None for a run of alike blocks; its bytes; how many in a row).
+_BlockRuns = tuple[tuple[int | None, LayerBytes, int], ...]
+
+
+def _block_runs(chunk: ChunkLayers, num_blocks: int) -> _BlockRuns:
+    """``chunk`` with consecutive alike blocks counted, not listed (stamped blocks are alike)."""
+    out: list[tuple[int | None, LayerBytes, int]] = []
+    for i, b in chunk:
+        if 0 <= i < num_blocks:
+            if out and out[-1][0] is None and (out[-1][1] is b or out[-1][1] == b):
+                out[-1] = (None, out[-1][1], out[-1][2] + 1)
+            else:
+                out.append((None, b, 1))
+        else:
+            out.append((i, b, 1))
+    return tuple(out)
+
+
+def _chunk_of(runs: _BlockRuns) -> ChunkLayers:
+    """The chunk ``_block_runs`` counted, its blocks numbered 0, 1, ... in order."""
+    out: list[tuple[int, LayerBytes]] = []
+    k = 0
+    for i, b, count in runs:
+        if i is None:
+            out.extend((k + j, b) for j in range(count))
+            k += count
+        else:
+            out.append((i, b))
+    return tuple(out)
+
+
+@lru_cache(maxsize=65536)
+def _activation_peak(
+    remat: str,
+    schedule: str,
+    stage: int,
+    pp: int,
+    num_microbatches: int,
+    virtual_stages: int,
+    chunks: tuple[_BlockRuns, ...],
+    num_blocks: int,
+    layer_input: float,
+) -> tuple[float, float]:
+    split = get_schedule(schedule).split_backward
+    profiles = [_pass_profiles(remat, c, num_blocks, layer_input, split) for c in chunks]
+    return _walk(profiles, _order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
+
+
+def _walk(profiles: Sequence[Mapping[str, PassProfile]], runs: tuple[_Node, ...]) -> tuple[float, float]:
+    """The highest (bytes, reserved) point of a stage's passes in order (``_order_runs``), each pass's effect its
+    chunk's ``PassProfile``; (0, 0) if nothing is ever live."""
+    top_n, top_res, _, _ = _node_profile(runs, profiles)
+    return (top_n, top_res) if top_res > 0 else (0.0, 0.0)
+
+
+def _node_profile(
+    nodes: tuple[_Node, ...], profiles: Sequence[Mapping[str, PassProfile]]
+) -> tuple[float, float, float, float]:
+    """(bytes, reserved) at the highest point of ``nodes`` run in order over their start, and what they leave live.
+    A repeated block's highest point is in its last repetition if each leaves more live, else in its first."""
+    n = res = 0.0
+    top_n = top_res = -math.inf
+    for node in nodes:
+        if isinstance(node[0], int):  # one pass: (chunk, kind)
+            rise_n, rise_res, net_n, net_res = profiles[node[0]][node[1]]
+        else:  # (block, repeats)
+            block, repeats = node
+            b_top_n, b_top_res, b_n, b_res = _node_profile(block, profiles)
+            r = repeats - 1 if b_res > 0 else 0
+            rise_n, rise_res = r * b_n + b_top_n, r * b_res + b_top_res
+            net_n, net_res = repeats * b_n, repeats * b_res
+        if res + rise_res > top_res:
+            top_n, top_res = n + rise_n, res + rise_res
         n += net_n
         res += net_res
-    return peak_n, peak_res
+    return top_n, top_res, n, res
+
+
+@lru_cache(maxsize=16384)
+def _pass_profiles(
+    remat: str, runs: _BlockRuns, num_blocks: int, layer_input: float, split: bool
+) -> dict[str, PassProfile]:
+    return pass_profiles(remat, _chunk_of(runs), num_blocks, layer_input, split)
+
+
+_Pass = tuple[int, str]  # (chunk, kind) of one pass in a stage's order
+#: A pass, or (a block of nodes, how many times it repeats in a row).
+_Node = tuple[Any, Any]
+
+
+@lru_cache(maxsize=16384)
+def _order_runs(schedule: str, stage: int, pp: int, num_microbatches: int, virtual_stages: int) -> tuple[_Node, ...]:
+    """A stage's passes under ``schedule`` (``PipelineSchedule.order``) as nested runs: a block repeated in a row is
+    one node (block, repeats). Passes first (a chunk's warm-up forwards, the steady state's forward-backward pairs,
+    ZB-H1's F-B-W), then those runs (the interleaved schedule cycling through its chunks), so a walk costs what the
+    schedule's phases do, not its passes."""
+    ops = [(op.chunk, op.kind) for op in get_schedule(schedule).order(stage, pp, num_microbatches, virtual_stages)]
+    passes = _compress(ops, (1, 2, 3))
+    return tuple(_compress(passes, tuple(range(1, min(4 * virtual_stages + 4, len(passes) // 2) + 1))))
+
+
+def _compress(seq: list[Any], lengths: tuple[int, ...]) -> list[Any]:
+    """``seq`` with each block of one of ``lengths`` items that repeats in a row replaced by (block, repeats),
+    greedily from the start, the block covering most items first."""
+    out: list[Any] = []
+    i = 0
+    while i < len(seq):
+        best_len, best_k = 1, 1
+        for length in lengths:
+            block = seq[i : i + length]
+            if len(block) < length:
+                break
+            k = 1
+            while seq[i + k * length : i + (k + 1) * length] == block:
+                k += 1
+            if k > 1 and k * length > best_len * best_k:
+                best_len, best_k = length, k
+        out.append(seq[i] if best_k == 1 else (tuple(seq[i : i + best_len]), best_k))
+        i += best_len * best_k
+    return out
