@@ -573,12 +573,68 @@ _Node = tuple[Any, Any]
 @lru_cache(maxsize=16384)
 def _order_runs(schedule: str, stage: int, pp: int, num_microbatches: int, virtual_stages: int) -> tuple[_Node, ...]:
     """A stage's passes under ``schedule`` (``PipelineSchedule.order``) as nested runs: a block repeated in a row is
-    one node (block, repeats). Passes first (a chunk's warm-up forwards, the steady state's forward-backward pairs,
-    ZB-H1's F-B-W), then those runs (the interleaved schedule cycling through its chunks), so a walk costs what the
-    schedule's phases do, not its passes."""
-    ops = [(op.chunk, op.kind) for op in get_schedule(schedule).order(stage, pp, num_microbatches, virtual_stages)]
+    one node (block, repeats), so a walk costs what the schedule's phases do, not its passes. GPipe, 1F1B and ZB-H1
+    in closed form from their orders' rules (``plansim.pipeline_orders``; tests hold them equal to the orders);
+    others by compressing the order: passes first (a chunk's warm-up forwards, forward-backward pairs), then those
+    runs (the interleaved schedule cycling through its chunks)."""
+    m, s = num_microbatches, stage
+    closed = _CLOSED_RUNS.get(schedule)
+    if closed is not None:
+        return tuple(((block, k) for block, k in closed(s, pp, m) if k > 0))
+    if schedule == "interleaved":
+        ops = _interleaved_passes(s, pp, m, virtual_stages)
+    else:
+        ops = [(op.chunk, op.kind) for op in get_schedule(schedule).order(s, pp, m, virtual_stages)]
     passes = _compress(ops, (1, 2, 3))
     return tuple(_compress(passes, tuple(range(1, min(4 * virtual_stages + 4, len(passes) // 2) + 1))))
+
+
+_F, _B, _W = (0, "F"), (0, "B"), (0, "W")
+
+
+def _gpipe_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
+    return [((_F,), m), ((_B,), m)]
+
+
+def _one_f_one_b_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
+    warm = min(p - s - 1, m)
+    return [((_F,), warm), ((_F, _B), m - warm), ((_B,), warm)]
+
+
+def _zb_h1_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
+    """1F1B's F and B; the i-th B is followed by a W from micro-batch ``stage`` on; the ``min(m, stage)`` W passes
+    held back close the order."""
+    warm = min(p - s - 1, m)
+    steady_held = min(s, m - warm)  # steady-state backwards (i < m - warm) that hold their W
+    cool_held = max(0, min(m, s) - (m - warm))  # cool-down backwards (m - warm <= i < m) that do
+    return [
+        ((_F,), warm),
+        ((_F, _B), steady_held),
+        ((_F, _B, _W), m - warm - steady_held),
+        ((_B,), cool_held),
+        ((_B, _W), warm - cool_held),
+        ((_W,), min(m, s)),
+    ]
+
+
+_CLOSED_RUNS = {"gpipe": _gpipe_runs, "1f1b": _one_f_one_b_runs, "zb-h1": _zb_h1_runs}
+
+
+def _interleaved_passes(s: int, p: int, m: int, v: int) -> list[_Pass]:
+    """``interleaved_order``'s passes as (chunk, kind), without building its operations."""
+    total = m * v
+    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+
+    def fwd(k: int) -> _Pass:
+        return ((k // p) % v, "F")
+
+    def bwd(k: int) -> _Pass:
+        return (v - 1 - (k // p) % v, "B")
+
+    ops = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [fwd(warm + k), bwd(k)]
+    return ops + [bwd(k) for k in range(total - warm, total)]
 
 
 def _compress(seq: list[Any], lengths: tuple[int, ...]) -> list[Any]:
