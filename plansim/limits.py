@@ -133,7 +133,10 @@ LIMITS: dict[str, Limit] = {
     "memory_bytes": Limit(1, 2**50, "bytes", "GPUs of 2024 hold at most 192 GB; 1 PiB exceeds any"),
     "workspace_reserve_bytes": Limit(0, 2**50, "bytes", "as memory_bytes"),
     "cuda_context_bytes": Limit(0, 2**50, "bytes", "as memory_bytes"),
-    "nccl_channels": Limit(0, 64, "channels", "NCCL's MAXCHANNELS is 64 (src/include/device.h)"),
+    "nccl_channels": Limit(
+        1, 64, "channels", "NCCL runs a collective or a send on 1 to MAXCHANNELS = 64 channels (src/include/device.h)"
+    ),
+    "nvls_channels": Limit(0, 64, "channels", "as nccl_channels; 0: the node has no NVLink SHARP"),
     "kernel_launch_s": Limit(0, 1, "s", "launch overheads are microseconds", integer=False),
     "cv": Limit(0, 1, "", "a coefficient of variation (std / mean); kernel times vary by a few percent", integer=False),
     "oversubscription": Limit(1, 1e6, "", "a tier's taper over the NICs (1: non-blocking)", integer=False),

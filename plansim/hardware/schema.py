@@ -321,7 +321,7 @@ class NcclSection(_Strict):
 
     channels: int = field("nccl_channels")
     p2p_channels_per_peer: int = field("nccl_channels")
-    nvls_channels: int = field("nccl_channels", default=0)
+    nvls_channels: int = field("nvls_channels", default=0)
     channels_across_nodes: int | None = Field(default=None, ge=1, le=1_024)
     arch: Literal["volta", "ampere", "hopper", "blackwell"] | None = None
     channel_bw_intra_GBps: PositiveFloat | None = None
