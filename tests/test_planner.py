@@ -270,3 +270,22 @@ def test_constraints_name_the_bad_field(fields: dict, words: str) -> None:
 
     with pytest.raises(PlansimError, match=words):
         Constraints(**fields)
+
+
+def test_finalists_leave_out_twins_that_price_alike() -> None:
+    """A candidate differing from a better one only in its all-reduce algorithm or recomputation, priced the same to
+    the last bit (nccl where NCCL picks the ring; remat: milp recomputing nothing), is not a finalist: the runner-up
+    would be the winner again. One that prices differently stays."""
+    from dataclasses import replace
+
+    from plansim.planner.search import Priced, _without_twins
+
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    s = Strategy.parse("dp=8,micro_batch=1,global_batch=16,remat=none,dp_algorithm=nccl")
+    r = simulate_analytic(model, cluster, s)
+    twin_ring = Priced(1, s.model_copy(update={"dp_algorithm": "ring"}), r)
+    twin_milp = Priced(2, s.model_copy(update={"remat": "milp"}), r)
+    other = Priced(3, s.model_copy(update={"dp_algorithm": "tree"}), replace(r, step_time_s=r.step_time_s * 1.01))
+    got = _without_twins([Priced(0, s, r), twin_ring, twin_milp, other], top_k=10)
+    assert [p.index for p in got] == [0, 3]
+    assert [p.index for p in _without_twins([Priced(0, s, r), twin_ring, other], top_k=2)] == [0, 3]

@@ -135,7 +135,7 @@ def search(
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, cluster, chosen, key, top_k)
+        chosen = _without_twins(_with_milp(model, cluster, chosen, key, top_k), top_k)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
@@ -216,17 +216,20 @@ def _price_strategies(
 
 
 def _twin_key(p: Priced) -> tuple[object, ...]:
-    """A candidate's strategy less its all-reduce algorithm, with what it priced at."""
-    rest = p.strategy.model_dump(exclude={"dp_algorithm"})
+    """A candidate's strategy less its all-reduce algorithm and recomputation, with what it priced at."""
+    rest = p.strategy.model_dump(
+        exclude={"dp_algorithm", "remat", "remat_budget", "remat_granularity", "remat_time_limit_s"}
+    )
     fields = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(rest.items()))
     return (fields, p.result.step_time_s, p.result.peak_memory_bytes)
 
 
 def _without_twins(fitting: list[Priced], top_k: int) -> list[Priced]:
     """The best ``top_k`` of ``fitting`` (in order), leaving out a candidate that differs from an earlier one only in
-    its all-reduce algorithm and prices the same to the last bit (``nccl`` where NCCL's tuner picks the ring for every
-    call is ``ring``): the DES would re-simulate one configuration twice and the runner-up would be the winner
-    again. The earlier one, in the registry's order, stays."""
+    its all-reduce algorithm or recomputation and prices the same to the last bit (``nccl`` where NCCL's tuner picks
+    the ring for every call is ``ring``; a ``remat: milp`` schedule that recomputes nothing is ``remat: none``): the
+    DES would re-simulate one configuration twice and the runner-up would be the winner again. The earlier one
+    stays."""
     chosen: list[Priced] = []
     seen: set[tuple[object, ...]] = set()
     for p in fitting:
