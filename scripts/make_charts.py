@@ -117,7 +117,7 @@ def run_algorithms(out: Path, small: bool, progress: Callable[[str], None]) -> P
 
 def run_remat(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
     """``plansim remat --model gpt3-1.3b --hardware dgx-a100 --stage-layers 24 --granularity layer --micro-batch 8
-    --budget 60GB --time-limit 60 --gap 0.01 --out OUT``: the MILP at the budget, then the trade-off curve over
+    --budget 15GB --time-limit 60 --gap 0.01 --out OUT``: the MILP at the budget, then the trade-off curve over
     ``default_budgets`` (as the CLI's ``--out`` does)."""
     from plansim.remat.api import default_budgets, plan_remat, remat_graph, tradeoff_curve, write_tradeoff
 
@@ -128,7 +128,7 @@ def run_remat(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
     else:
         graph = remat_graph("gpt3-1.3b", "dgx-a100", stage_layers=24, granularity="layer", micro_batch=8)
         budgets = default_budgets(graph)
-        budget, limit_s = 60e9, 60.0
+        budget, limit_s = 15e9, 60.0
     progress(f"remat MILP at {budget / 1e9:.3g} GB")
     plan = plan_remat(graph, budget, solver="highs", time_limit_s=limit_s, gap=0.01)
     others = [b for b in budgets if abs(b - budget) > 1e-9 * max(b, 1.0)]
