@@ -135,7 +135,7 @@ def search(
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _without_twins(_with_milp(model, cluster, chosen, key, top_k), top_k)
+        chosen = _with_milp(model, cluster, chosen, key, top_k)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
@@ -255,7 +255,8 @@ def _with_milp(
 ) -> list[Priced]:
     """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
     blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
-    leaves), kept when it fits; the best ``top_k`` of all."""
+    leaves), kept when it fits; the best ``top_k`` of all, a schedule that recomputes nothing left out as the twin of
+    ``remat: none`` (``_without_twins``)."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     eligible = [p for p in chosen if p.strategy.remat != "none" and _most_blocks(model, p.strategy) <= MILP_MAX_BLOCKS][
@@ -273,7 +274,7 @@ def _with_milp(
         if r.fits:
             out.append(Priced(p.index, s, r))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
-    return out[:top_k]
+    return _without_twins(out, top_k)
 
 
 def _with_balanced_splits(
