@@ -186,7 +186,7 @@ class Comparison:
 
         >>> c = compare("gpt3-125m", ["dp=2,micro_batch=2,global_batch=16"], engine="analytic")
         >>> c.curve_names()
-        {'dp2 tp1 pp1 mb2 zero0 remat=none ring': 'tp1 pp1 mb2 zero0 remat=none ring, global batch 16'}
+        {'dp2 tp1 pp1 mb2 zero0 remat=none nccl': 'tp1 pp1 mb2 zero0 remat=none nccl, global batch 16'}
         """
         names: dict[str, str] = {}
         several = len({r.hardware for r in self.runs}) > 1
@@ -250,7 +250,7 @@ def compare(
     >>> c = compare("gpt3-1.3b", ["dp=8,micro_batch=2,global_batch=64", "dp=4,tp=2,micro_batch=2,global_batch=64"],
     ...             engine="analytic")
     >>> [r.label for r in c.runs]
-    ['dp8 tp1 pp1 mb2 zero0 remat=none ring', 'dp4 tp2 pp1 mb2 zero0 remat=none ring']
+    ['dp8 tp1 pp1 mb2 zero0 remat=none nccl', 'dp4 tp2 pp1 mb2 zero0 remat=none nccl']
     >>> list(c.frame()["gpus"])
     [8, 8]
     """

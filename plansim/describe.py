@@ -28,9 +28,9 @@ def describe(s: Strategy) -> str:
     """A compact one-line strategy.
 
     >>> describe(Strategy(dp=8, tp=8, pp=4, micro_batch=1, schedule="interleaved", virtual_stages=3, zero=1))
-    'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none ring'
+    'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none nccl'
     >>> describe(Strategy(dp=8, micro_batch=2, attention="unfused"))
-    'dp8 tp1 pp1 mb2 zero0 remat=none attention=unfused ring'
+    'dp8 tp1 pp1 mb2 zero0 remat=none attention=unfused nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     parts = [f"dp{s.dp}", f"tp{s.tp}" + ("+sp" if s.sequence_parallel else ""), f"pp{s.pp}", f"mb{s.micro_batch}"]

@@ -791,7 +791,7 @@ def simulate_collective(
     >>> from plansim.hardware import load_hardware
     >>> run = simulate_collective(load_hardware("dgx-a100", gpus=8), "all_reduce", "ring", range(8), 1e9)
     >>> round(run.seconds * 1e3, 2)   # 2 (p-1)/p n / busbw + what NCCL adds (ring_overhead_s)
-    7.85
+    7.88
     """
     members = tuple(ranks)
     what_if = what_if or WhatIf()
