@@ -131,12 +131,13 @@ def test_bad_communicators_are_refused() -> None:
 
 
 # ---- the ring as it runs (enqueue.cc's channels and chunks, the node's fitted costs) against nccl-tests ----------
-def _curve() -> dict:
+def _curve(gpu: str = "a100") -> dict:
+    """A published nccl-tests curve in ``calibration/`` (``nccl-tests-<gpu>.yaml``)."""
     import yaml
 
     from plansim.data import data_dir
 
-    path = data_dir("hardware_profiles").parent / "calibration/nccl-tests-a100.yaml"
+    path = data_dir("hardware_profiles").parent / f"calibration/nccl-tests-{gpu}.yaml"
     if not path.exists():
         pytest.skip("calibration/ is not installed")
     return yaml.safe_load(path.read_text())
@@ -247,7 +248,7 @@ def test_profile_constants_are_the_fit_of_the_published_curve() -> None:
     assert section.sync_us == pytest.approx(got.sync_us, abs=0.01)
     # H100 (and H200, which reuses it): call_us and LL's sync from the H100 curve's ring sizes (all LL), LL128 and
     # Simple the A100 fit's
-    got = fit.fit(_h100_curve(), got)
+    got = fit.fit(_curve("h100"), got)
     for node in ("dgx-h100", "hgx-h200"):
         section = load_hardware(node).node.nccl
         assert section is not None
@@ -302,17 +303,6 @@ def test_ncclc_default_takes_the_ring_for_small_and_nvls_for_large_all_reduces()
     assert nccl_call(spread, "all_reduce", 1 << 30, ring, nvls).algorithm == "ring"  # NVLS is one node's
 
 
-def _h100_curve() -> dict:
-    import yaml
-
-    from plansim.data import data_dir
-
-    path = data_dir("hardware_profiles").parent / "calibration/nccl-tests-h100.yaml"
-    if not path.exists():
-        pytest.skip("calibration/ is not installed")
-    return yaml.safe_load(path.read_text())
-
-
 def _default_busbw(cluster_name: str, ranks: int, n_bytes: float) -> float:
     """Bus bandwidth of an all-reduce of a layer (NCCL's default algorithm) as both engines price it."""
     from plansim.hardware import load_hardware
@@ -342,7 +332,7 @@ def test_h100_node_busbw_within_15_percent_of_nccl_tests(n_bytes: float, measure
 
 def test_h100_nvls_part_of_the_curve_within_15_percent() -> None:
     """Every size where NCCL's model picks NVLS (2 MB to 8 GB) within 15% of the published curve."""
-    curve = _h100_curve()
+    curve = _curve("h100")
     errors = {s: _default_busbw("dgx-h100", 8, s) / bw - 1 for s, bw in curve["busbw_GBps"].items() if s >= 2 << 20}
     assert max(abs(e) for e in errors.values()) < 0.15, errors
 
@@ -365,7 +355,7 @@ def test_nvls_profile_constants_are_the_fit_of_the_published_h100_curve() -> Non
     assert spec is not None and spec.loader is not None
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    got = fit.fit_nvls(_h100_curve())
+    got = fit.fit_nvls(_curve("h100"))
     section = load_hardware("dgx-h100").node.nccl
     assert section is not None
     assert section.nvls_call_us == pytest.approx(got.call_us, abs=0.01)
