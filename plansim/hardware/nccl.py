@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from plansim.costs.collectives import bytes_sent_per_rank
 from plansim.costs.nccl import (
     COLLECTIVES,
     NcclComm,
@@ -126,7 +127,8 @@ def layer_call(
 
 
 def _ring_factor(collective: str, p: int) -> float:
-    return (2.0 if collective == "all_reduce" else 1.0) * (p - 1) / p if p > 1 else 0.0
+    """Bytes each rank sends per message byte in a ring (``bytes_sent_per_rank``: an all-reduce's ``2 (p - 1) / p``)."""
+    return bytes_sent_per_rank(collective, "ring", p, 1.0) if p > 1 else 0.0
 
 
 @lru_cache(maxsize=65536)
