@@ -67,36 +67,57 @@ def loss(curve: dict, tuning: NcclTuning) -> tuple[float, float]:
     return sum(x * x for x in logs), max(abs(x) for x in logs)
 
 
+#: Where the LL128 thread block's rate is not fitted: above any channel's NCCL figure, so it never binds.
+_NO_CAP = 1e3
+
+
 def fit(curve: dict, base: NcclTuning | None = None) -> NcclTuning:
-    """``call_us`` and the ``sync_us`` of every protocol NCCL's model picks at some ring size of the curve; a
-    protocol picked at none keeps ``base``'s (the H100 curve's ring sizes are all LL: its LL128 and Simple costs
-    are the A100 fit's)."""
+    """``call_us`` and the ``sync_us`` of every protocol NCCL's model picks at some ring size of the curve, and the
+    LL128 rate of a channel's thread block where LL128 is one of them; a protocol picked at none keeps ``base``'s
+    sync (the H100 curve's ring sizes are all LL: its LL128 and Simple costs are the A100 fit's), but not its LL128
+    rate, which is the GPU's own (left to NCCL's figure)."""
     used = {p for p, _, _ in errors(curve, NcclTuning(0.0, (0.0, 0.0, 0.0))).values()}
-    free = [True] + [p in used for p in PROTOCOLS]
-    if base is None and not all(free):
+    free = [True] + [p in used for p in PROTOCOLS] + ["LL128" in used]
+    if base is None and not all(free[:4]):
         raise SystemExit(f"the curve's ring sizes use only {sorted(used)}: give a base fit for the others")
-    start = [0.0, 0.0, 0.0, 0.0] if base is None else [base.call_us, *base.sync_us]
+    start = [0.0, 0.0, 0.0, 0.0, _NO_CAP] if base is None else [base.call_us, *base.sync_us, _NO_CAP]
     grid = [[0, 5, 10, 15, 20, 25, 30, 35, 40], [0, 0.5, 1, 1.5, 2, 3, 4, 6], [0, 1, 2, 3, 4, 6, 8, 12],
-            [0, 2, 4, 6, 8, 10, 12]]  # fmt: skip
+            [0, 2, 4, 6, 8, 10, 12], [4, 6, 8, 10, _NO_CAP]]  # fmt: skip
     axes = [g if f else [v] for g, f, v in zip(grid, free, start, strict=True)]
 
     def tuning(v: list[float]) -> NcclTuning:
-        return NcclTuning(v[0], (v[1], v[2], v[3]))
+        return NcclTuning(v[0], (v[1], v[2], v[3]), None if v[4] >= _NO_CAP else v[4])
+
+    def values_of(t: NcclTuning) -> list[float]:
+        return [t.call_us, *t.sync_us, t.ll128_channel_GBps or _NO_CAP]
 
     best = min((tuning(list(v)) for v in itertools.product(*axes)), key=lambda t: loss(curve, t))
-    step = [2.5, 0.125, 0.5, 1.0]
+    step = [2.5, 0.125, 0.5, 1.0, 1.0]
     for _ in range(40):  # coordinate descent with a halving step
         improved = False
-        for i in (i for i in range(4) if free[i]):
+        for i in (i for i in range(5) if free[i]):
             for sign in (-1, 1):
-                values = [best.call_us, *best.sync_us]
+                values = values_of(best)
+                if i == 4 and values[4] >= _NO_CAP:
+                    values[4] = 10.0  # step down from "no cap" to a cap just above NCCL's A100 figure
                 values[i] = max(0.0, values[i] + sign * step[i])
                 trial = tuning(values)
                 if loss(curve, trial) < loss(curve, best):
                     best, improved = trial, True
         if not improved:
             step = [s / 2 for s in step]
-    return best
+    return _ll128_sync_prior(curve, best)
+
+
+def _ll128_sync_prior(curve: dict, t: NcclTuning) -> NcclTuning:
+    """Where every LL128 size of the curve is data-bound, its LL128 sync is not identified (any value below a step's
+    data fits as well): take LL's, the same store-to-poll latency of a flagged line over NVLink (src/device/prims_ll.h,
+    prims_ll128.h), if the fit is unchanged by it."""
+    ll, ll128, simple = t.sync_us
+    if ll128 >= ll:
+        return t
+    prior = NcclTuning(t.call_us, (ll, ll, simple), t.ll128_channel_GBps)
+    return prior if loss(curve, prior) == loss(curve, t) else t
 
 
 def _nvls_setup(curve: dict) -> tuple[NcclComm, NcclTuning]:
@@ -106,7 +127,7 @@ def _nvls_setup(curve: dict) -> tuple[NcclComm, NcclTuning]:
     bw = {"nvls_bw_intra": section.nvls_bw_intra_GBps or 0.0, "nvls_bw_inter": section.nvls_bw_inter_GBps or 0.0}
     comm = nccl_comm(cluster, curve["ranks"], curve["nodes"], cpu=curve.get("cpu"))
     comm = NcclComm(**{**comm.__dict__, **bw, "nvls_channels": section.nvls_channels})
-    return comm, NcclTuning(section.call_us, section.sync_us)
+    return comm, NcclTuning(section.call_us, section.sync_us, section.ll128_channel_GBps)
 
 
 def nvls_errors(curve: dict, tuning: NvlsTuning) -> dict[int, tuple[str, float, float]]:
@@ -166,7 +187,7 @@ def main() -> None:
     base = None if path.name == "nccl-tests-a100.yaml" else fit(load_curve(ROOT / "calibration/nccl-tests-a100.yaml"))
     tuning = fit(curve, base)
     print(f"call_us {tuning.call_us:.2f}, sync_us LL {tuning.sync_us[0]:.3f}, LL128 {tuning.sync_us[1]:.3f}, "
-          f"Simple {tuning.sync_us[2]:.3f}")  # fmt: skip
+          f"Simple {tuning.sync_us[2]:.3f}, ll128_channel_GBps {tuning.ll128_channel_GBps}")  # fmt: skip
     worst = 0.0
     for size, (proto, model, measured) in errors(curve, tuning).items():
         err = model / measured - 1

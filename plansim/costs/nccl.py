@@ -381,10 +381,19 @@ class NcclTuning:
     ring step between two GPUs of the node, which replaces NCCL's per-hop NVLink latency: for Simple a slice's flag
     handshake, paid before the slice's data; for LL and LL128 the latency of a line from its store on one GPU to its
     flag's poll on the next, which the step's data overlaps (a step costs the larger of the two). A synchronisation
-    across the network adds NCCL's own difference between its network and NVLink hop latencies."""
+    across the network adds NCCL's own difference between its network and NVLink hop latencies.
+    ``ll128_channel_GBps``, where the curve has LL128 sizes, is the data rate one channel's thread block sustains with
+    LL128 (GB/s): each of its warps loads a slice, polls the peer's flags, reduces and stores 128-byte lines to the
+    peer (src/device/prims_ll128.h), and that loop, not the link, sets the rate; NCCL's tuner assumes 0.92 of the
+    link (``ncclTopoTuneModel``), which is what a channel keeps where this is None or higher."""
 
     call_us: float
     sync_us: tuple[float, float, float]
+    ll128_channel_GBps: float | None = None
+
+    def channel_cap_GBps(self, protocol: str) -> float:
+        """The most one channel moves with ``protocol``, GB/s, beyond NCCL's own figures (inf: none)."""
+        return self.ll128_channel_GBps if protocol == "LL128" and self.ll128_channel_GBps else math.inf
 
 
 def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
@@ -481,13 +490,13 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
     1920-byte slices, LL threads' 8-byte lines). So a small call costs its synchronisations, a large one its data. A
     channel's bandwidth is NCCL's figure for the protocol over its channels (a protocol's ceiling, such as LL's, is
     shared by the channels in use), at most the channel's own bandwidth at the protocol's efficiency when small
-    calls use fewer channels."""
+    calls use fewer channels, and at most what its thread block sustains (``NcclTuning.channel_cap_GBps``)."""
     if c.ranks <= 1 or n_bytes <= 0:
         return 0.0
     bus = bandwidth_GBps(c, collective, "ring", protocol) * _steps(collective, c.ranks) / c.ranks  # GB/s, all
     nc, per_ch = _ring_channel_share(c, collective, protocol, n_bytes)
     own = (c.bw_intra if c.nodes <= 2 else c.bw_inter) * _RING_EFFICIENCY[protocol]
-    per_channel = min(bus / nc, own) * 1000.0  # bytes per us
+    per_channel = min(bus / nc, own, t.channel_cap_GBps(protocol)) * 1000.0  # bytes per us
     loop = c.ranks * CHUNK_BYTES[protocol]
     full = int(per_ch // loop)
     chunks = [CHUNK_BYTES[protocol]] * full + ([(per_ch - full * loop) / c.ranks] if per_ch > full * loop else [])
@@ -668,9 +677,10 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     the same primitives as the ring's steps, one step per chunk): with Simple the node profile's fitted ``sync_us``
     then the chunk's data, with LL and LL128 the larger of the two. The data moves at the channel's share of NCCL's
     tree bandwidth for the protocol (at most one channel's own: ``bandwidth_GBps`` of a one-channel communicator),
-    which is what NCCL's model gives a large message. The ``2 depth`` inter-node hops of the first chunk's path
-    each add NCCL's difference between the tree's network and NVLink hop latencies, and the call adds its fixed
-    ``call_us`` and NCCL's base latency, as ``ring_time_us`` does. NCCL's medium-size correction
+    which is what NCCL's model gives a large message, and at most what the block sustains (``channel_cap_GBps``).
+    The ``2 depth`` inter-node hops of the first chunk's path each add NCCL's difference between the tree's network
+    and NVLink hop latencies, and the call adds its fixed ``call_us`` and NCCL's base latency, as ``ring_time_us``
+    does. NCCL's medium-size correction
     (``treeCorrectionFactor``) is its model's stand-in for this pipeline and is not applied."""
     if c.ranks <= 1 or n_bytes <= 0:
         return 0.0
@@ -678,7 +688,7 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     nc = _tree_channels_used(c, protocol, n_bytes)
     total = bandwidth_GBps(c, "all_reduce", "tree", protocol)  # algorithm bandwidth, GB/s, all channels
     own = bandwidth_GBps(replace(c, channels=1), "all_reduce", "tree", protocol)
-    per_channel = min(total / nc, own) * 1000.0  # bytes per us
+    per_channel = min(total / nc, own, t.channel_cap_GBps(protocol)) * 1000.0  # bytes per us
     per_ch = n_bytes / nc
     chunks = max(1, math.ceil(per_ch / _tree_chunk_bytes(c, protocol, per_ch)))
     chunk = per_ch / chunks

@@ -59,7 +59,7 @@ def _tunings(node: NodeSpec) -> tuple[NcclTuning, NvlsTuning | None]:
     if section.nvls_timed:
         assert section.nvls_call_us is not None and section.nvls_sync_us is not None
         nvls = NvlsTuning(section.nvls_call_us, section.nvls_sync_us)
-    return NcclTuning(section.call_us, section.sync_us), nvls
+    return NcclTuning(section.call_us, section.sync_us, section.ll128_channel_GBps), nvls
 
 
 def ring_overhead_s(

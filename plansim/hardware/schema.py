@@ -314,10 +314,12 @@ class NcclSection(_Strict):
     generation index (its per-channel ceilings and latencies); the per-channel bandwidths inside a node and across
     nodes, GB/s, as NCCL's topology search sets them; ``cpu``, the host CPU vendor (NCCL's LL ceiling across nodes
     and network overhead); ``call_us`` and ``sync_us`` (LL, LL128, Simple), the fitted per-call and
-    per-synchronisation costs (``scripts/fit_nccl.py``). Without them collectives keep the alpha-beta latency
-    (``timed`` is False). The NVLS timing fields, all or none, with the call-timing fields and ``nvls_channels``: the
-    NVLS graph's bandwidth per head inside and across nodes (GB/s, NCCL's topology search), ``nvls_call_us`` and
-    ``nvls_sync_us``, the fitted per-call and per-loop costs of an NVLS all-reduce (``nvls_timed``)."""
+    per-synchronisation costs (``scripts/fit_nccl.py``); optionally ``ll128_channel_GBps``, the fitted LL128 data rate
+    of one channel's thread block, where the curve has LL128 sizes (``NcclTuning``). Without them collectives keep
+    the alpha-beta latency (``timed`` is False). The NVLS timing fields, all or none, with the call-timing fields
+    and ``nvls_channels``: the NVLS graph's bandwidth per head inside and across nodes (GB/s, NCCL's topology
+    search), ``nvls_call_us`` and ``nvls_sync_us``, the fitted per-call and per-loop costs of an NVLS all-reduce
+    (``nvls_timed``)."""
 
     channels: int = field("nccl_channels")
     p2p_channels_per_peer: int = field("nccl_channels")
@@ -329,6 +331,7 @@ class NcclSection(_Strict):
     cpu: Literal["intel", "amd"] = "intel"
     call_us: float | None = Field(default=None, ge=0, le=1e4)
     sync_us: tuple[float, float, float] | None = None
+    ll128_channel_GBps: PositiveFloat | None = Field(default=None, le=1e3)
     nvls_bw_intra_GBps: PositiveFloat | None = None
     nvls_bw_inter_GBps: PositiveFloat | None = None
     nvls_call_us: float | None = Field(default=None, ge=0, le=1e4)
@@ -362,6 +365,8 @@ class NcclSection(_Strict):
         absent = [k for k, v in nvls.items() if v is None]
         if absent and len(absent) < len(nvls):
             raise ValueError(f"the NVLS timing fields come all or none: add {', '.join(absent)}")
+        if self.ll128_channel_GBps is not None and missing:
+            raise ValueError("ll128_channel_GBps needs the call-timing fields")
         if not absent and (self.nvls_channels < 1 or missing):
             raise ValueError("the NVLS timing fields need nvls_channels > 0 and the call-timing fields")
         return self
