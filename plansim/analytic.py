@@ -106,6 +106,9 @@ class StageCost:
     #: its layers' forward and backward passes in the order it runs them (gradient buckets, ZeRO-3's gathers)
     forward_layers: tuple[LayerPass, ...] = ()
     backward_layers: tuple[LayerPass, ...] = ()
+    #: how many of ``backward_layers`` each of the stage's model chunks holds, in backward order (the last chunk's
+    #: first); one entry without interleaving
+    backward_chunks: tuple[int, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -177,7 +180,8 @@ _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
 _Sends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
-#: ``AnalyticCache.dp_comms``: (rate, micro-batches, params, passes by identity) -> (the passes, their result)
+#: ``AnalyticCache.dp_comms``: (rate, micro-batches, pipeline stages, passes per model chunk, params, passes by
+#: identity) -> (the passes, their result)
 _DpMemo = dict[tuple[Any, ...], tuple[Any, Any, "DataParallelComm"]]
 
 
@@ -195,6 +199,7 @@ class _DataParallelKey(StrategyProjection):
     fp32_grad_accum: bool
     grad_bucket_bytes: float
     overlap_grad_reduce: bool
+    framework: str  # its rules: whether sharded gradients are reduced every micro-batch
 
 
 @dataclass(frozen=True)
@@ -294,13 +299,15 @@ class AnalyticCache:
         s: Strategy, dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo], stages: list[StageCost], rate: float
     ) -> list[DataParallelComm]:
         """``_dp_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the data-parallel key
-        (``rate`` follows from it and the cluster), the micro-batches and the stage's parameters and passes."""
+        (``rate`` follows from it and the cluster), the micro-batches, the pipeline's stages and the stage's parameters
+        and passes (per model chunk: the interleaved cooldown's walk, ``_last_backwards``)."""
         plan, price, memo = dp
         out = []
         for stage in stages:
             # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
             # them alive, so an identity is not reused while it is a key
-            key = (rate, s.num_microbatches, stage.params, id(stage.forward_layers), id(stage.backward_layers))
+            key = (rate, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
+                   id(stage.backward_layers))  # fmt: skip
             hit = memo.get(key)
             if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
                 comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rate)
@@ -634,6 +641,7 @@ def _stage_cost(
     return StageCost(
         forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
+        backward_chunks=_chunk_sizes(sums, chunks),
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
@@ -653,6 +661,51 @@ def _stage_cost(
         overlapped_s=overlapped,
         send_chain_s=overlapped_sends.chain_s,
     )
+
+
+def _chunk_sizes(sums: _StageSums, chunks: int) -> tuple[int, ...]:
+    """How many of the stage's backward passes (``sums.backward``) each of its ``chunks`` model chunks holds, in
+    backward order: the blocks split evenly (``plansim.stages.chunk_layers``), the output layer with the last chunk
+    (first in backward), the embedding with the first (last in backward).
+
+    One chunk, or fewer blocks than chunks: a single entry."""
+    blocks = sum(is_block for is_block, _ in sums.backward)
+    if chunks <= 1 or blocks < chunks:
+        return (len(sums.backward),)
+    per, count, seen = blocks // chunks, 0, 0
+    sizes: list[int] = []
+    for is_block, _ in sums.backward:
+        count += 1
+        seen += is_block
+        if is_block and seen % per == 0 and len(sizes) < chunks - 1:
+            sizes.append(count)
+            count = 0
+    return (*sizes, count)
+
+
+def _last_backwards(s: Strategy, layers: tuple[LayerPass, ...], sizes: tuple[int, ...]) -> tuple[LayerPass, ...]:
+    """The passes a stage runs from its last micro-batch's first chunk backward on, in order (``layers`` as one
+    backward runs them, ``sizes`` per chunk). Interleaved 1F1B ends with the last ``p`` micro-batches' backwards
+    chunk by chunk, the last chunk first (``pipeline_orders.interleaved_order``; Megatron-LM's cooldown): after the
+    last micro-batch's backward of one chunk come the other ``p - 1`` micro-batches' backwards of the next chunk,
+    then its last micro-batch's. Those others produce no gradient the reduction waits for; they are compute that
+    the chunks' buckets, launched as each chunk completes its gradients, run beside (Megatron-LM launches each
+    chunk's reduction after its last backward, ``megatron/core/pipeline_parallel/schedules.py:1234-1271`` at
+    core_v0.15.0). The pipeline's idle waits between them are left out (none in the closed form of a stage's
+    compute), so the walk hides a little less than the discrete-event engine's timeline."""
+    if len(sizes) <= 1:
+        return layers
+    out: list[LayerPass] = []
+    start = 0
+    for i, n in enumerate(sizes):
+        chunk = layers[start : start + n]
+        start += n
+        if i:
+            work = sum(x.work_s for x in chunk) * (s.pp - 1)
+            blocking = sum(x.blocking_s for x in chunk) * (s.pp - 1)
+            out.append(LayerPass(work, blocking, 0))
+        out.extend(chunk)
+    return tuple(out)
 
 
 def _backward_layers(
@@ -786,6 +839,8 @@ def _dp_comm(
     if plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
     layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
+    if not plan.reduce_every_microbatch:  # the last micro-batch's backward, chunk by chunk with interleaving
+        layers = _last_backwards(s, layers, stage.backward_chunks)
     r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate)
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1

@@ -149,6 +149,10 @@ def simulate(
         float | None, typer.Option("--jitter", help="des: log-normal noise on kernel times (sigma, e.g. 0.05)")
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="des: random seed of --jitter")] = None,
+    framework: Annotated[
+        str | None,
+        typer.Option("--framework", help="run the strategy as this framework does (megatron, deepspeed, fsdp)"),
+    ] = None,
 ) -> None:
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
@@ -159,7 +163,7 @@ def simulate(
     result = _timed(f"simulate: {engine} engine", run)(
         model,
         hardware,
-        strategy,
+        _under(strategy, framework),
         gpus=gpus,
         engine=engine,
         mode=mode,
@@ -185,6 +189,17 @@ def simulate(
         from plansim.report.text import print_result
 
         print_result(result)
+
+
+def _under(strategy: str, framework: str | None) -> Any:
+    """The strategy ``strategy`` names, under ``framework`` where one is given (``--framework``)."""
+    if framework is None:
+        return strategy
+    from plansim.api import as_strategy
+    from plansim.frameworks import load_framework
+
+    load_framework(framework)  # one line naming the known ones if it is not
+    return as_strategy(strategy).model_copy(update={"framework": framework})
 
 
 class PlanFormat(StrEnum):
@@ -227,6 +242,9 @@ def plan(
         str | None, typer.Option("--out", "-o", help="write results.csv/.json, winner.yaml and charts here")
     ] = None,
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+    framework: Annotated[
+        str, typer.Option("--framework", help="the framework the candidates run under (megatron, deepspeed, fsdp)")
+    ] = "megatron",
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -244,7 +262,7 @@ def plan(
     searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
-        allow_cross_node_tp=allow_cross_node_tp,
+        allow_cross_node_tp=allow_cross_node_tp, framework=framework,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")

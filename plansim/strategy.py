@@ -19,6 +19,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.frameworks import framework_names, load_framework
 from plansim.limits import field, integral
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
@@ -30,6 +31,13 @@ if TYPE_CHECKING:
 __all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy"]
 
 DTYPES = ("fp32", "fp16", "bf16")
+
+
+def _known_framework(value: str) -> str:
+    """A validator: the value must name a framework profile (``frameworks/*.yaml``)."""
+    if value not in framework_names():
+        raise ValueError(f"framework={quoted(value)} is unknown: choose one of {', '.join(framework_names())}")
+    return value
 
 
 def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object], object]:
@@ -102,10 +110,21 @@ class Strategy(BaseModel):
         description="data-parallel all-reduce, a name in plansim.costs.collectives.ALLREDUCE_ALGORITHMS (nccl: what "
         "NCCL runs with NCCL_ALGO unset, as frameworks leave it; ring: NCCL_ALGO=Ring)",
     )
-    fp32_grad_accum: bool = Field(default=False, description="keep fp32 gradient buffers as Megatron's main_grad")
-    overlap_grad_reduce: bool = Field(default=True, description="overlap the gradient reduction with backward")
-    grad_bucket_bytes: int = field(
-        "grad_bucket_bytes", default=25 * 2**20, description="gradient bucket size (PyTorch DDP: 25 MiB)"
+    framework: Annotated[str, AfterValidator(_known_framework)] = Field(
+        default="megatron",
+        description="the training framework whose behaviour the step follows, a profile in frameworks/ (megatron, "
+        "deepspeed, fsdp); the three fields below default to its rules",
+    )
+    fp32_grad_accum: bool | None = Field(
+        default=None,
+        description="accumulate and reduce gradients in fp32 (Megatron-LM's main_grad); default: the framework's",
+    )
+    overlap_grad_reduce: bool | None = Field(
+        default=None,
+        description="overlap the gradient reduction with backward; default: wherever the framework does",
+    )
+    grad_bucket_bytes: int | None = field(
+        "grad_bucket_bytes", default=None, description="gradient bucket size; default: the framework's"
     )
 
     @field_validator(
@@ -163,16 +182,39 @@ class Strategy(BaseModel):
         return self.compute_dtype != "fp32"
 
     @property
+    def grads_fp32(self) -> bool:
+        """Whether gradients are accumulated and reduced in fp32: ``fp32_grad_accum``, or the framework's rule."""
+        if self.fp32_grad_accum is not None:
+            return self.fp32_grad_accum
+        return load_framework(self.framework).rules.grad_reduce_fp32.value
+
+    @property
     def compute_dtype(self) -> str:
         """The training dtype (bf16 until ``resolve`` picks one for a GPU)."""
         return self.dtype or "bf16"
 
     def resolve(self, cluster: Cluster) -> Strategy:
-        """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has."""
+        """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has, and
+        the gradients' dtype, overlap and bucket from the framework's rules (``plansim.frameworks``): fp32 where it
+        reduces in fp32, overlapped where it overlaps (with pipelining too, or only without), its bucket size at
+        this ``dp``."""
         s = self.with_gpus(cluster.num_gpus)
+        update: dict[str, Any] = {}
         if s.dtype is None:
-            s = s.model_copy(update={"dtype": "bf16" if cluster.gpu.supports("bf16") else "fp16"})
-        return s
+            update["dtype"] = "bf16" if cluster.gpu.supports("bf16") else "fp16"
+        if s.fp32_grad_accum is None or s.overlap_grad_reduce is None or s.grad_bucket_bytes is None:
+            rules = load_framework(s.framework).rules
+            if s.fp32_grad_accum is None:
+                update["fp32_grad_accum"] = rules.grad_reduce_fp32.value
+            if s.overlap_grad_reduce is None:
+                update["overlap_grad_reduce"] = rules.grad_reduce_overlap.value and (
+                    s.pp == 1 or rules.grad_reduce_overlap_with_pipeline.value
+                )
+            if s.grad_bucket_bytes is None:
+                mixed = (update.get("dtype") or s.compute_dtype) != "fp32"
+                fp32_grads = update.get("fp32_grad_accum", s.fp32_grad_accum) or not mixed
+                update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, 4 if fp32_grads else 2)
+        return s.model_copy(update=update) if update else s
 
     def with_gpus(self, gpus: int) -> Strategy:
         """Fill in ``dp`` from the GPU count when it was left out."""

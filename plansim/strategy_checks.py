@@ -6,7 +6,10 @@ and the hardware, so that none of them needs another.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
+from plansim.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
 from plansim.hardware import Cluster
 from plansim.schedules import SCHEDULES
 from plansim.strategy import Strategy
@@ -29,11 +32,7 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         )
     problems += _check_model_split(s, model)
     problems += _check_batch(s, dp)
-    if s.zero >= 2 and s.pp > 1:
-        problems.append(
-            f"zero={s.zero} with pp={s.pp}: ZeRO-2/3 partition gradients per micro-batch, which pipeline "
-            "parallelism does not support (DeepSpeed); use zero=1 or pp=1"
-        )
+    problems += _check_framework(strategy, s)
     if ALLREDUCE_ALGORITHMS[s.dp_algorithm].power_of_two and dp & (dp - 1):
         problems.append(f"dp_algorithm={s.dp_algorithm} needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
     if s.tp > cluster.gpus_per_node:
@@ -42,6 +41,51 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         )
     if not cluster.gpu.supports(s.compute_dtype):
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
+    return problems
+
+
+def _stages(stages: Sequence[int]) -> str:
+    return ", ".join(str(z) for z in stages)
+
+
+def _others(s: Strategy, allows: Callable[[str], bool]) -> str:
+    """ ", or framework=X" for the other frameworks ``allows`` (a name's test: it runs, and plansim models, what
+    ``s``'s framework does not); empty where none does."""
+    names = [n for n in framework_names() if n != s.framework and allows(n)]
+    return f", or framework={' or '.join(names)}" if names else ""
+
+
+def _check_framework(given: Strategy, s: Strategy) -> list[str]:
+    """What ``s``'s framework cannot run (its profile's rules, each naming the framework), and what plansim does not
+    model of what it can. ``given``: the strategy as written (before ``resolve`` filled the framework's defaults)."""
+    profile = load_framework(s.framework)
+    rules, title = profile.rules, profile.title
+    problems: list[str] = []
+    if s.zero not in rules.zero_stages.value:
+        problems.append(
+            f"zero={s.zero} with framework={s.framework}: {title} runs ZeRO {_stages(rules.zero_stages.value)} "
+            f"(frameworks/{s.framework}.yaml): use zero={rules.zero_stages.value[-1]}"
+            + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
+        )
+    elif s.pp > 1 and s.zero not in rules.zero_with_pipeline.value:
+        problems.append(
+            f"zero={s.zero} with pp={s.pp}: {title} runs only ZeRO {_stages(rules.zero_with_pipeline.value)} with "
+            f"pipeline parallelism (frameworks/{s.framework}.yaml): use zero={max(rules.zero_with_pipeline.value)} "
+            "or pp=1" + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
+        )
+    elif (why := unmodelled(s.framework, s.zero, s.pp)) is not None:
+        fix = "use pp=1" if s.pp > 1 else f"use zero={max(modelled_zero_stages(s.framework, s.pp))}"
+        problems.append(
+            f"zero={s.zero} with pp={s.pp} and framework={s.framework}: {title} runs it "
+            f"(frameworks/{s.framework}.yaml), but {why}: {fix}"
+            + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
+        )
+    if given.overlap_grad_reduce and s.pp > 1 and not rules.grad_reduce_overlap_with_pipeline.value:
+        problems.append(
+            f"overlap_grad_reduce=true with pp={s.pp}: {title} does not overlap the gradient reduction with "
+            f"pipelining (frameworks/{s.framework}.yaml): leave overlap_grad_reduce out or use pp=1"
+            + _others(s, lambda n: load_framework(n).rules.grad_reduce_overlap_with_pipeline.value)
+        )
     return problems
 
 

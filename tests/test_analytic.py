@@ -57,24 +57,32 @@ def test_single_gpu_step_is_the_sum_of_its_kernels() -> None:
     assert r.step_time_s == pytest.approx(3 * per_mb + r.time_breakdown_s["optimizer"])
 
 
-def test_data_parallel_bytes_are_ring_allreduce_volume() -> None:
+@pytest.mark.parametrize(
+    ("framework", "grad_bytes"),
+    [("megatron", 4), ("fsdp", 4), ("deepspeed", 2)],  # each profile's grad_reduce_fp32 rule (frameworks/*.yaml)
+)
+def test_data_parallel_bytes_are_ring_allreduce_volume(framework: str, grad_bytes: int) -> None:
     m = gpt()
     cluster = load_hardware("dgx-a100", gpus=8)
-    r = simulate_analytic(m, cluster, Strategy.parse("dp=8,micro_batch=1,global_batch=16"))
+    r = simulate_analytic(m, cluster, Strategy.parse(f"dp=8,micro_batch=1,global_batch=16,framework={framework}"))
     params = m.num_parameters()
-    assert r.comm_bytes_per_gpu["dp"] == pytest.approx(2 * 7 / 8 * params * 2)  # ring: 2(N-1)/N of bf16 grads
-    z3 = simulate_analytic(m, cluster, Strategy.parse("dp=8,micro_batch=1,global_batch=16,zero=3"))
-    # ZeRO-3: per micro-batch, all-gather weights twice and reduce-scatter gradients: 3x (N-1)/N Psi (ZeRO sec 7.2.2).
+    assert r.comm_bytes_per_gpu["dp"] == pytest.approx(2 * 7 / 8 * params * grad_bytes)  # ring: 2(N-1)/N of grads
+    z3 = simulate_analytic(
+        m, cluster, Strategy.parse(f"dp=8,micro_batch=1,global_batch=16,zero=3,framework={framework}")
+    )
+    # ZeRO-3: per micro-batch, all-gather bf16 weights twice and reduce-scatter gradients: (2 x 2 + grad bytes) x
+    # (N-1)/N Psi (ZeRO sec 7.2.2 with bf16 gradients: 3x)
     total = z3.comm_bytes_per_gpu["dp"] + z3.comm_bytes_per_gpu["zero"]
-    assert total == pytest.approx(2 * 3 * 7 / 8 * params * 2)
+    assert total == pytest.approx(2 * (2 * 2 + grad_bytes) * 7 / 8 * params)
 
 
 def test_zero_stages_memory_on_a_real_preset() -> None:
     m = load_model("gpt3-1.3b")
     cluster = load_hardware("dgx-a100", gpus=64)
     psi = m.num_parameters()
+    # DeepSpeed's bf16 gradients (frameworks/deepspeed.yaml): ZeRO's 2 + 2 + 12 bytes per parameter (sec 3)
     for zero, per_param in [(0, 16), (1, 4 + 12 / 64), (2, 2 + 14 / 64), (3, 16 / 64)]:
-        r = simulate_analytic(m, cluster, Strategy.parse(f"dp=64,zero={zero},micro_batch=1"))
+        r = simulate_analytic(m, cluster, Strategy.parse(f"dp=64,zero={zero},micro_batch=1,framework=deepspeed"))
         states = sum(r.memory_breakdown_bytes[k] for k in ("weights", "gradients", "optimizer"))
         # ZeRO-3 also holds two gathered layers in bf16 (current + prefetched); the largest layer of GPT-3 1.3B is
         # the embedding, (V + s) h parameters, larger than a block's 12h^2 + 13h.

@@ -34,6 +34,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "attention": ["unfused", "flash"],
     "dtype": ["fp16", "bf16", "fp32"],
     "dp_algorithm": ["ring", "tree", "butterfly", "hierarchical"],
+    "framework": ["deepspeed", "fsdp"],
     "fp32_grad_accum": [True, False],
     "overlap_grad_reduce": [False, True],
     "grad_bucket_bytes": [2**20, 2**26],

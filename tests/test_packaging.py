@@ -41,6 +41,7 @@ def test_built_wheel_carries_its_data(tmp_path: Path) -> None:
     wheel = next((tmp_path / "dist").glob("plansim-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("plansim/_data/hardware_profiles/nodes/") for n in names)
+    assert {"plansim/_data/frameworks/megatron.yaml", "plansim/_data/frameworks/fsdp.yaml"} <= set(names)
     assert any(n.startswith("plansim/workload/presets/") for n in names)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

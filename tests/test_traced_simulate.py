@@ -251,7 +251,8 @@ def test_sequential_mlp_with_dp2_matches_closed_forms(engine, remat):
     traced = plansim.load_model(mlp, inputs=(B, k), name="mlp")
     assert (traced.layers, traced.batch, traced.seq_len, traced.dtype) == (6, B, 1, "bf16")
     cluster = _matmul_rate(load_hardware(HARDWARE, gpus=2))
-    r = plansim.simulate(traced, cluster, f"dp=2,micro_batch={B},global_batch={2 * B * M},remat={remat}", engine=engine)
+    strategy = f"dp=2,micro_batch={B},global_batch={2 * B * M},remat={remat},framework=deepspeed"  # bf16 gradients
+    r = plansim.simulate(traced, cluster, strategy, engine=engine)
     gemms = [(k, n1), (n1, n2), (n2, n3)]
     forward = sum(2 * B * a * b for a, b in gemms)
     backward = 2 * forward - 2 * B * k * n1  # the first layer's input needs no gradient

@@ -23,6 +23,7 @@ from plansim.arguments import choice, flag, names, type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
+from plansim.frameworks import framework_names, modelled_zero_stages
 from plansim.hardware import Cluster
 from plansim.limits import whole
 from plansim.schedules import SCHEDULES
@@ -55,6 +56,8 @@ class Constraints:
     dp_algorithms: tuple[str, ...] = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "ring")
     allow_cross_node_tp: bool = False
     dtype: str | None = None
+    #: the training framework whose rules the candidates follow (``plansim.frameworks``)
+    framework: str = "megatron"
 
     def __post_init__(self) -> None:
         """Check every field at the boundary (``plansim.limits`` for the numbers); a single string is accepted
@@ -69,6 +72,7 @@ class Constraints:
             choice(self.schedule, SCHEDULES, "--schedule")
         if self.dtype is not None:
             choice(self.dtype, DTYPES, "--dtype")
+        choice(self.framework, framework_names(), "--framework")
         for name in ("sequence_parallel", "allow_cross_node_tp"):
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
@@ -159,6 +163,7 @@ def candidates(
                                 remat=remat,
                                 dp_algorithm=algorithm,
                                 dtype=c.dtype,
+                                framework=c.framework,
                             )
 
 
@@ -240,7 +245,7 @@ def _schedules(model: ModelSpec, pp: int, m: int, c: Constraints) -> list[tuple[
 def _zero_values(dp: int, pp: int, c: Constraints) -> list[int]:
     if dp == 1:  # nothing to shard: every stage is ZeRO-0
         return [0] if c.zero in (None, 0) else []
-    values = [0, 1] if pp > 1 else [0, 1, 2, 3]  # ZeRO-2/3 with pipelines: not supported (check_strategy)
+    values = modelled_zero_stages(c.framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
 
 

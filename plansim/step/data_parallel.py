@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from plansim.costs.collectives import algorithm_entry
 from plansim.costs.optimizer import grad_bytes_per_param
+from plansim.frameworks import FrameworkRules, load_framework
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
 from plansim.step.prepare import shard_algorithm, tied_copy_params
@@ -291,11 +292,16 @@ def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str) -> Gr
     return GroupCollective(collective, algorithm, local)
 
 
+def _framework_rules(s: Strategy) -> FrameworkRules:
+    return load_framework(s.framework).rules
+
+
 def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None:
     """The data-parallel traffic of ``s`` (resolved) on ``cluster``; None without data parallelism."""
     dp = s.dp or 1
     if dp <= 1:
         return None
+    assert s.grad_bucket_bytes is not None and s.overlap_grad_reduce is not None, "resolve the strategy first"
     sharded = shard_algorithm(s)
     if s.zero == 0:
         reduce = _on_dp(cluster, s, "all_reduce", s.dp_algorithm)
@@ -305,7 +311,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         dp=dp,
         reduce=reduce,
         gather=_on_dp(cluster, s, "all_gather", sharded),
-        reduce_every_microbatch=s.zero >= 2,
+        reduce_every_microbatch=s.zero >= 2 and _framework_rules(s).sharded_grads_reduced_every_microbatch.value,
         per_layer=s.zero >= 3,
         gather_after_step=s.zero in (1, 2),
         grad_bytes=grad_bytes_per_param(s),

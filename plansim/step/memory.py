@@ -147,7 +147,7 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     optimizer states under the strategy's ZeRO stage, and the device's workspace reserve. The DES holds these static
     and allocates ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
     states = model_state_bytes(
-        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.fp32_grad_accum
+        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.grads_fp32
     )
     return {
         "weights": states.weights,

@@ -1,0 +1,169 @@
+"""Framework profiles: how Megatron-LM, DeepSpeed and PyTorch FSDP run a strategy, as data (``frameworks/*.yaml``).
+
+The same strategy runs differently in each framework: which ZeRO stages it implements and which of them combine with
+pipelining, in which dtype it reduces gradients, whether the reduction overlaps backward, how it buckets gradients.
+Each profile states these as rules, every rule with the framework's code it comes from (file, line, version), so
+that a rule can be checked against its source and changed with it. ``Strategy.resolve`` takes a strategy's defaults
+from its framework's rules and ``plansim.strategy_checks`` refuses what the framework cannot run, naming it.
+
+Profiles are read once per file version (validated, frozen). ``framework_names()`` lists them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from plansim.data import data_dir
+from plansim.errors import PlansimError, shown
+from plansim.yamlfile import read_mapping, validated
+
+__all__ = [
+    "FrameworkProfile",
+    "FrameworkRules",
+    "GradBucket",
+    "Rule",
+    "framework_names",
+    "load_framework",
+    "modelled_zero_stages",
+    "unmodelled",
+]
+
+T = TypeVar("T")
+ZeroStage = Literal[0, 1, 2, 3]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rule(_Strict, Generic[T]):
+    """One behaviour of a framework: its ``value`` and the ``source`` it comes from (the framework's code: path,
+    line and version; the profile's header names the version)."""
+
+    value: T
+    source: str = Field(min_length=20, description="the framework's code this rule comes from (path:line)")
+
+
+class GradBucket(_Strict):
+    """How a framework groups gradients into one reduction: a number of ``params`` (at least, or ``params_per_dp``
+    times the data-parallel degree if more: Megatron-LM), of ``elements`` (DeepSpeed's ``reduce_bucket_size``) or of
+    ``bytes`` (PyTorch DDP's ``bucket_cap_mb``)."""
+
+    params: int | None = Field(default=None, ge=1)
+    params_per_dp: int = Field(default=0, ge=0)
+    elements: int | None = Field(default=None, ge=1)
+    bytes: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_size(self) -> GradBucket:
+        if sum(v is not None for v in (self.params, self.elements, self.bytes)) != 1:
+            raise ValueError("give one of params (with params_per_dp), elements or bytes")
+        return self
+
+    def size_bytes(self, dp: int, grad_bytes: int) -> int:
+        """The bucket's bytes at data-parallel degree ``dp`` with gradients of ``grad_bytes`` each.
+
+        >>> GradBucket(params=40_000_000, params_per_dp=1_000_000).size_bytes(64, 4)  # Megatron-LM at dp 64
+        256000000
+        >>> GradBucket(elements=500_000_000).size_bytes(64, 2)
+        1000000000
+        """
+        if self.bytes is not None:
+            return self.bytes
+        if self.elements is not None:
+            return self.elements * grad_bytes
+        assert self.params is not None
+        return max(self.params, self.params_per_dp * dp) * grad_bytes
+
+
+class FrameworkRules(_Strict):
+    """The behaviours plansim reads from a framework (docs/frameworks.md says where each is used)."""
+
+    zero_stages: Rule[list[ZeroStage]]
+    zero_with_pipeline: Rule[list[ZeroStage]]
+    grad_reduce_fp32: Rule[bool]
+    grad_reduce_overlap: Rule[bool]
+    grad_reduce_overlap_with_pipeline: Rule[bool]
+    grad_bucket: Rule[GradBucket]
+    sharded_grads_reduced_every_microbatch: Rule[bool]
+
+
+class FrameworkProfile(_Strict):
+    """A framework's profile: its ``name`` (the file's stem, the strategy's ``framework``), the ``title`` messages
+    use, the ``version`` its rules were read at, and the ``rules``."""
+
+    name: str
+    title: str
+    version: str = Field(min_length=3)
+    rules: FrameworkRules
+
+
+@lru_cache(maxsize=1)
+def _directory() -> Path:
+    return data_dir("frameworks")
+
+
+@lru_cache(maxsize=1)
+def _names() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in _directory().glob("*.yaml")))
+
+
+def framework_names() -> list[str]:
+    """The frameworks with a profile, sorted (the directory is listed once per process: strategies are validated
+    by the thousand in a planner run).
+
+    >>> framework_names()
+    ['deepspeed', 'fsdp', 'megatron']
+    """
+    return list(_names())
+
+
+def load_framework(name: str) -> FrameworkProfile:
+    """The profile of framework ``name``, read and validated once per process.
+
+    Raises
+    ------
+    PlansimError
+        No profile of that name (the message lists the known ones), or the file breaks the schema.
+    """
+    if name not in _names():
+        raise PlansimError(f"framework '{shown(name)}' is unknown: choose one of {', '.join(_names())}")
+    return _load(name)
+
+
+@lru_cache(maxsize=16)
+def _load(name: str) -> FrameworkProfile:
+    path = _directory() / f"{name}.yaml"
+    profile = validated(FrameworkProfile, read_mapping(path, "framework profile"), path.name)
+    if profile.name != name:
+        raise PlansimError(f"framework profile {path.name}: name '{shown(profile.name)}' must be its file's stem")
+    return profile
+
+
+def unmodelled(name: str, zero: int, pp: int) -> str | None:
+    """Why plansim does not model ZeRO stage ``zero`` at ``pp`` pipeline stages under framework ``name``, though the
+    framework runs it; None where it does. (What the framework itself cannot run is its rules' business.)"""
+    if pp > 1 and zero >= 2:
+        return "plansim does not model ZeRO-2/3 with pipelining yet"
+    if name == "fsdp" and zero == 2:
+        return (
+            "zero=2 under fsdp is FSDP's SHARD_GRAD_OP (parameters sharded at rest, gathered per block in forward "
+            "and kept until backward ends), which plansim does not model yet"
+        )
+    return None
+
+
+def modelled_zero_stages(name: str, pp: int) -> list[int]:
+    """The ZeRO stages framework ``name`` runs at ``pp`` pipeline stages (its ``zero_stages``, with pipelining its
+    ``zero_with_pipeline``) that plansim models (``unmodelled``): what the planner searches.
+
+    >>> modelled_zero_stages("megatron", 1), modelled_zero_stages("deepspeed", 4), modelled_zero_stages("fsdp", 1)
+    ([0, 1, 2, 3], [0, 1], [0, 3])
+    """
+    rules = load_framework(name).rules
+    stages = rules.zero_with_pipeline.value if pp > 1 else rules.zero_stages.value
+    return [z for z in stages if unmodelled(name, z, pp) is None]

@@ -1,0 +1,197 @@
+"""Framework profiles (frameworks/*.yaml, plansim.frameworks): every rule carries its source, and each rule does
+what its source says it does, one test per rule (the source cited in each test's docstring is the profile's)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+import plansim
+from plansim.analytic import simulate_analytic
+from plansim.cli import app
+from plansim.errors import PlansimError
+from plansim.frameworks import FrameworkRules, GradBucket, framework_names, load_framework, modelled_zero_stages
+from plansim.hardware import load_hardware
+from plansim.planner import Constraints
+from plansim.planner.space import candidates
+from plansim.strategy import Strategy
+from plansim.strategy_checks import check_strategy
+from plansim.workload import load_model
+
+runner = CliRunner()
+#: a file and line of the framework's code: megatron/core/.../param_and_grad_buffer.py:379-405
+CITATION = re.compile(r"[\w./-]+\.(?:py|md|yaml):\d+")
+
+
+def _cluster(gpus: int = 32):  # type: ignore[no-untyped-def]
+    return load_hardware("dgx-a100", gpus=gpus)
+
+
+def _problems(strategy: str, gpus: int = 32) -> list[str]:
+    return check_strategy(Strategy.parse(strategy), load_model("gpt3-1.3b"), _cluster(gpus))
+
+
+def _resolved(strategy: str, gpus: int = 64) -> Strategy:
+    return Strategy.parse(strategy).resolve(_cluster(gpus))
+
+
+# ---- the profiles as data ---------------------------------------------------------------------------------------
+def test_the_three_profiles_load_and_every_rule_cites_the_frameworks_code() -> None:
+    assert framework_names() == ["deepspeed", "fsdp", "megatron"]
+    for name in framework_names():
+        profile = load_framework(name)
+        assert profile.name == name and re.search(r"\d", profile.version), profile.version
+        for rule_name in FrameworkRules.model_fields:
+            source = getattr(profile.rules, rule_name).source
+            assert CITATION.search(source), (name, rule_name, source)
+
+
+def test_an_unknown_framework_is_one_line_naming_the_known_ones() -> None:
+    with pytest.raises(PlansimError, match=r"^framework 'jax' is unknown: choose one of deepspeed, fsdp, megatron$"):
+        load_framework("jax")
+    with pytest.raises(ValueError, match="framework='jax' is unknown"):
+        Strategy.parse("dp=8,framework=jax")
+
+
+def test_a_bucket_rule_gives_one_size() -> None:
+    with pytest.raises(ValueError, match="one of params"):
+        GradBucket(params=1, bytes=2)
+    with pytest.raises(ValueError, match="one of params"):
+        GradBucket()
+
+
+# ---- one test per rule ---------------------------------------------------------------------------------------------
+def test_zero_stages_fsdp_has_no_zero1() -> None:
+    """fsdp: ShardingStrategy has NO_SHARD, SHARD_GRAD_OP, FULL_SHARD, nothing that shards only the optimizer states
+    (torch/distributed/fsdp/api.py:32-69); Megatron-LM's distributed optimizer and DeepSpeed's stage 1 are ZeRO-1."""
+    (problem,) = _problems("tp=8,zero=1,framework=fsdp")
+    assert problem == (
+        "zero=1 with framework=fsdp: PyTorch FSDP (torchtitan) runs ZeRO 0, 2, 3 (frameworks/fsdp.yaml): use zero=3, "
+        "or framework=deepspeed or megatron"
+    )
+    assert _problems("tp=8,zero=1,framework=megatron") == _problems("tp=8,zero=1,framework=deepspeed") == []
+    stages = [load_framework(n).rules.zero_stages.value for n in framework_names()]
+    assert stages == [[0, 1, 2, 3], [0, 2, 3], [0, 1, 2, 3]]  # deepspeed, fsdp, megatron
+
+
+def test_zero_with_pipeline_deepspeed_refuses_zero2_naming_itself() -> None:
+    """deepspeed: the pipeline engine asserts zero stage < 2 (deepspeed/runtime/pipe/engine.py:76-77); megatron:
+    --use-torch-fsdp2 asserts pp == 1 (megatron/training/arguments.py:636-637)."""
+    for name, title in (("deepspeed", "DeepSpeed"), ("megatron", "Megatron-LM")):
+        (problem,) = _problems(f"tp=8,pp=2,zero=2,framework={name}")
+        assert problem == (
+            f"zero=2 with pp=2: {title} runs only ZeRO 0, 1 with pipeline parallelism (frameworks/{name}.yaml): use "
+            "zero=1 or pp=1"
+        )
+        assert _problems(f"tp=8,pp=2,zero=1,framework={name}") == []
+    # torchtitan runs FSDP with pipelining; plansim does not model it yet, and says so
+    (problem,) = _problems("tp=8,pp=2,zero=3,framework=fsdp")
+    assert "PyTorch FSDP (torchtitan) runs it" in problem and "does not model ZeRO-2/3 with pipelining yet" in problem
+
+
+def test_grad_reduce_fp32_megatron_and_fsdp_reduce_fp32_deepspeed_bf16() -> None:
+    """megatron: --bf16 turns on --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py:733-748);
+    fsdp: torchtitan's mixed_precision_reduce = "float32" (torchtitan/config/job_config.py:290); deepspeed:
+    communication_data_type defaults to the training dtype (deepspeed/runtime/engine.py:1363-1375). The gradient
+    buffer and the all-reduce's bytes follow."""
+    model, cluster = load_model("gpt3-350m"), _cluster(8)
+    params = model.num_parameters()
+    for name, grad_bytes in (("megatron", 4), ("fsdp", 4), ("deepspeed", 2)):
+        r = simulate_analytic(model, cluster, Strategy.parse(f"dp=8,micro_batch=1,global_batch=8,framework={name}"))
+        assert r.memory_breakdown_bytes["gradients"] == pytest.approx(grad_bytes * params)
+        assert r.comm_bytes_per_gpu["dp"] == pytest.approx(2 * 7 / 8 * params * grad_bytes)
+    explicit = Strategy.parse("dp=8,framework=megatron,fp32_grad_accum=false").resolve(cluster)
+    assert explicit.fp32_grad_accum is False  # a strategy's own setting wins
+
+
+def test_grad_reduce_overlap_every_framework_overlaps_without_pipelining() -> None:
+    """megatron --overlap-grad-reduce (megatron/core/distributed/param_and_grad_buffer.py:472-489), deepspeed
+    overlap_comm (deepspeed/runtime/zero/config.py:383-386), fsdp's post-backward reduce-scatter (FSDP2
+    _fsdp_param_group.py:496)."""
+    for name in framework_names():
+        assert _resolved(f"dp=64,framework={name}").overlap_grad_reduce is True
+        assert _resolved(f"dp=64,overlap_grad_reduce=false,framework={name}").overlap_grad_reduce is False
+
+
+def test_grad_reduce_overlap_with_pipeline_deepspeed_switches_it_off() -> None:
+    """deepspeed: "Pipeline parallelism does not support overlapped communication, will be disabled."
+    (deepspeed/runtime/engine.py:2346-2349): the whole reduction is exposed after the pipeline; megatron overlaps
+    it with the last micro-batch's backward (megatron/core/pipeline_parallel/schedules.py:2220-2274)."""
+    assert _resolved("dp=16,pp=4,framework=deepspeed").overlap_grad_reduce is False
+    assert _resolved("dp=16,pp=4,framework=megatron").overlap_grad_reduce is True
+    assert _resolved("dp=64,framework=deepspeed").overlap_grad_reduce is True
+    (problem,) = _problems("tp=8,pp=4,overlap_grad_reduce=true,framework=deepspeed")
+    assert problem.startswith("overlap_grad_reduce=true with pp=4: DeepSpeed does not overlap the gradient reduction")
+    model, cluster = load_model("gpt3-350m"), _cluster(8)
+    same = "dp=4,pp=2,micro_batch=1,global_batch=8,fp32_grad_accum=false,grad_bucket_bytes=26214400"
+    ds = simulate_analytic(model, cluster, Strategy.parse(f"{same},framework=deepspeed"))
+    mg = simulate_analytic(model, cluster, Strategy.parse(f"{same},framework=megatron"))
+    assert ds.time_breakdown_s["exposed_comm"] > mg.time_breakdown_s["exposed_comm"]
+    unoverlapped = simulate_analytic(
+        model, cluster, Strategy.parse(f"{same},framework=megatron,overlap_grad_reduce=false")
+    )
+    assert ds.step_time_s == pytest.approx(unoverlapped.step_time_s, rel=1e-12)
+
+
+def test_grad_bucket_megatron_scales_with_dp_deepspeed_counts_elements_fsdp_is_ddps() -> None:
+    """megatron: max(40M, 1M x dp) parameters (megatron/training/training.py:979-987); deepspeed: reduce_bucket_size
+    5e8 elements (deepspeed/runtime/zero/config.py:113); fsdp without sharding: PyTorch DDP's 25 MiB."""
+    assert _resolved("dp=8,framework=megatron", 8).grad_bucket_bytes == 40_000_000 * 4  # fp32 gradients
+    assert _resolved("dp=64,framework=megatron").grad_bucket_bytes == 64_000_000 * 4
+    assert _resolved("dp=64,framework=deepspeed").grad_bucket_bytes == 500_000_000 * 2  # bf16 gradients
+    assert _resolved("dp=64,framework=fsdp").grad_bucket_bytes == 25 * 2**20
+    assert _resolved("dp=64,framework=megatron,grad_bucket_bytes=1e6").grad_bucket_bytes == 1_000_000
+
+
+def test_sharded_grads_reduced_every_microbatch_zero2_reduce_scatters_each_one() -> None:
+    """deepspeed: "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well"
+    (deepspeed/runtime/engine.py:2857-2859): 4 micro-batches reduce-scatter 4 times what one does, ZeRO-1 once."""
+    model, cluster = load_model("gpt3-350m"), _cluster(8)
+
+    def dp_bytes(zero: int, m: int) -> float:
+        s = Strategy.parse(f"dp=8,micro_batch=1,global_batch={8 * m},zero={zero},framework=deepspeed")
+        return simulate_analytic(model, cluster, s).comm_bytes_per_gpu["dp"]
+
+    assert dp_bytes(2, 4) == pytest.approx(4 * dp_bytes(2, 1))
+    assert dp_bytes(1, 4) == pytest.approx(dp_bytes(1, 1))
+    assert all(load_framework(n).rules.sharded_grads_reduced_every_microbatch.value for n in framework_names())
+
+
+# ---- where the rules are read -------------------------------------------------------------------------------------
+def test_the_planner_searches_what_the_framework_runs_and_plansim_models() -> None:
+    model, cluster = load_model("gpt3-1.3b"), _cluster(16)
+    for name in framework_names():
+        seen = {(s.pp > 1, s.zero) for s in candidates(model, cluster, 64, Constraints(framework=name, tp=1))}
+        for pipelined in (False, True):
+            assert {z for p, z in seen if p == pipelined} == set(modelled_zero_stages(name, 4 if pipelined else 1))
+        assert all(s.framework == name for s in candidates(model, cluster, 64, Constraints(framework=name, tp=8)))
+
+
+def test_cli_framework_options() -> None:
+    base = ["--model", "gpt3-1.3b", "--gpus", "16", "--format", "json"]
+    ran = runner.invoke(
+        app, ["simulate", *base, "-s", "dp=16,micro_batch=1,global_batch=16", "--framework", "deepspeed"]
+    )
+    assert ran.exit_code == 0, ran.output
+    assert '"framework": "deepspeed"' in ran.stdout and '"fp32_grad_accum": false' in ran.stdout
+    bad = runner.invoke(app, ["simulate", *base, "-s", "dp=16", "--framework", "jax"])
+    assert (
+        bad.exit_code == 2
+        and bad.stderr.strip() == "error: framework 'jax' is unknown: choose one of deepspeed, fsdp, megatron"
+    )
+    refused = runner.invoke(app, ["simulate", *base, "-s", "tp=8,pp=2,zero=2", "--framework", "deepspeed"])
+    assert refused.exit_code == 2 and "DeepSpeed runs only ZeRO 0, 1 with pipeline parallelism" in refused.stderr
+    plan = runner.invoke(app, ["plan", "--model", "gpt3-350m", "--gpus", "8", "-B", "16", "--tp", "1", "--pp", "1",
+                               "--no-des", "--framework", "fsdp", "--format", "json"])  # fmt: skip
+    assert plan.exit_code == 0, plan.output
+    finalists = json.loads(plan.stdout)["finalists"]
+    assert finalists and all(f["analytic"]["strategy"]["zero"] != 1 for f in finalists)  # FSDP has no ZeRO-1
+    assert all(f["analytic"]["strategy"]["framework"] == "fsdp" for f in finalists)
+
+
+def test_simulate_api_takes_the_framework_field() -> None:
+    r = plansim.simulate("gpt3-350m", "dgx-a100", "dp=8,micro_batch=1,global_batch=8,framework=deepspeed", gpus=8)
+    assert r.to_dict()["strategy"]["framework"] == "deepspeed"
