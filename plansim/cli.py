@@ -350,6 +350,10 @@ def compare(
         str | None, typer.Option("--out", "-o", help="write results.csv/.json, scaling.csv and the charts here")
     ] = None,
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+    framework: Annotated[
+        list[str] | None,
+        typer.Option("--framework", help="run each strategy under this framework (repeat to set them side by side)"),
+    ] = None,
 ) -> None:
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
     from plansim.comparison import compare as run_compare
@@ -365,13 +369,14 @@ def compare(
                 counts.append(int(item))
             except ValueError:
                 raise PlansimError(f"--scaling {shown(scaling)}: expected GPU counts such as 256,512,1024") from None
-    total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts))
+    total = len(strategy) * len(hardware or ["dgx-a100"]) * (1 + len(counts)) * max(1, len(set(framework or ())))
     result = _with_steps(
         "compare",
         total,
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
             scaling_engine=scaling_engine, scaling_batch=scaling_batch, objective=objective, progress=step,
+            frameworks=framework or (),
         ),
     )  # fmt: skip
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)

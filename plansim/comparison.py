@@ -21,6 +21,7 @@ from plansim.api import ENGINES, as_model, as_strategy
 from plansim.arguments import callback, choice, type_name
 from plansim.describe import describe
 from plansim.errors import PlansimError
+from plansim.frameworks import framework_names
 from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
 from plansim.limits import whole
@@ -113,6 +114,8 @@ class Comparison:
     scaling: list[ScalingPoint] = field(default_factory=list)
     scaling_batch: str = "fixed"
     objective: str = "tokens_per_s"
+    #: (label, why) of each run a framework refuses (``compare(..., frameworks=...)``): the others still run
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
     def frame(self) -> Any:
         """One pandas row per run: label, hardware, GPUs, global batch, engine, step time, tokens/s, MFU, fit, peak
@@ -237,11 +240,14 @@ def compare(
     scaling_batch: str = "fixed",
     objective: str = "tokens_per_s",
     progress: Callable[[str], None] | None = None,
+    frameworks: Sequence[str] = (),
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
     ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
+    out). ``frameworks`` runs each strategy under each of these frameworks (``plansim.frameworks``), side by side,
+    each run labelled with its framework; without them each strategy runs under its own ``framework``.
+    ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
 
     Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
 
@@ -275,17 +281,34 @@ def compare(
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: compare takes a ModelSpec (a preset, a model file), not a traced module")
     parsed = [(as_strategy(s), _name(s)) for s in strategies]
+    under = _listed(frameworks, (str,), "--framework")
+    for name in under:
+        choice(name, framework_names(), "--framework")
+    if under:
+        parsed = [(s.model_copy(update={"framework": f}), n) for s, n in parsed for f in dict.fromkeys(under)]
     runs: list[Run] = []
+    refused: list[tuple[str, str]] = []
     for hw in hardware:
         for strategy, file_name in parsed:
             cluster = _cluster(hw, gpus, strategy)
-            label = _label(file_name or describe(strategy.resolve(cluster)), cluster, len(hardware) > 1, runs)
+            name = file_name or describe(strategy.resolve(cluster))
+            if under:
+                name = f"{name} under {strategy.framework}"
+            label = _label(name, cluster, len(hardware) > 1, runs)
             if progress:
                 progress(label)
-            result = ENGINES[engine](spec, cluster, strategy)
+            try:
+                result = ENGINES[engine](spec, cluster, strategy)
+            except PlansimError as err:
+                if not under:
+                    raise
+                refused.append((label, str(err)))  # the framework cannot run it: say so beside the others
+                continue
             run = Run(label, cluster, strategy.resolve(cluster), result)
             runs.append(run)
-    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch, objective=objective)
+    if not runs:
+        raise PlansimError(refused[0][1])
+    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch, objective=objective, refused=refused)
     for run in runs:
         for g in scaling_gpus:
             if progress:

@@ -36,6 +36,7 @@ def comparison_summary(c: Comparison) -> dict[str, Any]:
         "summary": summary_sentence(c),
         "scaling_batch": c.scaling_batch,
         "scaling": c.scaling_rows(),
+        "refused": [{"label": label, "reason": why} for label, why in c.refused],
     }
 
 
@@ -95,6 +96,8 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
     keys = [("#", "right"), ("run", "left"), ("GPUs", "right"), ("global batch", "right")]
     print_fitted(console, results_table(title, keys, rows), elastic="run", optional=OPTIONAL_COLUMNS)
     console.print(summary_sentence(c))
+    for label, why in c.refused:
+        console.print(f"not run: {label}: {why}", markup=False, highlight=False)
     if c.scaling:
         how = (
             "the global batch held: fewer micro-batches per replica"

@@ -195,3 +195,30 @@ def test_cli_framework_options() -> None:
 def test_simulate_api_takes_the_framework_field() -> None:
     r = plansim.simulate("gpt3-350m", "dgx-a100", "dp=8,micro_batch=1,global_batch=8,framework=deepspeed", gpus=8)
     assert r.to_dict()["strategy"]["framework"] == "deepspeed"
+
+
+def test_compare_sets_one_strategy_under_every_framework_side_by_side() -> None:
+    """``compare --framework`` (issue 19 item 4): one run per framework, labelled with it; a framework that cannot run
+    the strategy is listed with its reason, and the others still run."""
+    strategy = "dp=8,tp=8,micro_batch=1,global_batch=64,zero=1"
+    c = plansim.compare(
+        "gpt3-1.3b", [strategy], gpus=64, engine="analytic", frameworks=["megatron", "deepspeed", "fsdp"]
+    )
+    labels = [r.label for r in c.runs]
+    base = labels[0].rsplit(" under ", 1)[0]
+    assert labels == [f"{base} under megatron", f"{base} under deepspeed"]
+    assert [r.strategy.framework for r in c.runs] == ["megatron", "deepspeed"]
+    mg, ds = (r.result for r in c.runs)
+    assert mg.memory_breakdown_bytes["gradients"] == pytest.approx(2 * ds.memory_breakdown_bytes["gradients"])
+    ((label, why),) = c.refused
+    assert label.endswith(" under fsdp") and why.startswith("zero=1 with framework=fsdp: PyTorch FSDP")
+    ran = runner.invoke(app, ["compare", "--model", "gpt3-1.3b", "--gpus", "64", "-s", strategy, "--engine", "analytic",
+                              "--framework", "fsdp", "--framework", "deepspeed", "--format", "json"])  # fmt: skip
+    assert ran.exit_code == 0, ran.output
+    data = json.loads(ran.stdout)
+    assert [r["label"].rsplit(" ", 1)[-1] for r in data["runs"]] == ["deepspeed"]
+    assert data["refused"][0]["label"].endswith("under fsdp")
+    with pytest.raises(PlansimError, match=r"^zero=1 with framework=fsdp"):
+        plansim.compare("gpt3-1.3b", [strategy], gpus=64, engine="analytic", frameworks=["fsdp"])
+    with pytest.raises(PlansimError, match=r"^--framework jax: choose one of deepspeed, fsdp, megatron$"):
+        plansim.compare("gpt3-1.3b", [strategy], gpus=64, engine="analytic", frameworks="jax")
