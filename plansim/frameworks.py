@@ -27,6 +27,7 @@ __all__ = [
     "GradBucket",
     "Rule",
     "framework_names",
+    "is_framework",
     "load_framework",
     "modelled_zero_stages",
     "unmodelled",
@@ -122,6 +123,11 @@ def framework_names() -> list[str]:
     return list(_names())
 
 
+def is_framework(name: object) -> bool:
+    """Whether ``name`` names a framework profile (cheap: strategies are validated by the thousand)."""
+    return name in _names()
+
+
 def load_framework(name: str) -> FrameworkProfile:
     """The profile of framework ``name``, read and validated once per process.
 
@@ -157,6 +163,13 @@ def unmodelled(name: str, zero: int, pp: int) -> str | None:
     return None
 
 
+@lru_cache(maxsize=64)
+def _modelled(name: str, pipelined: bool) -> tuple[int, ...]:
+    rules = load_framework(name).rules
+    stages = rules.zero_with_pipeline.value if pipelined else rules.zero_stages.value
+    return tuple(z for z in stages if unmodelled(name, z, 2 if pipelined else 1) is None)
+
+
 def modelled_zero_stages(name: str, pp: int) -> list[int]:
     """The ZeRO stages framework ``name`` runs at ``pp`` pipeline stages (its ``zero_stages``, with pipelining its
     ``zero_with_pipeline``) that plansim models (``unmodelled``): what the planner searches.
@@ -164,6 +177,4 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     >>> modelled_zero_stages("megatron", 1), modelled_zero_stages("deepspeed", 4), modelled_zero_stages("fsdp", 1)
     ([0, 1, 2, 3], [0, 1], [0, 3])
     """
-    rules = load_framework(name).rules
-    stages = rules.zero_with_pipeline.value if pp > 1 else rules.zero_stages.value
-    return [z for z in stages if unmodelled(name, z, pp) is None]
+    return list(_modelled(name, pp > 1))

@@ -19,7 +19,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
 from plansim.errors import PlansimError, quoted, shown, shown_path
-from plansim.frameworks import framework_names, load_framework
+from plansim.frameworks import framework_names, is_framework, load_framework
 from plansim.limits import field, integral
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
@@ -35,7 +35,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 
 def _known_framework(value: str) -> str:
     """A validator: the value must name a framework profile (``frameworks/*.yaml``)."""
-    if value not in framework_names():
+    if not is_framework(value):
         raise ValueError(f"framework={quoted(value)} is unknown: choose one of {', '.join(framework_names())}")
     return value
 
