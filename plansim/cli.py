@@ -243,7 +243,8 @@ def plan(
     ] = None,
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
     framework: Annotated[
-        str, typer.Option("--framework", help="the framework the candidates run under (megatron, deepspeed, fsdp)")
+        str,
+        typer.Option("--framework", help="the framework the candidates run under (megatron, deepspeed, fsdp, or all)"),
     ] = "megatron",
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""

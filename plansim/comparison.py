@@ -292,7 +292,7 @@ def compare(
         for strategy, file_name in parsed:
             cluster = _cluster(hw, gpus, strategy)
             name = file_name or describe(strategy.resolve(cluster))
-            if under:
+            if under and not name.endswith(f" under {strategy.framework}"):  # describe says all but megatron
                 name = f"{name} under {strategy.framework}"
             label = _label(name, cluster, len(hardware) > 1, runs)
             if progress:

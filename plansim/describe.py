@@ -31,6 +31,8 @@ def describe(s: Strategy) -> str:
     'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none nccl'
     >>> describe(Strategy(dp=8, micro_batch=2, attention="unfused"))
     'dp8 tp1 pp1 mb2 zero0 remat=none attention=unfused nccl'
+    >>> describe(Strategy(dp=8, micro_batch=2, zero=1, framework="deepspeed"))  # the default, megatron, left unsaid
+    'dp8 tp1 pp1 mb2 zero1 remat=none nccl under deepspeed'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     parts = [f"dp{s.dp}", f"tp{s.tp}" + ("+sp" if s.sequence_parallel else ""), f"pp{s.pp}", f"mb{s.micro_batch}"]
@@ -43,6 +45,8 @@ def describe(s: Strategy) -> str:
         parts.append(f"attention={s.attention}")
     if (s.dp or 1) > 1:
         parts.append(s.dp_algorithm)
+    if s.framework != "megatron":
+        parts.append(f"under {s.framework}")
     return " ".join(parts)
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "is_framework",
     "load_framework",
     "modelled_zero_stages",
+    "rule_differences",
     "unmodelled",
 ]
 
@@ -178,3 +179,46 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     ([0, 1, 2, 3], [0, 1], [0, 3])
     """
     return list(_modelled(name, pp > 1))
+
+
+def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> list[str]:
+    """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
+    ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
+    ``zero`` and ``pp`` pipeline stages (the winner's): the pipeline rule only with pipelining, the ZeRO rules only
+    where ``other`` cannot run the winner's stage.
+
+    >>> for words in rule_differences("megatron", "deepspeed", pp=4):
+    ...     print(words)
+    gradients reduced in bf16, not fp32
+    no overlap of the gradient reduction with pipelining
+    gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
+    >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
+    'no ZeRO-1 (it runs ZeRO 0, 2, 3)'
+    """
+    a, b = load_framework(winner).rules, load_framework(other).rules
+    out = []
+    if a.grad_reduce_fp32.value != b.grad_reduce_fp32.value:
+        out.append("gradients reduced in " + ("fp32, not bf16" if b.grad_reduce_fp32.value else "bf16, not fp32"))
+    if pp > 1 and a.grad_reduce_overlap_with_pipeline.value != b.grad_reduce_overlap_with_pipeline.value:
+        out.append(
+            ("overlap" if b.grad_reduce_overlap_with_pipeline.value else "no overlap")
+            + " of the gradient reduction with pipelining"
+        )
+    if a.grad_bucket.value != b.grad_bucket.value:
+        out.append(f"gradient buckets of {_bucket(b.grad_bucket.value)}, not {_bucket(a.grad_bucket.value)}")
+    if zero not in modelled_zero_stages(other, pp):
+        runs = b.zero_with_pipeline.value if pp > 1 else b.zero_stages.value
+        where = " with pipelining" if pp > 1 else ""
+        if zero in runs:
+            out.append(f"ZeRO-{zero}{where} not modelled by plansim yet")
+        else:
+            out.append(f"no ZeRO-{zero}{where} (it runs ZeRO {', '.join(map(str, runs))})")
+    return out
+
+
+def _bucket(g: GradBucket) -> str:
+    if g.bytes is not None:
+        return f"{g.bytes / 2**20:g} MiB"
+    if g.elements is not None:
+        return f"{g.elements:.0e} elements"
+    return f"max({g.params}, {g.params_per_dp} x dp) parameters"

@@ -264,13 +264,17 @@ def test_compare_ranks_by_tokens_per_s_by_default() -> None:
     by_tokens = sorted(BATCHES, key=lambda s: -alone[s][0])
     assert by_tokens[0] == BATCHES[0] and min(BATCHES, key=lambda s: alone[s][1]) == "tp-node-dp"  # the trap
     summary = " ".join(res.stdout.split())
-    assert summary.count("Best by tokens/s: dp64 tp1 pp1 mb1 zero1 remat=selective nccl,") == 1
+    assert summary.count("Best by tokens/s: dp64 tp1 pp1 mb1 zero1 remat=selective nccl under deepspeed,") == 1
     gain = alone[by_tokens[0]][0] / alone[by_tokens[1]][0] - 1
     assert f"It gives {gain:.1%} more tokens/s than {by_tokens[1]} (global batch 512 vs 128)" in summary
     assert "faster" not in summary
     header = next(line for line in res.stdout.splitlines() if "global batch" in line)
     assert [c.strip() for c in header.split("┃")[1:5]] == ["#", "run", "GPUs", "global batch"]
-    labels = dict(zip(BATCHES, ["dp64 tp1 pp1 mb1 zero1 remat=selective nccl", "tp-node-dp", "zero3"], strict=True))
+    labels = dict(
+        zip(
+            BATCHES, ["dp64 tp1 pp1 mb1 zero1 remat=selective nccl under deepspeed", "tp-node-dp", "zero3"], strict=True
+        )
+    )
     for rank, strategy in enumerate(by_tokens, start=1):
         row = next(line for line in res.stdout.splitlines() if f" {labels[strategy]} " in line)
         cells = [c.strip() for c in row.split("│")]
@@ -288,7 +292,7 @@ def test_compare_objective_option_takes_the_planners_names() -> None:
     data = json.loads(cost.stdout)
     cheapest = min(BATCHES, key=lambda s: alone[s][2])
     assert data["objective"] == "cost" and data["best"] == {
-        BATCHES[0]: "dp64 tp1 pp1 mb1 zero1 remat=selective nccl"
+        BATCHES[0]: "dp64 tp1 pp1 mb1 zero1 remat=selective nccl under deepspeed"
     }.get(cheapest, cheapest)
     assert data["fastest"] == "tp-node-dp"
     bad = runner.invoke(app, [*ISSUE, "--objective", "fastest"])

@@ -222,3 +222,38 @@ def test_compare_sets_one_strategy_under_every_framework_side_by_side() -> None:
         plansim.compare("gpt3-1.3b", [strategy], gpus=64, engine="analytic", frameworks=["fsdp"])
     with pytest.raises(PlansimError, match=r"^--framework jax: choose one of deepspeed, fsdp, megatron$"):
         plansim.compare("gpt3-1.3b", [strategy], gpus=64, engine="analytic", frameworks="jax")
+
+
+def test_the_planner_searches_every_framework_with_all_and_names_what_differs() -> None:
+    """``--framework all`` (issue 19 item 2): every framework's candidates, counted as built; the explanation names,
+    per other framework, its best candidate and the rules in which it differs from the winner's."""
+    from plansim.planner import plan
+    from plansim.planner.space import count_candidates
+
+    model, cluster = load_model("gpt3-1.3b"), _cluster(16)
+    every = Constraints(framework="all", tp=1)
+    assert count_candidates(model, cluster, 64, every) == sum(1 for _ in candidates(model, cluster, 64, every))
+    assert count_candidates(model, cluster, 64, every) == sum(
+        count_candidates(model, cluster, 64, Constraints(framework=n, tp=1)) for n in framework_names()
+    )
+    r = plan("gpt3-13b", "dgx-h100", gpus=64, global_batch=512, constraints={"framework": "all"}, des=False)
+    winner = r.winner
+    assert winner is not None
+    others = [load_framework(n).title for n in framework_names() if n != winner.framework]
+    for title in others:
+        assert f"Best under {title}: " in r.explanation, r.explanation
+    assert r.megatron is None or r.megatron.priced.strategy.framework == "megatron"  # the recipe is Megatron-LM's
+    with pytest.raises(PlansimError, match=r"^--framework jax: choose one of deepspeed, fsdp, megatron, all$"):
+        Constraints(framework="jax")
+
+
+def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
+    from plansim.frameworks import rule_differences
+
+    assert rule_differences("megatron", "megatron") == []
+    assert "no overlap of the gradient reduction with pipelining" not in rule_differences("megatron", "deepspeed")
+    assert "no overlap of the gradient reduction with pipelining" in rule_differences("megatron", "deepspeed", pp=2)
+    assert rule_differences("deepspeed", "fsdp", zero=2)[-1] == "ZeRO-2 not modelled by plansim yet"
+    assert rule_differences("deepspeed", "megatron", zero=2, pp=2)[-1] == (
+        "no ZeRO-2 with pipelining (it runs ZeRO 0, 1)"
+    )

@@ -20,7 +20,7 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
-from plansim.planner.search import OBJECTIVES, Finalist, SearchOutcome, des_figures, search
+from plansim.planner.search import OBJECTIVES, Finalist, Priced, SearchOutcome, des_figures, search
 from plansim.planner.space import Constraints, candidates, count_candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
@@ -278,7 +278,29 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
         )
     else:
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
+    text += _framework_sentences(r, best.priced)
     return " ".join(text)
+
+
+def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:
+    """Where the search covered several frameworks (``--framework all``): per other framework, its best candidate by
+    the analytic engine, how much slower, and the framework's rules that differ from the winner's
+    (``plansim.frameworks.rule_differences``)."""
+    from plansim.frameworks import load_framework, rule_differences
+
+    key = OBJECTIVES[r.objective]
+    names = sorted({p.strategy.framework for p in r.outcome.fitting} - {best.strategy.framework})
+    out = []
+    for name in names:
+        other = min((p for p in r.outcome.fitting if p.strategy.framework == name), key=lambda p: key(p.result))
+        ratio = other.result.step_time_s / best.result.step_time_s - 1
+        how = f"{abs(ratio):.1%} {'slower' if ratio >= 0 else 'faster'} by the analytic engine"
+        why = rule_differences(best.strategy.framework, name, best.strategy.zero, best.strategy.pp)
+        out.append(
+            f"Best under {load_framework(name).title}: {describe(other.strategy)}, {how}"
+            + (f" ({'; '.join(why)})." if why else ".")
+        )
+    return out
 
 
 def _megatron_excluded(

@@ -29,6 +29,7 @@ def is_megatron_style(s: Strategy, max_tp: int) -> bool:
         and (s.sequence_parallel or s.tp == 1)
         and s.zero in (0, 1)
         and s.dp_algorithm == "nccl"
+        and s.framework == "megatron"
     )
 
 

@@ -56,7 +56,7 @@ class Constraints:
     dp_algorithms: tuple[str, ...] = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "ring")
     allow_cross_node_tp: bool = False
     dtype: str | None = None
-    #: the training framework whose rules the candidates follow (``plansim.frameworks``)
+    #: the training framework whose rules the candidates follow (``plansim.frameworks``), or ``all`` to search each
     framework: str = "megatron"
 
     def __post_init__(self) -> None:
@@ -72,7 +72,7 @@ class Constraints:
             choice(self.schedule, SCHEDULES, "--schedule")
         if self.dtype is not None:
             choice(self.dtype, DTYPES, "--dtype")
-        choice(self.framework, framework_names(), "--framework")
+        choice(self.framework, [*framework_names(), "all"], "--framework")
         for name in ("sequence_parallel", "allow_cross_node_tp"):
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
@@ -87,6 +87,11 @@ class Constraints:
         bad = [a for a in self.dp_algorithms if a not in ALLREDUCE_ALGORITHMS]
         if bad or not self.dp_algorithms:
             raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(ALLREDUCE_ALGORITHMS)}")
+
+    @property
+    def frameworks(self) -> tuple[str, ...]:
+        """The frameworks searched: ``framework``, or every profile for ``all``."""
+        return tuple(framework_names()) if self.framework == "all" else (self.framework,)
 
     @classmethod
     def of(cls, value: object) -> Constraints:
@@ -144,9 +149,16 @@ def candidates(
     """Every distinct runnable strategy for ``model`` on ``cluster`` at ``global_batch`` within ``c``, in a fixed
     order (tp, pp, micro-batch, schedule, ZeRO, sequence parallel, remat, algorithm ascending)."""
     c = c or Constraints()
+    for framework in c.frameworks:
+        yield from _candidates(model, cluster, global_batch, c, framework)
+
+
+def _candidates(
+    model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints, framework: str
+) -> Iterator[Strategy]:
     for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         for schedule, v in schedules:
-            for zero in _zero_values(dp, pp, c):
+            for zero in _zero_values(dp, pp, c, framework):
                 for sp in _sp_values(tp, c):
                     for remat in c.remat:
                         for algorithm in _algorithms(dp, zero, c):
@@ -163,7 +175,7 @@ def candidates(
                                 remat=remat,
                                 dp_algorithm=algorithm,
                                 dtype=c.dtype,
-                                framework=c.framework,
+                                framework=framework,
                             )
 
 
@@ -179,9 +191,10 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     """
     c = c or Constraints()
     total = 0
-    for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
-        per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c))
-        total += len(schedules) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
+    for framework in c.frameworks:
+        for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
+            per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c, framework))
+            total += len(schedules) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
     return total
 
 
@@ -242,10 +255,10 @@ def _schedules(model: ModelSpec, pp: int, m: int, c: Constraints) -> list[tuple[
     return out
 
 
-def _zero_values(dp: int, pp: int, c: Constraints) -> list[int]:
+def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
     if dp == 1:  # nothing to shard: every stage is ZeRO-0
         return [0] if c.zero in (None, 0) else []
-    values = modelled_zero_stages(c.framework, pp)  # what the framework runs and plansim models (check_strategy)
+    values = modelled_zero_stages(framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
 
 
