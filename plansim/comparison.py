@@ -291,9 +291,10 @@ def compare(
     for hw in hardware:
         for strategy, file_name in parsed:
             cluster = _cluster(hw, gpus, strategy)
-            name = file_name or describe(strategy.resolve(cluster))
-            if under and not name.endswith(f" under {strategy.framework}"):  # describe says all but megatron
-                name = f"{name} under {strategy.framework}"
+            if file_name:
+                name = f"{file_name} under {strategy.framework}" if under else file_name
+            else:
+                name = describe(strategy.resolve(cluster), framework=bool(under))
             label = _label(name, cluster, len(hardware) > 1, runs)
             if progress:
                 progress(label)

@@ -24,8 +24,9 @@ _PARTS = {
 }
 
 
-def describe(s: Strategy) -> str:
-    """A compact one-line strategy.
+def describe(s: Strategy, *, framework: bool = False) -> str:
+    """A compact one-line strategy; its framework named when not the default (megatron), or always with
+    ``framework`` (``compare`` setting one strategy under several).
 
     >>> describe(Strategy(dp=8, tp=8, pp=4, micro_batch=1, schedule="interleaved", virtual_stages=3, zero=1))
     'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none nccl'
@@ -45,7 +46,7 @@ def describe(s: Strategy) -> str:
         parts.append(f"attention={s.attention}")
     if (s.dp or 1) > 1:
         parts.append(s.dp_algorithm)
-    if s.framework != "megatron":
+    if framework or s.framework != "megatron":
         parts.append(f"under {s.framework}")
     return " ".join(parts)
 

@@ -33,6 +33,11 @@ __all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_
 DTYPES = ("fp32", "fp16", "bf16")
 
 
+def _grad_bytes(fp32: bool | None, dtype: str) -> int:
+    """Bytes of one gradient element: 4 when accumulated and reduced in fp32 or in fp32 training, else 2."""
+    return 4 if fp32 or dtype == "fp32" else 2
+
+
 def _known_framework(value: str) -> str:
     """A validator: the value must name a framework profile (``frameworks/*.yaml``)."""
     if not is_framework(value):
@@ -189,6 +194,11 @@ class Strategy(BaseModel):
         return load_framework(self.framework).rules.grad_reduce_fp32.value
 
     @property
+    def grad_bytes(self) -> int:
+        """Bytes of one gradient element: 4 in fp32 (``grads_fp32``, or fp32 training), else 2."""
+        return _grad_bytes(self.grads_fp32, self.compute_dtype)
+
+    @property
     def compute_dtype(self) -> str:
         """The training dtype (bf16 until ``resolve`` picks one for a GPU)."""
         return self.dtype or "bf16"
@@ -211,9 +221,10 @@ class Strategy(BaseModel):
                     s.pp == 1 or rules.grad_reduce_overlap_with_pipeline.value
                 )
             if s.grad_bucket_bytes is None:
-                mixed = (update.get("dtype") or s.compute_dtype) != "fp32"
-                fp32_grads = update.get("fp32_grad_accum", s.fp32_grad_accum) or not mixed
-                update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, 4 if fp32_grads else 2)
+                grads = _grad_bytes(
+                    update.get("fp32_grad_accum", s.fp32_grad_accum), update.get("dtype", s.compute_dtype)
+                )
+                update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, grads)
         return s.model_copy(update=update) if update else s
 
     def with_gpus(self, gpus: int) -> Strategy:

@@ -21,9 +21,9 @@ ADAM_BYTES_FP32 = 3 * 8
 
 
 def grad_bytes_per_param(s: Strategy) -> int:
-    """Bytes of one gradient element: fp32 with fp32 accumulation and reduction (Megatron-LM's main_grad; left out,
-    the framework's rule, ``Strategy.grads_fp32``) or in fp32 training, else 2."""
-    return 4 if s.grads_fp32 or not s.mixed_precision else 2
+    """Bytes of one gradient element (``Strategy.grad_bytes``: fp32 with fp32 accumulation and reduction, Megatron-LM's
+    main_grad, or in fp32 training; else 2)."""
+    return s.grad_bytes
 
 
 def optimizer_step_s(kernels: KernelCostModel, s: Strategy, params: float) -> float:
