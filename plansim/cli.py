@@ -246,6 +246,12 @@ def plan(
         str,
         typer.Option("--framework", help="the framework the candidates run under (megatron, deepspeed, fsdp, or all)"),
     ] = "megatron",
+    robust: Annotated[
+        bool,
+        typer.Option(
+            "--robust", help="rank by the worst case over the hardware profiles' uncertainty ranges; say how robust"
+        ),
+    ] = False,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -271,6 +277,7 @@ def plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
             top_k=top, des=not no_des, milp="milp" in policies or policies == ("none", "selective", "full"),
             jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
+            robust=robust,
         )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)

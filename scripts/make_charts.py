@@ -75,6 +75,23 @@ def run_plan(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
     return out
 
 
+def run_robust_plan(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
+    """``plansim plan ... --robust --out OUT`` for the same model, cluster and batch: ranked by the worst case over
+    the profiles' uncertainty ranges, with the winner's tornado chart."""
+    import plansim
+    from plansim.planner.output import write_plan
+
+    args = _PLAN_SMALL if small else _PLAN
+    progress(f"robust plan {args['model']} on {args['gpus']} GPUs")
+    result = plansim.plan(
+        args["model"], args["hardware"], gpus=args["gpus"], global_batch=args["global_batch"],
+        top_k=2 if small else 10, milp=not small, robust=True,
+        progress=lambda done, total: progress(f"robust plan: {done:,}/{total:,}"),
+    )  # fmt: skip
+    write_plan(result, out)
+    return out
+
+
 def run_compare(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
     """``plansim compare`` of the README: three strategies on DGX A100 and DGX H100 (1024 GPUs, DES) with
     throughput curves over 256-4096 GPUs (analytic engine, global batch held)."""
@@ -157,6 +174,18 @@ JOBS: tuple[tuple[str, Job, tuple[Chart, ...]], ...] = (
                 "GPT-3 175B on 1024 A100s, global batch 1536",
             ),
             Chart("plan_memory_gpt3-175b_a100.png", "memory.png", "`plansim plan`: their peak memory against capacity"),
+        ),
+    ),
+    (
+        "robust plan",
+        run_robust_plan,
+        (
+            Chart(
+                "plan_robust_gpt3-175b_a100.png",
+                "robust.png",
+                "`plansim plan --robust`: the winner's step time as each uncertain input moves over its range, "
+                "against the runner-up and the best with ZeRO-3",
+            ),
         ),
     ),
     (

@@ -25,7 +25,7 @@ from plansim.comparison_output import write_comparison
 from plansim.hardware.topology import link_tier
 from plansim.planner.output import write_plan
 from plansim.remat.api import default_budgets, plan_remat, remat_graph, write_tradeoff
-from plansim.report import compare_charts, figures, plan_charts, remat_chart, sweep_charts
+from plansim.report import compare_charts, figures, plan_charts, remat_chart, robust_chart, sweep_charts
 from plansim.sweep import SweepGrid, sweep
 from plansim.sweep.output import write_sweep
 from plansim.validation.points import default_points
@@ -36,6 +36,7 @@ from plansim.validation.run import compare_saved
 CHARTS = (
     "plan/time_breakdown",
     "plan/memory",
+    "plan/robust",
     "compare/time_breakdown",
     "compare/memory",
     "compare/communication",
@@ -76,10 +77,12 @@ def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return [path]
 
     patch = pytest.MonkeyPatch()
-    for module in (compare_charts, plan_charts, sweep_charts, remat_chart, figures):
+    for module in (compare_charts, plan_charts, sweep_charts, remat_chart, robust_chart, figures):
         patch.setattr(module, "save_figure", record)
     try:
-        result = plansim.plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, top_k=3, des=False, milp=False)
+        result = plansim.plan(
+            "gpt3-125m", "dgx-a100", gpus=8, global_batch=16, top_k=3, des=False, milp=False, robust=True
+        )
         write_plan(result, out / "plan")
         comparison = plansim.compare(
             "gpt3-125m", [THREE_D, DATA], ["dgx-a100", "dgx-h100"], gpus=8, engine="des", scaling_gpus=[4, 8, 12, 16]

@@ -125,8 +125,10 @@ def interference_model(gpu: GPUSpec, measured: OverlapMeasurement | None = None)
     if measured is not None:
         k = memory_sensitivity(measured, gpu.sm_count, gpu.hbm_bandwidth_Bps)
         return Interference(gpu.sm_count, gpu.hbm_bandwidth_Bps, k, f"measured: {measured.source}")
-    if gpu.overlap is not None:
-        k = memory_sensitivity(gpu.overlap, gpu.sm_count, gpu.hbm_bandwidth_Bps)
+    if gpu.overlap is not None:  # its own, or one borrowed with the SMs and bandwidth it was measured at
+        m = gpu.overlap
+        sm_count = m.measured_sm_count if m.measured_sm_count is not None else gpu.sm_count
+        k = memory_sensitivity(m, sm_count, m.measured_hbm_Bps or gpu.hbm_bandwidth_Bps)
         return Interference(gpu.sm_count, gpu.hbm_bandwidth_Bps, k, f"published: {gpu.overlap.source}")
     from plansim.hardware import load_gpu
 

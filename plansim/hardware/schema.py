@@ -24,9 +24,11 @@ __all__ = [
     "EfficiencyCurves",
     "FabricTier",
     "GPUSpec",
+    "GPUUncertainty",
     "IntraNode",
     "Nics",
     "NodeSpec",
+    "NodeUncertainty",
     "OverlapMeasurement",
 ]
 
@@ -108,6 +110,10 @@ class OverlapMeasurement(_Strict):
     channels: int = Field(ge=0, le=1_024)
     load_hbm_Bps: PositiveFloat
     source: str = Field(min_length=1)
+    #: The SMs and HBM bandwidth of the GPU the kernel was timed on, where that is not the profile's own GPU (a
+    #: measurement borrowed from another GPU model: ``plansim.uncertainty`` varies the reference's this way).
+    measured_sm_count: int | None = Field(default=None, ge=1, le=100_000)
+    measured_hbm_Bps: PositiveFloat | None = None
 
     @model_validator(mode="after")
     def _slower(self) -> OverlapMeasurement:
@@ -117,6 +123,52 @@ class OverlapMeasurement(_Strict):
                 "not faster than alone; swap them"
             )
         return self
+
+
+def _check_range(value: tuple[float, float] | None) -> tuple[float, float] | None:
+    if value is not None and value[0] > value[1]:
+        raise ValueError(f"range {list(value)}: give [low, high] with low <= high")
+    return value
+
+
+#: A range of an uncertain input, [low, high], both ends included.
+Range = tuple[float, float]
+
+
+class GPUUncertainty(_Strict):
+    """How far a GPU profile's uncertain inputs may be off, each as [low, high] around the profile's value, from the
+    spread of the micro-benchmark sources cited beside it (``plansim.uncertainty``: break-even values and ``plan
+    --robust``). ``gemm_efficiency``: a large GEMM's fraction of the dtype's peak (the top of ``efficiency.matmul``);
+    ``interference``: how many times longer the overlap measurement's kernel takes beside its collective
+    (``overlapped_s / alone_s``); ``gpu_to_gpu_cv``: the chip-to-chip coefficient of variation."""
+
+    gemm_efficiency: Range | None = None
+    interference: Range | None = None
+    gpu_to_gpu_cv: Range | None = None
+
+    @field_validator("gemm_efficiency", "interference", "gpu_to_gpu_cv")
+    @classmethod
+    def _ordered(cls, value: Range | None) -> Range | None:
+        return _check_range(value)
+
+
+class NodeUncertainty(_Strict):
+    """A node profile's uncertain inputs, as ``GPUUncertainty``: ``inter_node_efficiency``, the fraction of the NICs'
+    line rate collectives across nodes reach (``nics.efficiency``)."""
+
+    inter_node_efficiency: Range | None = None
+
+    @field_validator("inter_node_efficiency")
+    @classmethod
+    def _ordered(cls, value: Range | None) -> Range | None:
+        return _check_range(value)
+
+
+def _check_within(name: str, value: float, bounds: Range | None) -> None:
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise ValueError(
+            f"uncertainty.{name} {list(bounds)} does not hold the profile's own value {value:g}: widen the range"
+        )
 
 
 class GPUSpec(_Strict):
@@ -152,6 +204,8 @@ class GPUSpec(_Strict):
     sm_count: int | None = Field(default=None, ge=1, le=100_000)
     #: A published measurement of compute slowed by a concurrent collective on this GPU (None: none published).
     overlap: OverlapMeasurement | None = None
+    #: The ranges of the uncertain inputs (None: the profile gives none, and they are held at its values).
+    uncertainty: GPUUncertainty | None = None
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> GPUSpec:
@@ -160,6 +214,19 @@ class GPUSpec(_Strict):
                 f"overlap.channels ({self.overlap.channels}) must be below sm_count ({self.sm_count}): the load "
                 "cannot hold every SM"
             )
+        if self.uncertainty is not None:
+            u = self.uncertainty
+            _check_within("gemm_efficiency", max(f for _, f in self.efficiency.matmul), u.gemm_efficiency)
+            _check_within("gpu_to_gpu_cv", self.gpu_to_gpu_cv, u.gpu_to_gpu_cv)
+            if self.overlap is not None:
+                _check_within("interference", self.overlap.overlapped_s / self.overlap.alone_s, u.interference)
+            for name, bounds in (("gemm_efficiency", u.gemm_efficiency), ("gpu_to_gpu_cv", u.gpu_to_gpu_cv)):
+                if bounds is not None and not (bounds[0] >= 0 and bounds[1] <= 1):
+                    raise ValueError(f"uncertainty.{name} {list(bounds)}: a fraction, within [0, 1]")
+            if u.interference is not None and u.interference[0] < 1:
+                raise ValueError(
+                    f"uncertainty.interference {list(u.interference)}: a slowdown, at least 1 (no slower than alone)"
+                )
         fixed = self.workspace_reserve_bytes + self.cuda_context_bytes
         if fixed >= self.memory_bytes:
             raise ValueError(
@@ -394,9 +461,16 @@ class NodeSpec(_Strict):
     #: What NCCL finds and costs on this node type; without it collectives keep the alpha-beta latency and NCCL's
     #: buffers are not counted in memory.
     nccl: NcclSection | None = None
+    #: The ranges of the uncertain inputs (None: none given, held at the profile's values).
+    uncertainty: NodeUncertainty | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeSpec:
+        if self.uncertainty is not None:
+            bounds = self.uncertainty.inter_node_efficiency
+            _check_within("inter_node_efficiency", self.nics.efficiency, bounds)
+            if bounds is not None and not (bounds[0] > 0 and bounds[1] <= 1):
+                raise ValueError(f"uncertainty.inter_node_efficiency {list(bounds)}: a fraction, within (0, 1]")
         if self.gpus_per_node % self.nics.count:
             raise ValueError(f"nics.count ({self.nics.count}) must divide gpus_per_node ({self.gpus_per_node})")
         _check_fabric(self.fabric)

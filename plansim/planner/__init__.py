@@ -20,10 +20,12 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
+from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, robust_report
 from plansim.planner.search import OBJECTIVES, Finalist, Priced, SearchOutcome, des_figures, search
 from plansim.planner.space import Constraints, candidates, count_candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
+from plansim.uncertainty import perturbed, worst_corners
 from plansim.units import GB
 from plansim.workload import ModelSpec
 
@@ -56,6 +58,9 @@ class PlanResult:
     suggestion: str
     training: TrainingCost | None
     memory_capacity_bytes: float
+    #: With ``robust``: the candidates were ranked at the worst corner of the profiles' ranges, and this says how
+    #: robust the winner is (``planner.robust``); None otherwise.
+    robust: RobustReport | None = None
 
     @property
     def winner(self) -> Strategy | None:
@@ -125,10 +130,16 @@ def plan(
     price_per_gpu_hour: float | None = None,
     progress: Callable[[int, int], None] | None = None,
     phase: Callable[[str], None] | None = None,
+    robust: bool = False,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
     ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
     each later phase begins (``plansim plan`` shows both on stderr).
+
+    ``robust`` ranks every candidate by its worst case over the ranges of the hardware profiles' uncertain inputs
+    (``plansim.uncertainty``: the corner of the box with every input at its worse end), and reports, for the
+    winner, its step time at each input's range ends and the break-even values against the runner-up and the best
+    candidate of another family (``PlanResult.robust``, ``planner.robust``).
 
     ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The candidates are counted
     before any is priced: above ``PLANSIM_MAX_CANDIDATES`` (``plansim.limits.WORK``) the call is refused with the
@@ -158,7 +169,7 @@ def plan(
             "ranks as --objective step_time"
         )
     top_k = whole(top_k, "top_k", "--top")
-    for name, value in (("des (--no-des)", des), ("milp", milp), ("splits", splits)):
+    for name, value in (("des (--no-des)", des), ("milp", milp), ("splits", splits), ("robust", robust)):
         flag(value, name)
     jobs = whole(jobs, "jobs", "--jobs")
     tokens = None if tokens is None else number(tokens, "tokens", "--tokens")
@@ -169,6 +180,7 @@ def plan(
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
+    corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
     count = count_candidates(spec, cluster, global_batch, c)
     refuse_work(
         "candidates", count, f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}",
@@ -176,7 +188,7 @@ def plan(
     )  # fmt: skip
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
-        progress=progress, phase=phase,
+        progress=progress, phase=phase, corners=corners,
     )  # fmt: skip
     if not outcome.candidates:
         raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
@@ -187,7 +199,9 @@ def plan(
         same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
         if des and not same and phase:
             phase("the Megatron-style reference with the DES")
-        reference = des_figures(spec, cluster, mega_priced.strategy) if des and not same else None
+        reference = (
+            des_figures(spec, mega_priced.cluster or cluster, mega_priced.strategy) if des and not same else None
+        )
         mega = same[0] if same else Finalist(mega_priced, reference)
     result = PlanResult(
         spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
@@ -206,11 +220,40 @@ def plan(
         None if mega is not None or not _set_constraints(c) else _megatron_excluded(spec, cluster, global_batch, c)
     )
     result.explanation = _explain(result, excluded)
+    if robust:
+        if phase:
+            phase("break-even values for the winner")
+        result.robust = _robust(spec, cluster, result)
+        result.explanation += " " + " ".join(result.robust.sentences())
     if winner.warnings:  # a thin memory margin (plansim.step.result.THIN_MARGIN): said, not hidden
         result.explanation += " Note: the winner's " + "; ".join(winner.warnings) + "."
     if tokens is not None:
         result.training = training_cost(winner, tokens, spec.seq_len, global_batch, price_per_gpu_hour)
     return result
+
+
+def _robust(spec: ModelSpec, cluster: Cluster, r: PlanResult) -> RobustReport:
+    """The winner's robustness report against the runner-up and the best candidate of another family (by the
+    ranking's order, finalists first)."""
+    fits = [f for f in r.outcome.finalists if f.result.fits]
+    winner = fits[0].priced.strategy
+    rivals = []
+    apart = [k for k, f in enumerate(fits) if k and not _ties(f.priced.result, fits[0].priced.result)]
+    if apart:  # a finalist that prices as the winner (ZeRO-2 beside ZeRO-1, say) never breaks even: the next
+        k = apart[0]
+        role = "the runner-up" if k == 1 else f"finalist #{k + 1} (those before it price as the winner)"
+        rivals.append(Rival(role, fits[k].priced.strategy))
+    fits_s = [f.priced.strategy for f in fits]
+    ranked = fits_s[1:] + [p.strategy for p in r.outcome.fitting if p.strategy not in fits_s]
+    other = family_rival(winner, ranked)
+    if other is not None and all(other.strategy != rival.strategy for rival in rivals):
+        rivals.append(other)
+    return robust_report(spec, cluster, winner, rivals)
+
+
+def _ties(a: Result, b: Result) -> bool:
+    """Whether two analytic results price alike (within ``planner.robust.TIE``)."""
+    return abs(a.step_time_s / b.step_time_s - 1) <= TIE
 
 
 def training_cost(

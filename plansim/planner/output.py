@@ -1,6 +1,7 @@
 """What ``plansim plan --out DIR`` writes: results.csv (the finalists, ranked), candidates.csv (every candidate that
-fits, analytic figures), results.json (the summary, the explanation, the rejected candidates), winner.yaml (a
-strategy file ``plansim simulate --strategy`` loads) and the charts (``report.plan_charts``)."""
+fits, analytic figures), results.json (the summary, the explanation, the rejected candidates; with ``--robust`` the
+robustness report), winner.yaml (a strategy file ``plansim simulate --strategy`` loads) and the charts
+(``report.plan_charts``; with ``--robust`` the tornado chart, ``report.robust_chart``)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
         if r.megatron is None
         else {"strategy": describe(r.megatron.priced.strategy), "result": r.megatron.result.to_dict()},
     }
+    if r.robust is not None:
+        out["robust"] = r.robust.to_dict()
     if r.training is not None:
         t = r.training
         out["training"] = {
@@ -97,5 +100,9 @@ def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
             title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
             written += time_chart(frame, directory / "time_breakdown.svg", title)
             written += memory_chart(frame, directory / "memory.svg", title)
+        if r.robust is not None:
+            from plansim.report.robust_chart import tornado_chart
+
+            written += tornado_chart(r.robust, directory / "robust.svg", title)
         files = stage.final(written)
     return files

@@ -53,11 +53,32 @@ OBJECTIVES: dict[str, Callable[[Result], float]] = {
 
 @dataclass(frozen=True)
 class Priced:
-    """One candidate and its analytic result, with its position in the enumeration (the tie-break)."""
+    """One candidate and its analytic result, with its position in the enumeration (the tie-break); ``cluster``: the
+    corner of the uncertainty box it was priced at when the search ranks by the worst case (None: the cluster as
+    profiled)."""
 
     index: int
     strategy: Strategy
     result: Result
+    cluster: Cluster | None = None
+
+
+class _Pricing:
+    """The analytic engine over one cluster, or (a robust search) over several corners of the uncertainty box, each
+    with its own ``AnalyticCache``: a strategy's result is its slowest corner's."""
+
+    def __init__(self, model: ModelSpec, clusters: Sequence[Cluster]) -> None:
+        self.model = model
+        self.caches = [AnalyticCache(model, c) for c in clusters]
+
+    def model_states_exceed(self, s: Strategy) -> bool:
+        return self.caches[0].model_states_exceed(s)  # the uncertain inputs move time, never memory
+
+    def price(self, s: Strategy) -> tuple[Result, Cluster | None]:
+        if len(self.caches) == 1:
+            return simulate_analytic(self.model, self.caches[0].cluster, s, cache=self.caches[0]), None
+        results = [(simulate_analytic(self.model, c.cluster, s, cache=c), c.cluster) for c in self.caches]
+        return max(results, key=lambda rc: rc[0].step_time_s)
 
 
 @dataclass(frozen=True)
@@ -105,10 +126,13 @@ def search(
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
     phase: Callable[[str], None] | None = None,
+    corners: Sequence[Cluster] = (),
 ) -> SearchOutcome:
     """Search the space (see the module docstring). ``splits`` tries the finalists' time-balanced layer splits,
     ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing and while the DES runs the
-    finalists; ``phase(label)`` as each phase after the pricing begins."""
+    finalists; ``phase(label)`` as each phase after the pricing begins. ``corners`` (a robust search: the clusters
+    of ``uncertainty.worst_corners``) prices every candidate at each and ranks by the slowest; the DES re-simulates
+    a finalist at its slowest corner."""
     if objective not in OBJECTIVES:
         raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     if top_k < 1:
@@ -117,7 +141,8 @@ def search(
     began = time.perf_counter()
     space = list(candidates(model, cluster, global_batch, constraints or Constraints()))
     enumerated = time.perf_counter()
-    priced, errors = _price_all(model, cluster, space, jobs, progress)
+    clusters = tuple(corners) or (cluster,)
+    priced, errors = _price_all(model, clusters, space, jobs, progress)
     analytic = time.perf_counter()
     rejected: Counter[str] = Counter(errors)
     fitting = []
@@ -131,11 +156,11 @@ def search(
     say = phase or (lambda label: None)
     if splits and chosen:
         say("balancing the finalists' layer splits")
-        chosen = _with_balanced_splits(model, cluster, chosen, key, top_k)
+        chosen = _with_balanced_splits(model, clusters, chosen, key, top_k)
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, cluster, chosen, key, top_k)
+        chosen = _with_milp(model, clusters, chosen, key, top_k)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
@@ -160,14 +185,14 @@ def search(
 
 def _price_all(
     model: ModelSpec,
-    cluster: Cluster,
+    clusters: tuple[Cluster, ...],
     space: Sequence[Strategy],
     jobs: int,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[list[Priced], Counter[str]]:
     if jobs > 1 and len(space) > 1:
         size = math.ceil(len(space) / (4 * jobs))
-        chunks = [(model, cluster, list(space[i : i + size]), i) for i in range(0, len(space), size)]
+        chunks = [(model, clusters, list(space[i : i + size]), i) for i in range(0, len(space), size)]
         priced: list[Priced] = []
         errors: Counter[str] = Counter()
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -177,37 +202,38 @@ def _price_all(
                 if progress:
                     progress(len(priced) + sum(errors.values()), len(space))
         return priced, errors
-    return _price_chunk((model, cluster, list(space), 0), progress, len(space))
+    return _price_chunk((model, clusters, list(space), 0), progress, len(space))
 
 
 def _price_chunk(
-    job: tuple[ModelSpec, Cluster, list[Strategy], int],
+    job: tuple[ModelSpec, tuple[Cluster, ...], list[Strategy], int],
     progress: Callable[[int, int], None] | None = None,
     total: int = 0,
 ) -> tuple[list[Priced], Counter[str]]:
-    model, cluster, strategies, offset = job
+    model, clusters, strategies, offset = job
     with gc_paused():
-        return _price_strategies(model, cluster, strategies, offset, progress, total)
+        return _price_strategies(model, clusters, strategies, offset, progress, total)
 
 
 def _price_strategies(
     model: ModelSpec,
-    cluster: Cluster,
+    clusters: tuple[Cluster, ...],
     strategies: list[Strategy],
     offset: int,
     progress: Callable[[int, int], None] | None,
     total: int,
 ) -> tuple[list[Priced], Counter[str]]:
-    cache = AnalyticCache(model, cluster)
+    pricing = _Pricing(model, clusters)
     priced, errors = [], Counter[str]()
     step = max(1, len(strategies) // 200)
     for k, s in enumerate(strategies):
         try:
-            resolved = s.resolve(cluster)  # once, for both calls
-            if cache.model_states_exceed(resolved):  # no activations can make it fit: the step is not priced
+            resolved = s.resolve(clusters[0])  # once, for both calls
+            if pricing.model_states_exceed(resolved):  # no activations can make it fit: the step is not priced
                 errors[STATES_EXCEED] += 1
             else:
-                priced.append(Priced(offset + k, s, simulate_analytic(model, cluster, resolved, cache=cache)))
+                result, corner = pricing.price(resolved)
+                priced.append(Priced(offset + k, s, result, corner))
         except PlansimError as exc:
             errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
         if progress and (k % step == 0 or k + 1 == len(strategies)):
@@ -251,7 +277,7 @@ MILP_MAX_BLOCKS = 12
 
 
 def _with_milp(
-    model: ModelSpec, cluster: Cluster, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec, clusters: tuple[Cluster, ...], chosen: list[Priced], key: Callable[[Result], float], top_k: int
 ) -> list[Priced]:
     """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
     blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
@@ -268,17 +294,17 @@ def _with_milp(
             continue
         seen.add(s)
         try:
-            r = simulate_analytic(model, cluster, s)
+            r, corner = _Pricing(model, clusters).price(s)
         except PlansimError:
             continue
         if r.fits:
-            out.append(Priced(p.index, s, r))
+            out.append(Priced(p.index, s, r, corner))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
     return _without_twins(out, top_k)
 
 
 def _with_balanced_splits(
-    model: ModelSpec, cluster: Cluster, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec, clusters: tuple[Cluster, ...], chosen: list[Priced], key: Callable[[Result], float], top_k: int
 ) -> list[Priced]:
     """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
     that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
@@ -286,21 +312,21 @@ def _with_balanced_splits(
     ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
-    cache = AnalyticCache(model, cluster)
+    pricing = _Pricing(model, clusters)
     for p in chosen:
         s = p.strategy
         if s.pp == 1 or s.virtual_stages > 1 or s.layer_split is not None:
             continue
-        split = _balanced(model, cache, s)
+        split = _balanced(model, pricing.caches[0], s)
         if split is None:
             continue
         t = s.model_copy(update={"layer_split": split})
         if t in seen:
             continue
         seen.add(t)
-        r = simulate_analytic(model, cluster, t, cache=cache)
+        r, corner = pricing.price(t)
         if r.fits:
-            out.append(Priced(p.index, t, r))
+            out.append(Priced(p.index, t, r, corner))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.layer_split is not None))
     return out[:top_k]
 
@@ -360,7 +386,7 @@ def _des_all(
     ``progress(done, total)`` after each."""
     if not des:
         return [None] * len(chosen)
-    work = [(model, cluster, p.strategy) for p in chosen]
+    work = [(model, p.cluster or cluster, p.strategy) for p in chosen]
     out: list[Result | None] = []
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
