@@ -29,13 +29,17 @@ from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers, stage_layers
 from plansim.step.data_parallel import (
+    CHAINED,
+    START,
     DataParallelPlan,
     GroupCollective,
     LayerPass,
     bucketed_reduction,
     data_parallel_plan,
     per_layer_overlap,
+    prefetched_gathers,
     tied_gradient_bytes,
+    weight_gathers,
 )
 from plansim.step.layers import (
     AxisComm,
@@ -109,6 +113,8 @@ class StageCost:
     #: how many of ``backward_layers`` each of the stage's model chunks holds, in backward order (the last chunk's
     #: first); one entry without interleaving
     backward_chunks: tuple[int, ...] = ()
+    #: the pipeline's first stage (where a framework buckets only the first stage, ``DataParallelPlan``)
+    first_stage: bool = False
 
     @property
     def compute_s(self) -> float:
@@ -200,6 +206,7 @@ class _DataParallelKey(StrategyProjection):
     grad_bucket_bytes: float
     overlap_grad_reduce: bool
     framework: str  # its rules: whether sharded gradients are reduced every micro-batch
+    overlap_param_gather: bool
 
 
 @dataclass(frozen=True)
@@ -307,7 +314,7 @@ class AnalyticCache:
             # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
             # them alive, so an identity is not reused while it is a key
             key = (rate, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
-                   id(stage.backward_layers))  # fmt: skip
+                   id(stage.backward_layers), stage.first_stage)  # fmt: skip
             hit = memo.get(key)
             if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
                 comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rate)
@@ -421,13 +428,15 @@ def simulate_analytic(
             peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
                                    model.layers, sums.layer_input, milp)  # fmt: skip
             if scheduled:
-                stages.append(_stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=s.virtual_stages))
+                stages.append(
+                    _stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=s.virtual_stages, first=idx == 0)
+                )
                 continue
-            stage_key = (sums, s.remat, p2p, params, peak, s.virtual_stages)
+            stage_key = (sums, s.remat, p2p, params, peak, s.virtual_stages, idx == 0)
             stage = priced.stage_costs.get(stage_key)
             if stage is None:
                 stage = priced.stage_costs[stage_key] = _stage_cost(
-                    sums, s.remat, p2p, params, peak, chunks=s.virtual_stages
+                    sums, s.remat, p2p, params, peak, chunks=s.virtual_stages, first=idx == 0
                 )
             stages.append(stage)
         pipe = _Pipeline.of(stages, s)
@@ -469,6 +478,7 @@ class _Pipeline:
     bottleneck: StageCost
     dp_groups: list[StageCost]
     dp_group_sizes: list[int]
+    dp_group_first: list[int]
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
@@ -490,19 +500,22 @@ class _Pipeline:
         bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
         dp_groups: dict[tuple[float, ...], StageCost] = {}
         dp_sizes: dict[tuple[float, ...], int] = {}
+        dp_first: dict[tuple[float, ...], int] = {}
         memory_groups: dict[tuple[float, float], int] = {}
         representatives: list[StageCost] = []
         group_of = []
-        for st in stages:
-            dp_key = (st.params, st.tail_params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s)
+        for idx, st in enumerate(stages):
+            dp_key = (st.params, st.tail_params, st.num_layers, st.bwd_s + st.recompute_s, st.fwd_s, st.first_stage)
             dp_groups.setdefault(dp_key, st)
             dp_sizes[dp_key] = dp_sizes.get(dp_key, 0) + 1
+            dp_first.setdefault(dp_key, idx)
             g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
             if g == len(representatives):
                 representatives.append(st)
             group_of.append(g)
         return cls(
-            stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), representatives, group_of,
+            stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), list(dp_first.values()),
+            representatives, group_of,
             [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages), chain,
@@ -610,6 +623,7 @@ def _stage_cost(
     peak: tuple[float, float],
     plan: StageRemat | None = None,
     chunks: int = 1,
+    first: bool = False,
 ) -> StageCost:
     """One stage from its layers' sums, ``p2p`` (seconds, pp bytes, tp bytes, each send beside compute) of its
     pipeline traffic (``_p2p``), ``params`` it holds and its activations' ``peak`` (bytes, reserved bytes: the
@@ -642,6 +656,7 @@ def _stage_cost(
         forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         backward_chunks=_chunk_sizes(sums, chunks),
+        first_stage=first,
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
         recompute_s=recompute_s,
@@ -775,6 +790,11 @@ class DataParallelComm:
     zero_bytes: float
     interference_s: float = 0.0
     overlapped_s: float = 0.0
+    #: what the stage's first forwards wait for an overlapped ZeRO-1/2 gather, and what they lose to it beside them
+    #: (``step.data_parallel.prefetched_gathers``); not in the fields above
+    lead_s: float = 0.0
+    lead_interference_s: float = 0.0
+    lead_overlapped_s: float = 0.0
 
 
 def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
@@ -835,18 +855,81 @@ def _dp_comm(
             m,
         )
         return DataParallelComm(z.exposed_s, z.reduce_sent, z.gather_sent, z.interference_s, z.overlapped_s)
-    t_ag, ag_sent = (0.0, 0.0)
-    if plan.gather_after_step:
+    t_ag, ag_sent, lead = (0.0, 0.0, None)
+    if plan.gather_after_step and plan.gather_overlapped:  # under the next step's first forward, bucket by bucket
+        forward = stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),)
+        walk, gathers = _first_forwards(s, plan, forward, stage)
+        # a later stage's first forward waits for the pipeline's fill: at least the stage before it running its
+        # first chunk's forward (taken as this stage's own), which the gathers may use
+        idle = 0.0 if stage.first_stage else fwd_s / max(1, len(stage.backward_chunks))
+        lead = prefetched_gathers(walk, gathers, lambda n_bytes: price(plan.gather, n_bytes), rate, idle)
+        ag_sent = lead.gather_sent
+    elif plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
     layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
+    sizes = stage.backward_chunks if len(stage.backward_chunks) > 1 else (len(layers),)
     if not plan.reduce_every_microbatch:  # the last micro-batch's backward, chunk by chunk with interleaving
         layers = _last_backwards(s, layers, stage.backward_chunks)
-    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate)
+    else:
+        sizes = (len(layers),)
+    chunks = _chunk_ends(plan, stage.first_stage, sizes)
+    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate, chunks)
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
-    return DataParallelComm(
+    out = DataParallelComm(
         reductions * exposed + t_ag, reductions * r_sent, ag_sent, reductions * lost, reductions * overlapped
     )
+    if lead is not None:
+        out = replace(
+            out, lead_s=lead.exposed_s, lead_interference_s=lead.interference_s, lead_overlapped_s=lead.overlapped_s
+        )
+    return out
+
+
+def _chunk_ends(plan: DataParallelPlan, first_stage: bool, sizes: tuple[int, ...]) -> list[tuple[int, float]]:
+    """(the index of each model chunk's last pass, its bucket size) in the walk ``_last_backwards`` builds from
+    ``sizes`` passes per chunk (backward order: the last chunk first; a filler pass between two chunks)."""
+    out, end = [], -1
+    for i, n in enumerate(sizes):
+        end += n + (1 if i else 0)
+        out.append((end, plan.chunk_bucket_bytes(first_stage, len(sizes) - 1 - i)))
+    return out
+
+
+def _first_forwards(
+    s: Strategy, plan: DataParallelPlan, forward: tuple[LayerPass, ...], stage: StageCost
+) -> tuple[tuple[LayerPass, ...], list[tuple[int, float, int | None]]]:
+    """The passes a stage runs from the step's start until its first micro-batch has been through every one of its
+    model chunks, and its weight gathers (``step.data_parallel.weight_gathers``) as (the walk index of the pass that
+    waits for it, bytes, the walk index at whose start it is issued: -1 the step's start, None chained). Interleaved
+    1F1B's warm-up runs the first ``p`` micro-batches' forwards chunk by chunk (``pipeline_orders.interleaved_order``),
+    so after the first micro-batch's forward of a chunk come the other ``p - 1`` micro-batches' forwards of that
+    chunk (one filler pass), then the first's of the next. The stage's extra parameters (the tied embeddings' copy
+    on the last stage) go with its last layer, whose weights the gather also brings."""
+    extra = stage.params - sum(x.params for x in forward)
+    if extra > 0 and forward:
+        last = forward[-1]
+        forward = (*forward[:-1], LayerPass(last.work_s, last.blocking_s, last.params + extra))
+    sizes = stage.backward_chunks[::-1] or (len(forward),)
+    walk: list[LayerPass] = []
+    starts: list[int] = []
+    chunk_params: list[list[float]] = []
+    start = 0
+    for i, n in enumerate(sizes):
+        chunk = forward[start : start + n]
+        start += n
+        starts.append(len(walk))
+        chunk_params.append([x.params for x in chunk])
+        walk.extend(chunk)
+        if i < len(sizes) - 1:
+            work = sum(x.work_s for x in chunk) * (s.pp - 1)
+            blocking = sum(x.blocking_s for x in chunk) * (s.pp - 1)
+            walk.append(LayerPass(work, blocking, 0))
+    gathers: list[tuple[int, float, int | None]] = []
+    for g in weight_gathers(plan, stage.first_stage, chunk_params):
+        issue = -1 if g.issue == START else None if g.issue == CHAINED else starts[int(g.issue)]
+        gathers.append((starts[g.chunk] + g.first, g.n_bytes, issue))
+    return tuple(walk), gathers
 
 
 def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> float:
@@ -883,18 +966,33 @@ def _time_breakdown(
     rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else 1.0
     comms = shared.dp_comms(s, dp, pipe.dp_groups, rate)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
-    # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first)
+    # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first); and
+    # the step's start as late as the stage whose first forwards an overlapped ZeRO-1/2 gather delays most (waits
+    # and compute lost beside it): the stages' warm-up forwards run side by side, so their delays do not add up
+    lead = max(comms, key=lambda c: c.lead_s + c.lead_interference_s)
+    # stage k's tail after its last backward is hidden by the drain behind it: stages k-1 .. 0 each run that
+    # micro-batch's backward of their first chunk after it (1F1B's cooldown; Megatron-LM: "other pipeline stages do
+    # grad reduction during pipeline bubble", schedules.py:2220-2224); a group's earliest stage has the least
+    tails = [
+        max(0.0, c.exposed_s - k * (st.bwd_s + st.recompute_s) / max(1, len(st.backward_chunks)))
+        for c, st, k in zip(comms, pipe.dp_groups, pipe.dp_group_first, strict=True)
+    ]
+    worst = max(range(len(comms)), key=tails.__getitem__)
     dpc = replace(
-        max(comms, key=lambda c: c.exposed_s),
-        interference_s=sum(c.interference_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
-        overlapped_s=sum(c.overlapped_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True)),
+        comms[worst],
+        exposed_s=tails[worst],
+        interference_s=sum(c.interference_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True))
+        + lead.lead_interference_s,
+        overlapped_s=sum(c.overlapped_s * n for c, n in zip(comms, pipe.dp_group_sizes, strict=True))
+        + lead.lead_overlapped_s,
+        lead_s=lead.lead_s,
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     optimizer = [_optimizer_s(kernels, s, st.params) for st in pipe.memory_groups]
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
-        "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + emb_s,
+        "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + dpc.lead_s + emb_s,
         "bubble": pipe.pipe_s - pipe.send_chain_s - m * bottleneck.time_s,
         "optimizer": max(optimizer),
         "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),

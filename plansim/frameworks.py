@@ -92,6 +92,8 @@ class FrameworkRules(_Strict):
     grad_reduce_overlap_with_pipeline: Rule[bool]
     grad_bucket: Rule[GradBucket]
     sharded_grads_reduced_every_microbatch: Rule[bool]
+    param_gather_overlap: Rule[bool]
+    grad_buckets_first_chunk_only: Rule[bool]
 
 
 class FrameworkProfile(_Strict):

@@ -38,7 +38,16 @@ from plansim.mesh import DeviceMesh, mesh_of
 from plansim.remat.plan import LayerRemat
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, tied_gradient_bytes
+from plansim.step.data_parallel import (
+    CHAINED,
+    START,
+    DataParallelPlan,
+    GroupCollective,
+    WeightGather,
+    data_parallel_plan,
+    tied_gradient_bytes,
+    weight_gathers,
+)
 from plansim.step.layers import LayerProgram, Segment, layer_programs
 from plansim.step.memory import (
     LayerBytes,
@@ -122,6 +131,32 @@ class _StageLowering:
         # The wait for the job's slowest GPU, first on the compute stream (its length is set once every stage is
         # built, ``_slowest_gpu``): what runs after it, the first ZeRO-3 gathers included, starts that much later.
         self.slowest = self._compute(Task("slowest_gpu", "compute", "sync_wait"))
+        # The stage's model chunks (forward order), and per chunk the layer after whose backward its gradients are
+        # complete (a bucket never spans two chunks: step.data_parallel.bucket_launches)
+        self.chunk_layers = [[x for x in c if x in ctx.programs] for c in ctx.chunks[stage :: self.s.pp]]
+        self.chunk_of = {x: c for c, layers in enumerate(self.chunk_layers) for x in layers}
+        self.chunk_done: dict[int, int] = {}
+        for c, layers in enumerate(self.chunk_layers):
+            with_params = [x for x in layers if self._layer_params(x) > 0]
+            if with_params and len(self.chunk_layers) > 1:
+                self.chunk_done[with_params[0]] = c
+        # An overlapped ZeRO-1/2 gather (Megatron-LM's --overlap-param-gather): the weights' buckets, gathered under
+        # the step's first forward, each waited for by its first layer (step.data_parallel.weight_gathers)
+        self.weights: list[WeightGather] = []
+        self.weights_first: dict[int, int] = {}  # the layer that waits for a bucket -> the bucket's index
+        self.weights_tasks: list[int] = []
+        if self.plan is not None and self.plan.gather_after_step and self.plan.gather_overlapped:
+            chunk_params = [[float(self._layer_params(x)) for x in layers] for layers in self.chunk_layers]
+            held = sum(sum(p) for p in chunk_params)
+            extra = stage_params([x for c in self.chunk_layers for x in c], ctx.programs, self.s, ctx.model, stage)
+            if chunk_params and chunk_params[-1] and extra - held > 0:
+                chunk_params[-1][-1] += extra - held  # what the layers do not hold, with the stage's last layer
+            self.weights = weight_gathers(self.plan, stage == 0, chunk_params)
+            self.weights_tasks = [-1] * len(self.weights)
+            for k, w in enumerate(self.weights):
+                self.weights_first[self.chunk_layers[w.chunk][w.first]] = k
+                if w.issue == START:  # issued in the step's first zero_grad, before any forward
+                    self._weights_gather(k, ((stage, self.slowest),))
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _compute(self, task: Task) -> int:
@@ -143,6 +178,38 @@ class _StageLowering:
         idx = self.prog.add(task)
         self.last_dp = idx
         return idx
+
+    def _layer_params(self, layer: int) -> float:
+        """A layer's parameters on this stage (the output layer's with the tied embeddings' copy)."""
+        lp = self.ctx.programs[layer]
+        return lp.params + (self.tied_params if layer == self.ctx.model.layers else 0)
+
+    def _weights_gather(self, k: int, deps: tuple[tuple[int, int], ...]) -> None:
+        """Issue the overlapped gather of weight bucket ``k`` on the dp stream."""
+        assert self.plan is not None
+        comm = _dp_comm(self.plan.gather, self.weights[k].n_bytes, "zero")
+        task = Task(f"weights_gather.{k}", "dp", "param_gather", comm=comm, deps=deps)
+        self.weights_tasks[k] = self._dp(task)
+
+    def _weights_before(self, layer: int) -> tuple[tuple[int, int], ...]:
+        """Before the first micro-batch's forward of ``layer``: the gathers its chunk's first forward issues, and,
+        where a bucket starts at it, the wait for that bucket (issuing it first if its turn had not come) and the
+        next bucket's gather issued when it is chained to this one (a prefetch of one)."""
+        after = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
+        chunk = self.chunk_of.get(layer)
+        if chunk is not None and self.chunk_layers[chunk][0] == layer:
+            for j, w in enumerate(self.weights):
+                if w.issue == chunk and self.weights_tasks[j] < 0:
+                    self._weights_gather(j, after)
+        k = self.weights_first.get(layer)
+        if k is None:
+            return ()
+        if self.weights_tasks[k] < 0:
+            self._weights_gather(k, after)
+        deps = ((self.stage, self.weights_tasks[k]),)
+        if k + 1 < len(self.weights) and self.weights[k + 1].issue == CHAINED and self.weights_tasks[k + 1] < 0:
+            self._weights_gather(k + 1, (*deps, *after))
+        return deps
 
     def _run(
         self,
@@ -228,7 +295,7 @@ class _StageLowering:
             if mem.transient.n > 0:
                 alloc += _act(f"w/{mb}/{layer}", mem.transient)
                 free = (f"w/{mb}/{layer}",)
-            deps: tuple[tuple[int, int], ...] = ()
+            deps = self._weights_before(layer) if mb == 0 and self.weights else ()
             if self.zero3:
                 gather = self._gather(mb, layers, pos, "f")
                 if gather >= 0:
@@ -410,7 +477,9 @@ class _StageLowering:
             return
         self.bucket[0] += n_bytes
         self.bucket_dep = task
-        if plan.bucket_full(self.bucket[0]):
+        chunk = self.chunk_of.get(layer, 0)
+        size = plan.chunk_bucket_bytes(self.stage == 0, chunk)
+        if plan.bucket_full(self.bucket[0], size) or (plan.overlap and self.chunk_done.get(layer) == chunk):
             self._flush_bucket(mb)
 
     def _flush_bucket(self, mb: int) -> None:
@@ -455,7 +524,7 @@ class _StageLowering:
         opt = self._compute(
             Task("optimizer", "compute", "optimizer", optimizer_step_s(self.kernels, s, params), deps=tuple(deps))
         )
-        if self.plan is not None and self.plan.gather_after_step:
+        if self.plan is not None and self.plan.gather_after_step and not self.plan.gather_overlapped:
             comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params

@@ -131,6 +131,11 @@ class Strategy(BaseModel):
     grad_bucket_bytes: int | None = field(
         "grad_bucket_bytes", default=None, description="gradient bucket size; default: the framework's"
     )
+    overlap_param_gather: bool | None = Field(
+        default=None,
+        description="ZeRO-1/2: all-gather the updated weights under the next step's forward, bucket by bucket "
+        "(Megatron-LM's --overlap-param-gather); default: wherever the framework does",
+    )
 
     @field_validator(
         "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "grad_bucket_bytes", mode="before"
@@ -212,7 +217,7 @@ class Strategy(BaseModel):
         update: dict[str, Any] = {}
         if s.dtype is None:
             update["dtype"] = "bf16" if cluster.gpu.supports("bf16") else "fp16"
-        if s.fp32_grad_accum is None or s.overlap_grad_reduce is None or s.grad_bucket_bytes is None:
+        if None in (s.fp32_grad_accum, s.overlap_grad_reduce, s.grad_bucket_bytes, s.overlap_param_gather):
             rules = load_framework(s.framework).rules
             if s.fp32_grad_accum is None:
                 update["fp32_grad_accum"] = rules.grad_reduce_fp32.value
@@ -225,6 +230,9 @@ class Strategy(BaseModel):
                     update.get("fp32_grad_accum", s.fp32_grad_accum), update.get("dtype", s.compute_dtype)
                 )
                 update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, grads)
+            if s.overlap_param_gather is None:  # Megatron-LM: only with --overlap-grad-reduce (arguments.py:625-631)
+                overlapped = update.get("overlap_grad_reduce", s.overlap_grad_reduce)
+                update["overlap_param_gather"] = rules.param_gather_overlap.value and bool(overlapped)
         return s.model_copy(update=update) if update else s
 
     def with_gpus(self, gpus: int) -> Strategy:

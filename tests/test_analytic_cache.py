@@ -38,6 +38,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "fp32_grad_accum": [True, False],
     "overlap_grad_reduce": [False, True],
     "grad_bucket_bytes": [2**20, 2**26],
+    "overlap_param_gather": [False, True],
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.

@@ -15,10 +15,13 @@ from plansim.cli import app
 from plansim.errors import PlansimError
 from plansim.frameworks import FrameworkRules, GradBucket, framework_names, load_framework, modelled_zero_stages
 from plansim.hardware import load_hardware
+from plansim.lower import lower
 from plansim.planner import Constraints
 from plansim.planner.space import candidates
+from plansim.step.data_parallel import START, data_parallel_plan, weight_gathers
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
+from plansim.taskgraph import Task
 from plansim.workload import load_model
 
 runner = CliRunner()
@@ -158,6 +161,76 @@ def test_sharded_grads_reduced_every_microbatch_zero2_reduce_scatters_each_one()
     assert dp_bytes(2, 4) == pytest.approx(4 * dp_bytes(2, 1))
     assert dp_bytes(1, 4) == pytest.approx(dp_bytes(1, 1))
     assert all(load_framework(n).rules.sharded_grads_reduced_every_microbatch.value for n in framework_names())
+
+
+def _tasks(strategy: str, gpus: int = 16, model: str = "gpt3-350m") -> list[list[Task]]:
+    return [st.tasks for st in lower(load_model(model), _cluster(gpus), Strategy.parse(strategy)).stages]
+
+
+def test_param_gather_overlap_megatron_gathers_under_the_next_forward() -> None:
+    """megatron --overlap-param-gather (megatron/core/optimizer/distrib_optimizer.py:2590-2596;
+    param_and_grad_buffer.py:265-301): no weight all-gather after the optimizer step; each bucket's gather runs
+    under the step's first forward, the first issued at the start, each later one by the pre-hook that waits for
+    the one before; deepspeed all-gathers after the step (deepspeed/runtime/zero/stage_1_and_2.py:2366-2375)."""
+    assert _resolved("dp=64,zero=1,framework=megatron").overlap_param_gather is True
+    assert _resolved("dp=64,zero=1,framework=megatron,overlap_grad_reduce=false").overlap_param_gather is False
+    assert _resolved("dp=64,zero=1,framework=deepspeed").overlap_param_gather is False
+    same = "dp=16,micro_batch=1,global_batch=32,zero=1,framework=megatron,grad_bucket_bytes=40000000"
+    (tasks,) = _tasks(same)
+    gathers = [k for k, t in enumerate(tasks) if t.category == "param_gather"]
+    forwards = [k for k, t in enumerate(tasks) if t.category == "forward"]
+    optimizer = next(k for k, t in enumerate(tasks) if t.category == "optimizer")
+    assert len(gathers) > 1 and all(k < optimizer for k in gathers)
+    assert tasks[gathers[0]].deps == ((0, 0),)  # at the start, after the wait for the slowest GPU
+    for k in gathers[1:]:  # a prefetch of one: after the gather before it and the forward before its issue point
+        assert (0, gathers[gathers.index(k) - 1]) in tasks[k].deps
+    waits = [k for k in forwards if any(d[1] in gathers for d in tasks[k].deps)]
+    assert len(waits) == len(gathers)
+    (after,) = _tasks(same.replace("framework=megatron", "framework=megatron,overlap_param_gather=false"))
+    (late,) = [k for k, t in enumerate(after) if t.category == "param_gather"]
+    assert after[late].deps == ((0, next(k for k, t in enumerate(after) if t.category == "optimizer")),)
+    model, cluster = load_model("gpt3-350m"), _cluster(16)
+    for engine in ("analytic", "des"):
+        hidden = plansim.simulate(model, cluster, Strategy.parse(same), engine=engine)
+        exposed = plansim.simulate(model, cluster, Strategy.parse(f"{same},overlap_param_gather=false"), engine=engine)
+        assert hidden.comm_bytes_per_gpu["zero"] == pytest.approx(exposed.comm_bytes_per_gpu["zero"])
+        assert hidden.step_time_s < exposed.step_time_s
+    analytic = plansim.simulate(model, cluster, Strategy.parse(same), engine="analytic")
+    des = plansim.simulate(model, cluster, Strategy.parse(same), engine="des")
+    assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+
+
+def test_param_gather_overlap_with_interleaving_issues_chunks_ahead() -> None:
+    """megatron with interleaving (align_param_gather): chunks 0 and 1 at the start, chunk k+1 when chunk k's first
+    micro-batch begins, every bucket of a chunk at once (megatron/core/pipeline_parallel/schedules.py:1033-1036,
+    1150-1168)."""
+    plan = data_parallel_plan(
+        _cluster(16),
+        Strategy.parse("dp=4,pp=2,tp=2,zero=1,schedule=interleaved,virtual_stages=2").resolve(_cluster(16)),
+    )
+    assert plan is not None and plan.gather_overlapped
+    gathers = weight_gathers(plan, False, [[1.0, 2.0], [3.0], [4.0], [5.0, 6.0]])
+    assert [(g.chunk, g.first, g.issue) for g in gathers] == [(0, 0, START), (1, 0, START), (2, 0, 1), (3, 0, 2)]
+    assert [g.n_bytes for g in gathers] == [6.0, 6.0, 8.0, 22.0]  # one bucket per chunk off the first stage
+
+
+def test_grad_buckets_first_chunk_only_megatron_buckets_only_the_first_stage() -> None:
+    """megatron: bucketing off on every stage but the first (megatron/core/distributed/distributed_data_parallel.py:
+    113-123) and on every model chunk but the first (megatron/training/training.py:992-1004): one reduction per
+    chunk there, launched once the chunk's gradients are complete; fsdp (DDP at zero 0 under torchtitan) buckets
+    every stage alike."""
+    small = "grad_bucket_bytes=4000000,micro_batch=1,global_batch=16"
+
+    def reductions(strategy: str) -> list[int]:
+        return [sum(t.category == "grad_reduce" for t in tasks) for tasks in _tasks(f"{strategy},{small}")]
+
+    first, second = reductions("dp=8,pp=2,zero=1,framework=megatron")
+    assert first > 1 and second == 1
+    assert min(reductions("dp=8,pp=2,zero=0,framework=fsdp")) > 1
+    first, second = reductions("dp=8,pp=2,zero=1,schedule=interleaved,virtual_stages=2,framework=megatron")
+    assert first > 2 and second == 2  # stage 1: one per model chunk
+    assert load_framework("megatron").rules.grad_buckets_first_chunk_only.value is True
+    assert not any(load_framework(n).rules.grad_buckets_first_chunk_only.value for n in ("deepspeed", "fsdp"))
 
 
 # ---- where the rules are read -------------------------------------------------------------------------------------

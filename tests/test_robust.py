@@ -136,7 +136,7 @@ def test_robust_ranks_by_the_brute_force_worst_case() -> None:
 
 @pytest.fixture(scope="module")
 def robust_plan() -> plansim.planner.PlanResult:
-    return plansim.plan("gpt3-1.3b", "dgx-a100", gpus=32, global_batch=64, top_k=4, des=False, robust=True)
+    return plansim.plan("gpt3-125m", "dgx-a100", gpus=16, global_batch=32, top_k=4, des=False, robust=True)
 
 
 def test_break_even_values_tie_when_re_priced(robust_plan: plansim.planner.PlanResult) -> None:
@@ -144,7 +144,7 @@ def test_break_even_values_tie_when_re_priced(robust_plan: plansim.planner.PlanR
     ``TIE``); there is at least one, and each is stated in the explanation."""
     report = robust_plan.robust
     assert report is not None and report.rivals
-    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=32)
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=16)
     rivals = {r.role: r.strategy for r in report.rivals}
     winner = robust_plan.winner
     found = 0
@@ -166,14 +166,15 @@ def test_break_even_values_tie_when_re_priced(robust_plan: plansim.planner.PlanR
 def test_the_tornado_spans_each_range(robust_plan: plansim.planner.PlanResult) -> None:
     report = robust_plan.robust
     assert report is not None
-    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=32)
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=16)
     for s in report.sensitivities:
         for end, at in ((s.low, s.at_low_s), (s.high, s.at_high_s)):
             expected = simulate_analytic(model, perturbed(cluster, {s.name: end}), robust_plan.winner).step_time_s
             assert at == pytest.approx(expected, rel=1e-12)
         u = INPUTS[s.name]
-        slower = s.at_low_s if u.worse < 0 else s.at_high_s
-        assert slower >= report.winner_nominal_s * (1 - 1e-12)  # the worse end is never faster
+        if u.monotone:  # the worse end is never faster (inter-node efficiency is not monotone: uncertainty.py)
+            slower = s.at_low_s if u.worse < 0 else s.at_high_s
+            assert slower >= report.winner_nominal_s * (1 - 1e-12)
 
 
 def test_cli_robust_json_and_chart(tmp_path: Path) -> None:

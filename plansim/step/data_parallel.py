@@ -15,6 +15,7 @@ wrapped unit, Zhao et al. 2023, sec 3).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -61,7 +62,11 @@ class DataParallelPlan:
     with ``per_layer`` (ZeRO-3), before each layer's forward and backward, gradients then reduced per layer rather
     than in buckets. ``grad_bytes``/``weight_bytes``: bytes per parameter of a gradient and of a gathered weight.
     ``bucket_bytes`` and ``overlap``: gradient buckets launched as backward fills them (else one reduction after
-    backward)."""
+    backward); a bucket never spans two model chunks (each chunk has buffers of its own), and where the framework
+    buckets only the first pipeline stage's first model chunk (``first_chunk_buckets_only``) every other chunk is
+    one bucket (``chunk_bucket_bytes``). ``gather_overlapped``: the ZeRO-1/2 gather runs under the next step's
+    forward instead, in the same buckets (``weight_gathers``, ``prefetched_gathers``: Megatron-LM's
+    ``--overlap-param-gather``)."""
 
     dp: int
     reduce: GroupCollective
@@ -73,12 +78,22 @@ class DataParallelPlan:
     weight_bytes: int
     bucket_bytes: float
     overlap: bool
+    gather_overlapped: bool = False
+    first_chunk_buckets_only: bool = False
 
-    def bucket_full(self, held_bytes: float) -> bool:
+    def chunk_bucket_bytes(self, first_stage: bool, chunk: int) -> float:
+        """The bucket size of model chunk ``chunk`` (forward order) of a stage: ``bucket_bytes``, or, where the
+        framework buckets only the first stage's first chunk, unbounded elsewhere (one bucket per chunk)."""
+        if self.first_chunk_buckets_only and (not first_stage or chunk > 0):
+            return math.inf
+        return self.bucket_bytes
+
+    def bucket_full(self, held_bytes: float, size: float | None = None) -> bool:
         """Whether a gradient bucket holding ``held_bytes`` is launched now, while backward goes on (else it waits
-        for more gradients, or for the end of backward without overlap). The lowering and ``bucket_launches`` ask
-        this one rule."""
-        return self.overlap and held_bytes >= self.bucket_bytes
+        for more gradients, or for the end of backward without overlap); ``size``: its chunk's bucket size
+        (``chunk_bucket_bytes``; ``bucket_bytes`` by default). The lowering and ``bucket_launches`` ask this one
+        rule."""
+        return self.overlap and held_bytes >= (self.bucket_bytes if size is None else size)
 
 
 @dataclass(frozen=True)
@@ -170,24 +185,37 @@ class _Streams:
         return Overlapped(max(0.0, exposed), self.overlapped, lost, reduce_sent, gather_sent)
 
 
-def bucket_launches(plan: DataParallelPlan, grad_bytes: Sequence[float]) -> list[tuple[int, float]]:
+def bucket_launches(
+    plan: DataParallelPlan, grad_bytes: Sequence[float], chunks: Sequence[tuple[int, float]] = ()
+) -> list[tuple[int, float]]:
     """The gradient buckets of one backward as the lowering issues them: ``grad_bytes`` per layer in the order
     backward completes them fill a bucket, launched once full (``DataParallelPlan.bucket_full``) after the layer
-    that filled it; the rest after the last layer with gradients. Returns (that layer's index, bucket bytes).
+    that filled it; the rest after the last layer with gradients. ``chunks``: (the index of each model chunk's last
+    layer, its bucket size), in backward order: with overlap a chunk's rest is launched after its last layer (a
+    bucket never spans chunks); by default one chunk at ``plan.bucket_bytes``. Returns (that layer's index, bucket
+    bytes).
 
     >>> p = DataParallelPlan(2, *[GroupCollective("all_reduce", "ring")] * 2, False, False, False, 4, 2, 10.0, True)
     >>> bucket_launches(p, [6.0, 6.0, 0.0, 3.0, 0.0])
     [(1, 12.0), (3, 3.0)]
+    >>> bucket_launches(p, [6.0, 3.0, 0.0, 6.0, 6.0], chunks=[(1, 10.0), (4, math.inf)])  # two chunks, one bucketed
+    [(1, 9.0), (4, 12.0)]
     """
+    ends = dict(chunks) if chunks else {len(grad_bytes) - 1: plan.bucket_bytes}
+    size = ends[min(ends)]
     launches = []
     held, last = 0.0, -1
     for i, n_bytes in enumerate(grad_bytes):
-        if n_bytes <= 0:
-            continue
-        held, last = held + n_bytes, i
-        if plan.bucket_full(held):
-            launches.append((i, held))
-            held = 0.0
+        if n_bytes > 0:
+            held, last = held + n_bytes, i
+            if plan.bucket_full(held, size):
+                launches.append((i, held))
+                held = 0.0
+        if i in ends:
+            if plan.overlap and held > 0:
+                launches.append((last, held))
+                held = 0.0
+            size = ends.get(min((e for e in ends if e > i), default=i), size)
     if held > 0:
         launches.append((last, held))
     return launches
@@ -196,12 +224,136 @@ def bucket_launches(plan: DataParallelPlan, grad_bytes: Sequence[float]) -> list
 Pricer = Callable[[float], tuple[float, float]]
 
 
-def bucketed_reduction(plan: DataParallelPlan, layers: Sequence[LayerPass], price: Pricer, rate: float) -> Overlapped:
+#: When a weight gather is issued: at the step's start, once the gather before it has been waited for (a prefetch
+#: of one), or (an int) when the stage's first forward of that model chunk begins.
+START, CHAINED = "start", "chained"
+
+
+@dataclass(frozen=True)
+class WeightGather:
+    """One bucket of an overlapped ZeRO-1/2 weight gather (``gather_overlapped``): its model ``chunk``, the position
+    in the chunk's forward order of the first layer whose weights it holds (that layer's forward waits for it), its
+    bytes of weights, and when it is issued (``START``, ``CHAINED`` or a chunk's index)."""
+
+    chunk: int
+    first: int
+    n_bytes: float
+    issue: str | int
+
+
+def weight_gathers(
+    plan: DataParallelPlan, first_stage: bool, chunk_params: Sequence[Sequence[float]]
+) -> list[WeightGather]:
+    """The weight gathers of one stage under ``--overlap-param-gather``, in issue order, from its layers'
+    parameters per model chunk (forward order; a chunk's extra parameters, the tied embeddings' copy, with its last
+    layer). Megatron-LM's buckets (``megatron/core/distributed/param_and_grad_buffer.py:639-667`` at core_v0.15.0)
+    are its gradient buckets: built walking the parameters backwards, each closed once it holds the chunk's bucket
+    size (``chunk_bucket_bytes``), so the first in forward order is the remainder. Without interleaving the first is
+    issued in the step's first ``zero_grad`` and each forward pre-hook that waits for one issues the next
+    (``distrib_optimizer.py:2590-2596``, ``param_and_grad_buffer.py:265-301``); with interleaving
+    (``align_param_gather``, the training script's default) chunks 0 and 1 are issued at the start and chunk
+    ``k + 1`` when the first micro-batch's forward of chunk ``k`` begins, every bucket of a chunk at once
+    (``megatron/core/pipeline_parallel/schedules.py:1033-1036, 1150-1168``).
+
+    >>> p = DataParallelPlan(2, *[GroupCollective("all_gather", "ring")] * 2, False, False, True, 4, 2, 40.0, True)
+    >>> [(g.first, g.n_bytes, g.issue) for g in weight_gathers(p, True, [[3.0, 0.0, 6.0, 6.0, 4.0]])]
+    [(0, 18.0, 'start'), (3, 20.0, 'chained')]
+    """
+    out: list[WeightGather] = []
+    interleaved = len(chunk_params) > 1
+    for c, params in enumerate(chunk_params):
+        size = plan.chunk_bucket_bytes(first_stage, c) / plan.grad_bytes
+        closed: list[tuple[int, float]] = []
+        held = 0.0
+        for i in range(len(params) - 1, -1, -1):
+            held += params[i]
+            if held >= size:
+                closed.append((i, held))
+                held = 0.0
+        if held > 0 or not closed:
+            closed.append((0, held))
+        buckets = [(0 if k == 0 else i, n) for k, (i, n) in enumerate(closed[::-1])]
+        for first, n in buckets:
+            if n <= 0:
+                continue
+            if interleaved:
+                issue: str | int = START if c <= 1 else c - 1
+            else:
+                issue = START if not out else CHAINED
+            out.append(WeightGather(c, first, n * plan.weight_bytes, issue))
+    return out
+
+
+def prefetched_gathers(
+    walk: Sequence[LayerPass],
+    gathers: Sequence[tuple[int, float, int | None]],
+    gather: Pricer,
+    rate: float,
+    idle_s: float = 0.0,
+) -> Overlapped:
+    """A stage's first forward beside its overlapped ZeRO-1/2 weight gathers (``weight_gathers``), as the lowering
+    issues them: ``walk``, the passes from the step's start until its first micro-batch has been through every model
+    chunk; ``gathers`` in issue order, each (the walk index of the first pass that waits for it, its bytes, the walk
+    index at whose start it is issued: -1 the step's start, None once the gather before it has been waited for);
+    collectives one at a time on the dp stream, compute at ``rate`` beside them; ``idle_s``: the pipeline's fill
+    before the stage's first forward, which the gathers may use. ``exposed_s`` is what the passes are delayed by:
+    the step's too, as every later pass of the stage follows them.
+
+    >>> layers = [LayerPass(1.0, 0.0, 10.0), LayerPass(1.0, 0.0, 10.0)]  # two buckets, a gather 1.5 s each
+    >>> r = prefetched_gathers(layers, [(0, 20.0, -1), (1, 20.0, None)], lambda n: (1.5, n), 1.0)
+    >>> r.exposed_s, r.gather_sent  # layer 1 waits 1.5 s, layer 2 until its gather (issued at 1.5) ends at 3.0
+    (2.0, 40.0)
+    """
+    streams = _Streams(rate)
+    ends: list[float | None] = [None] * len(gathers)
+    sent = 0.0
+
+    def issue(k: int, ready: float) -> None:
+        nonlocal sent
+        seconds, n_sent = gather(gathers[k][1])
+        sent += n_sent
+        ends[k] = streams.collective(seconds, ready)
+
+    for k, (_, _, at) in enumerate(gathers):
+        if at is not None and at < 0:
+            issue(k, 0.0)
+    if idle_s > 0:
+        streams.compute(0.0, idle_s)
+    for i, layer in enumerate(walk):
+        for k, (_, _, at) in enumerate(gathers):
+            if at == i and ends[k] is None:
+                issue(k, streams.t)
+        after = 0.0
+        for k, (first, _, _) in enumerate(gathers):
+            if first != i:
+                continue
+            if ends[k] is None:  # not issued yet: a chained one whose turn came
+                issue(k, streams.t)
+            end = ends[k]
+            assert end is not None
+            after = max(after, end)
+            if k + 1 < len(gathers) and gathers[k + 1][2] is None and ends[k + 1] is None:
+                issue(k + 1, max(streams.t, end))
+        streams.compute(layer.work_s, layer.blocking_s, after=after)
+    for k in range(len(gathers)):  # a bucket no pass waits for (no parameters in the walk) still runs
+        if ends[k] is None:
+            issue(k, streams.t)
+    return streams.result(0.0, sent)
+
+
+def bucketed_reduction(
+    plan: DataParallelPlan,
+    layers: Sequence[LayerPass],
+    price: Pricer,
+    rate: float,
+    chunks: Sequence[tuple[int, float]] = (),
+) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
     2020, PyTorch DDP, sec 3.2.3; Megatron-LM's ``register_grad_ready``/``start_grad_sync`` in
     ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order, and
-    compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent) of a bucket of that many bytes.
+    compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent) of a bucket of that many bytes;
+    ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``).
     Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
     ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
@@ -211,7 +363,7 @@ def bucketed_reduction(plan: DataParallelPlan, layers: Sequence[LayerPass], pric
     >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
     (3.0, 3.0, 1.5)
     """
-    launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers]))
+    launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers], chunks))
     priced: dict[float, tuple[float, float]] = {}
     streams, sent, work = _Streams(rate), 0.0, 0.0
     for i, layer in enumerate(layers):
@@ -318,6 +470,8 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         weight_bytes=dtype_bytes(s.compute_dtype),
         bucket_bytes=s.grad_bucket_bytes,
         overlap=s.overlap_grad_reduce,
+        gather_overlapped=s.zero in (1, 2) and bool(s.overlap_param_gather),
+        first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
     )
 
 
