@@ -186,14 +186,17 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
 def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> list[str]:
     """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
     ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
-    ``zero`` and ``pp`` pipeline stages (the winner's): the pipeline rule only with pipelining, the ZeRO rules only
-    where ``other`` cannot run the winner's stage.
+    ``zero`` and ``pp`` pipeline stages (the winner's): the pipeline rules only with pipelining, the parameter
+    gather's only under ZeRO-1/2, the ZeRO rules only where ``other`` cannot run the winner's stage.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
     gradients reduced in bf16, not fp32
     no overlap of the gradient reduction with pipelining
     gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
+    every pipeline stage bucketed, not only the first
+    >>> rule_differences("megatron", "deepspeed", zero=1)[-1]
+    'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
     'no ZeRO-1 (it runs ZeRO 0, 2, 3)'
     """
@@ -208,6 +211,18 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> lis
         )
     if a.grad_bucket.value != b.grad_bucket.value:
         out.append(f"gradient buckets of {_bucket(b.grad_bucket.value)}, not {_bucket(a.grad_bucket.value)}")
+    if pp > 1 and a.grad_buckets_first_chunk_only.value != b.grad_buckets_first_chunk_only.value:
+        out.append(
+            "only the first pipeline stage bucketed, not every one"
+            if b.grad_buckets_first_chunk_only.value
+            else "every pipeline stage bucketed, not only the first"
+        )
+    if zero in (1, 2) and a.param_gather_overlap.value != b.param_gather_overlap.value:
+        out.append(
+            "parameter all-gather overlapped with the next forward, not after the optimizer step"
+            if b.param_gather_overlap.value
+            else "parameter all-gather after the optimizer step, not overlapped with the next forward"
+        )
     if zero not in modelled_zero_stages(other, pp):
         runs = b.zero_with_pipeline.value if pp > 1 else b.zero_stages.value
         where = " with pipelining" if pp > 1 else ""
