@@ -94,6 +94,7 @@ class FrameworkRules(_Strict):
     sharded_grads_reduced_every_microbatch: Rule[bool]
     param_gather_overlap: Rule[bool]
     grad_buckets_first_chunk_only: Rule[bool]
+    schedules: Rule[tuple[str, ...]]
 
 
 class FrameworkProfile(_Strict):

@@ -63,6 +63,7 @@ def make_solver(
     start: dict[str, float] | None = None,
     gap_rel: float | None = None,
     mip: bool = True,
+    presolve: bool = True,
 ) -> Any:
     """A PuLP solver object for ``name`` (``highs`` or ``cbc``); PlansimError naming the fix when unavailable.
 
@@ -74,8 +75,9 @@ def make_solver(
         if "HiGHS" not in available:
             raise PlansimError("solver highs: highspy is not installed (pip install highspy), or use --solver cbc")
         return _StartedHiGHS(
-            start, mip=mip, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else gap_rel
-        )
+            start, mip=mip, msg=msg, timeLimit=time_limit_s, gapAbs=gap_abs, gapRel=0.0 if gap_abs else gap_rel,
+            **({} if presolve else {"presolve": "off"}),
+        )  # fmt: skip
     if name == "cbc":
         for cls in ("PULP_CBC_CMD", "COIN_CMD"):
             if cls in available:
@@ -122,20 +124,15 @@ def run_solver(
         for var in prob.variables():
             if var.name in start:
                 var.setInitialValue(start[var.name])
-    backend = make_solver(
-        solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start, mip=not relax
-    )
     began = time.perf_counter()
-    with c_stdout_silenced():  # HiGHS prints a banner on fd 1 when its first model is made, output_flag or not
-        outcome = prob.solve(backend)
+    status = _solve(prob, solver, time_limit_s, gap_abs, gap_rel, start, relax, presolve=True)
+    if status == "infeasible" and solver == "highs":
+        # HiGHS 1.16's presolve declares some feasible remat MILPs infeasible (an 8-node training graph at a budget
+        # of 11 B, tests/test_remat.py: CBC and HiGHS without presolve both find the optimum, cost 3): an
+        # infeasibility is confirmed without presolve before it is reported
+        left = None if time_limit_s is None else max(MIN_RESOLVE_S, time_limit_s - (time.perf_counter() - began))
+        status = _solve(prob, solver, left, gap_abs, gap_rel, start, relax, presolve=False)
     elapsed = time.perf_counter() - began
-    code = int(getattr(outcome, "status", outcome))
-    sol = getattr(prob, "sol_status", None)
-    status = (
-        _SOLUTION_STATUS.get(int(sol), "no solution") if sol is not None else _STATUS_FALLBACK.get(code, "no solution")
-    )
-    if code == -1:
-        status = "infeasible"
     objective = pulp.value(prob.objective) if status in ("optimal", "feasible") else None
     bound = _highs_bound(prob) if solver == "highs" and not relax else None
     if bound is not None:  # HiGHS is given the objective without PuLP's constant term
@@ -149,6 +146,36 @@ def run_solver(
 
 
 _STATUS_FALLBACK = {1: "optimal", -1: "infeasible", -2: "unbounded"}
+
+#: Seconds given at least to the re-solve that confirms an infeasibility without presolve (past the time limit, it
+#: ends without a solution: reported as not proven, never as infeasible).
+MIN_RESOLVE_S = 0.05
+
+
+def _solve(
+    prob: Any,
+    solver: str,
+    time_limit_s: float | None,
+    gap_abs: float | None,
+    gap_rel: float | None,
+    start: dict[str, float] | None,
+    relax: bool,
+    *,
+    presolve: bool,
+) -> str:
+    """One solver call: the solution's status."""
+    backend = make_solver(
+        solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start, mip=not relax,
+        presolve=presolve,
+    )  # fmt: skip
+    with c_stdout_silenced():  # HiGHS prints a banner on fd 1 when its first model is made, output_flag or not
+        outcome = prob.solve(backend)
+    code = int(getattr(outcome, "status", outcome))
+    sol = getattr(prob, "sol_status", None)
+    status = (
+        _SOLUTION_STATUS.get(int(sol), "no solution") if sol is not None else _STATUS_FALLBACK.get(code, "no solution")
+    )
+    return "infeasible" if code == -1 else status
 
 
 def _highs_bound(prob: Any) -> float | None:

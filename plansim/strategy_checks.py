@@ -80,6 +80,17 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             f"(frameworks/{s.framework}.yaml), but {why}: {fix}"
             + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
         )
+    if s.pp > 1 and s.schedule not in rules.schedules.value:
+        problems.append(
+            f"schedule={s.schedule} with framework={s.framework}: {title} runs "
+            + (
+                f"the {' and '.join(rules.schedules.value)} schedules"
+                if len(rules.schedules.value) > 1
+                else f"only the {rules.schedules.value[0]} schedule"
+            )
+            + f" (frameworks/{s.framework}.yaml): use schedule={rules.schedules.value[0]}"
+            + _others(s, lambda n: s.schedule in load_framework(n).rules.schedules.value)
+        )
     if given.overlap_grad_reduce and s.pp > 1 and not rules.grad_reduce_overlap_with_pipeline.value:
         problems.append(
             f"overlap_grad_reduce=true with pp={s.pp}: {title} does not overlap the gradient reduction with "

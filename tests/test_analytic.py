@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schedule_runs import framework_for
 
 import plansim
 from plansim.analytic import simulate_analytic
@@ -150,8 +151,11 @@ def test_invariants(tp: int, pp: int, zero: int, remat: str, schedule: str, m: i
     model = gpt(layers=8, hidden=512, heads=8, seq=512)
     dp = 16 // (tp * pp)
     cluster = load_hardware("dgx-a100", gpus=16)
+    framework = framework_for(schedule) if pp > 1 else "megatron"
+    if framework == "fsdp":  # it runs no ZeRO-1 (frameworks/fsdp.yaml)
+        zero = 0
     s = Strategy.parse(
-        f"dp={dp},tp={tp},pp={pp},zero={zero},remat={remat},schedule={schedule},"
+        f"dp={dp},tp={tp},pp={pp},zero={zero},remat={remat},schedule={schedule},framework={framework},"
         f"micro_batch=1,global_batch={m * dp},sequence_parallel={str(sp).lower()}"
     )
     r = simulate_analytic(model, cluster, s)
@@ -239,8 +243,8 @@ def test_zb_h1_beats_1f1b_and_respects_the_compute_bound() -> None:
     m = gpt(layers=8, hidden=512, heads=8, seq=512)
     cluster = load_hardware("dgx-a100", gpus=4)
     base = "dp=1,pp=4,micro_batch=1,global_batch=8"
-    one_f_one_b = simulate(m, cluster, f"{base},schedule=1f1b")
-    zb = simulate(m, cluster, f"{base},schedule=zb-h1")
+    one_f_one_b = simulate(m, cluster, f"{base},schedule=1f1b,framework=fsdp")
+    zb = simulate(m, cluster, f"{base},schedule=zb-h1,framework=fsdp")
     assert zb.step_time_s < one_f_one_b.step_time_s
     assert 0 < zb.bubble_fraction < one_f_one_b.bubble_fraction
     # Same work: only the pipeline's idle time differs. The step cannot beat the slowest stage's own work.

@@ -8,6 +8,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from schedule_runs import framework_for, under
 
 import plansim
 from plansim.costs.collectives import collective_time, schedule
@@ -42,7 +43,7 @@ def test_flash_attention_memory_matches_per_stage(schedule_name: str, vocab: int
     vocabulary the freed fp32 softmax of the logits hides it on the last stage; with 256 it does not."""
     model = load_model("llama3-8b").model_copy(update={"seq_len": 4096, "layers": 8, "vocab": vocab})
     cluster = load_hardware("dgx-a100", gpus=4)
-    strategy = f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={schedule_name}"
+    strategy = f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={schedule_name}{under(schedule_name)}"
     d = plansim.simulate(model, cluster, strategy, engine="des")
     a = plansim.simulate(model, cluster, strategy)
     # both round each allocation as the caching allocator does (plansim.step.memory.layer_memory): float precision
@@ -68,6 +69,7 @@ def test_stage_peaks_match_across_engines(attention: str, vocab: int, remat: str
     cluster = load_hardware("dgx-a100", gpus=pp)
     s = (
         f"dp=1,tp=1,pp={pp},micro_batch=1,global_batch=8,schedule={schedule_name},remat={remat},attention={attention}"
+        + under(schedule_name)
         + (",virtual_stages=2" if schedule_name == "interleaved" else "")
     )
     d = plansim.simulate(model, cluster, s, engine="des")
@@ -120,7 +122,7 @@ def test_zb_h1_memory_matches_per_stage(model: str, gpus: int, strategy: str, re
         else load_model(model)
     )
     cluster = load_hardware("dgx-a100", gpus=gpus)
-    s = f"{strategy},remat={remat},schedule=zb-h1"
+    s = f"{strategy},remat={remat},schedule=zb-h1,framework=fsdp"
     d = plansim.simulate(spec, cluster, s, engine="des")
     a = plansim.simulate(spec, cluster, s)
     # float precision, as test_flash_attention_memory_matches_per_stage
@@ -217,6 +219,7 @@ def test_bytes_are_conserved_per_collective(p: int, collective: str, algorithm: 
 @pytest.mark.parametrize("schedule_name", ["gpipe", "1f1b"])
 def test_pipeline_bubble_matches_the_closed_form(schedule_name: str, attention: str) -> None:
     strategy = f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={schedule_name},attention={attention}"
+    strategy += under(schedule_name)
     d = des("gpt3-1.3b", "dgx-a100", strategy)
     a = plansim.simulate("gpt3-1.3b", "dgx-a100", strategy)
     assert close(d.step_time_s, a.step_time_s)
@@ -295,8 +298,14 @@ def test_nccl_choice_in_both_engines(dp: int) -> None:
     [
         ("dgx-a100", "dp=2,tp=2,pp=4,micro_batch=1,global_batch=16,schedule=1f1b,sequence_parallel=true"),
         ("dgx-a100", "dp=2,tp=2,pp=4,micro_batch=1,global_batch=16,schedule=1f1b"),  # scatter/gather re-gathers
-        ("dgx-a100", "dp=2,tp=2,pp=2,micro_batch=1,global_batch=16,schedule=zb-h1,sequence_parallel=true"),
-        ("dgx-a100", "dp=1,tp=2,pp=4,micro_batch=1,global_batch=8,schedule=gpipe,sequence_parallel=true"),
+        (
+            "dgx-a100",
+            "dp=2,tp=2,pp=2,micro_batch=1,global_batch=16,schedule=zb-h1,sequence_parallel=true,framework=fsdp",
+        ),
+        (
+            "dgx-a100",
+            "dp=1,tp=2,pp=4,micro_batch=1,global_batch=8,schedule=gpipe,sequence_parallel=true,framework=fsdp",
+        ),
         ("pcie-4x4090", "dp=1,tp=2,pp=2,micro_batch=1,global_batch=8,sequence_parallel=true"),  # slow tp link
     ],
 )
@@ -332,7 +341,7 @@ def test_each_blocking_send_is_one_call_on_the_compute_stream(schedule: str, blo
     is done, then the device idles one kernel launch after torch.cuda.synchronize(): one call task per send, after
     it. The interleaved schedule's isend/irecv block nothing."""
     v = ",virtual_stages=2" if schedule == "interleaved" else ""
-    s = Strategy.parse(f"dp=1,tp=1,pp=2,micro_batch=1,global_batch=8,schedule={schedule}{v}")
+    s = Strategy.parse(f"dp=1,tp=1,pp=2,micro_batch=1,global_batch=8,schedule={schedule}{v}{under(schedule)}")
     cluster = load_hardware("dgx-a100", gpus=2)
     graph = lower(load_model("gpt3-125m"), cluster, s)
     for prog in graph.stages:
@@ -379,7 +388,7 @@ def _passes_in_time_order(result: plansim.Result, stage: int) -> str:
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_event_trace_follows_the_published_schedule(name: str) -> None:
-    r = des("gpt3-125m", "dgx-a100", f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={name}")
+    r = des("gpt3-125m", "dgx-a100", f"dp=1,tp=1,pp=4,micro_batch=1,global_batch=8,schedule={name}{under(name)}")
     for stage, expected in enumerate(PUBLISHED[name]):
         assert _passes_in_time_order(r, stage) == expected
 
@@ -423,7 +432,7 @@ def test_gpipe_forward_starts_follow_the_staircase() -> None:
     send blocks its stage (Megatron-LM's batched p2p with ``torch.cuda.synchronize()``), so stage 0's forwards are
     one forward, one send (link latency + bytes / bandwidth) and one kernel launch apart; the send has the device to
     itself (the stage waits for it), so no interference."""
-    r = des("gpt3-125m", "dgx-a100", "dp=1,tp=1,pp=2,micro_batch=1,global_batch=4,schedule=gpipe")
+    r = des("gpt3-125m", "dgx-a100", "dp=1,tp=1,pp=2,micro_batch=1,global_batch=4,schedule=gpipe,framework=fsdp")
     cluster = load_hardware("dgx-a100", gpus=2)
     m = load_model("gpt3-125m")
     link = cluster.p2p_link(0, 1)
@@ -465,10 +474,13 @@ configs = st.fixed_dictionaries(
 
 def _strategy(c: dict) -> str:
     zero = c["zero"] if c["pp"] == 1 else min(c["zero"], 1)
+    framework = framework_for(c["schedule"]) if c["pp"] > 1 else "megatron"
+    if framework == "fsdp":  # GPipe and ZB-H1 run under torch's pipelining, with DDP (frameworks/fsdp.yaml)
+        zero = 0
     return (
         f"dp={c['dp']},tp={c['tp']},pp={c['pp']},micro_batch={c['mb']},global_batch={c['mb'] * c['dp'] * c['m']},"
         f"zero={zero},remat={c['remat']},schedule={c['schedule']},overlap_grad_reduce={str(c['overlap']).lower()},"
-        f"sequence_parallel={str(c['sp'] and c['tp'] > 1).lower()},attention={c['attention']}"
+        f"sequence_parallel={str(c['sp'] and c['tp'] > 1).lower()},attention={c['attention']},framework={framework}"
     )
 
 

@@ -18,6 +18,7 @@ from plansim.hardware import load_hardware
 from plansim.lower import lower
 from plansim.planner import Constraints
 from plansim.planner.space import candidates
+from plansim.schedules import SCHEDULES
 from plansim.step.data_parallel import START, data_parallel_plan, weight_gathers
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
@@ -231,6 +232,34 @@ def test_grad_buckets_first_chunk_only_megatron_buckets_only_the_first_stage() -
     assert first > 2 and second == 2  # stage 1: one per model chunk
     assert load_framework("megatron").rules.grad_buckets_first_chunk_only.value is True
     assert not any(load_framework(n).rules.grad_buckets_first_chunk_only.value for n in ("deepspeed", "fsdp"))
+
+
+def test_schedules_megatron_has_no_gpipe_or_zero_bubble_deepspeed_only_1f1b() -> None:
+    """megatron: get_forward_backward_func returns 1F1B or interleaved 1F1B only (megatron/core/pipeline_parallel/
+    schedules.py:40-132); deepspeed: the pipeline engine hard-codes TrainSchedule, 1F1B (deepspeed/runtime/pipe/
+    engine.py:389-392); fsdp: torchtitan takes torch's GPipe, 1F1B, interleaved 1F1B and the zero-bubble schedule,
+    ZB-H1 with one stage per rank (torch/distributed/pipelining/schedules.py:684, 803, 2507, 2621)."""
+    assert load_framework("megatron").rules.schedules.value == ("1f1b", "interleaved")
+    assert load_framework("deepspeed").rules.schedules.value == ("1f1b",)
+    assert set(load_framework("fsdp").rules.schedules.value) == set(SCHEDULES)
+    for name in framework_names():
+        assert set(load_framework(name).rules.schedules.value) <= set(SCHEDULES)
+    (problem,) = _problems("dp=2,pp=4,tp=4,global_batch=16,schedule=zb-h1")
+    assert problem == (
+        "schedule=zb-h1 with framework=megatron: Megatron-LM runs the 1f1b and interleaved schedules "
+        "(frameworks/megatron.yaml): use schedule=1f1b, or framework=fsdp"
+    )
+    (problem,) = _problems("dp=2,pp=4,tp=4,global_batch=16,schedule=interleaved,virtual_stages=2,framework=deepspeed")
+    assert problem == (
+        "schedule=interleaved with framework=deepspeed: DeepSpeed runs only the 1f1b schedule "
+        "(frameworks/deepspeed.yaml): use schedule=1f1b, or framework=fsdp or megatron"
+    )
+    assert not _problems("dp=2,pp=4,tp=4,global_batch=16,schedule=zb-h1,framework=fsdp")
+    assert not _problems("dp=8,tp=4,global_batch=16,schedule=gpipe")  # one stage: no schedule runs
+    model, cluster = load_model("gpt3-1.3b"), _cluster(16)
+    for name in framework_names():
+        searched = {s.schedule for s in candidates(model, cluster, 32, Constraints(framework=name)) if s.pp > 1}
+        assert searched == set(load_framework(name).rules.schedules.value)
 
 
 # ---- where the rules are read -------------------------------------------------------------------------------------

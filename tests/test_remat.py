@@ -244,6 +244,22 @@ def _assert_matches_reference(graph: RematGraph, offset: int) -> None:
                 assert res.peak_bytes <= budget, context
 
 
+def test_an_infeasibility_from_highs_presolve_is_confirmed_without_it() -> None:
+    """A training graph hypothesis found: HiGHS 1.16 with presolve calls it infeasible at 11 B though it is feasible
+    at 10 B; CBC and HiGHS without presolve find the search's optimum (cost 3). ``run_solver`` re-solves an
+    infeasible answer without presolve before reporting it."""
+    deps = [(), (0,), (0,), (0,), (0, 3), (0, 2), (0, 1), (0, 4, 5, 6)]
+    cost, memory = [0, 0, 1, 0, 0, 2, 0, 0], [2, 1, 1, 4, 4, 1, 1, 2]
+    graph = RematGraph([RematNode(f"v{i}", cost[i], memory[i], deps[i]) for i in range(8)])
+    ref = reference_optimum(deps, cost, memory, [9, 10, 11, 12])
+    assert ref == {9: None, 10: 4.0, 11: 3.0, 12: 3.0}
+    for budget, expected in ref.items():
+        r = solve_milp(graph, budget)
+        assert r.solver is not None
+        assert r.solver.status == ("infeasible" if expected is None else "optimal")
+        assert r.cost == pytest.approx(expected) if expected is not None else not r.feasible
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=dags(), offset=st.integers(0, 20))
 def test_milp_matches_exhaustive_search(graph: RematGraph, offset: int) -> None:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schedule_runs import framework_for
 
 from plansim.analytic import simulate_analytic
 from plansim.api import load_hardware, load_model
@@ -83,7 +84,10 @@ def test_engines_agree_on_an_uneven_pipeline(schedule: str) -> None:
     one within 1 %: the same layers on each stage, the same compute and memory. (The closed form (m-1) max + sum
     is exact for equal stages; with these uneven ones 1F1B's DES is 1.1 % faster at m = 8 and 0.4 % at m = 32.)"""
     model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=4)
-    s = Strategy(dp=1, pp=4, micro_batch=1, global_batch=32, schedule=schedule, layer_split=(5, 7, 7, 5))
+    s = Strategy(
+        dp=1, pp=4, micro_batch=1, global_batch=32, schedule=schedule, layer_split=(5, 7, 7, 5),
+        framework=framework_for(schedule),
+    )  # fmt: skip
     a, d = simulate_analytic(model, cluster, s), simulate_des(model, cluster, s)
     even = simulate_analytic(model, cluster, s.model_copy(update={"layer_split": None}))
     assert abs(d.step_time_s - a.step_time_s) <= 0.01 * a.step_time_s

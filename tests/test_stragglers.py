@@ -96,7 +96,7 @@ def test_tensor_parallel_waits_grow_with_tp() -> None:
         "tp=4,dp=2",
         "tp=2,dp=2,pp=2",
         "tp=2,pp=4,remat=full",
-        "tp=4,pp=2,schedule=zb-h1",
+        "tp=4,pp=2,schedule=zb-h1,framework=fsdp",
         "tp=2,dp=4,zero=3",
         "tp=2,pp=2,dp=2,schedule=interleaved,virtual_stages=2,zero=1,global_batch=16",
     ],

@@ -101,7 +101,7 @@ def test_zb_h1_runs_one_chunk_per_stage() -> None:
     cluster = load_hardware("dgx-a100", gpus=8)
     model = load_model("gpt3-125m")
     for pp in (1, 4):  # pp=1: nothing to pipeline, the same as 1F1B
-        s = Strategy.parse(f"dp={8 // pp},pp={pp},global_batch=64,schedule=zb-h1")
+        s = Strategy.parse(f"dp={8 // pp},pp={pp},global_batch=64,schedule=zb-h1,framework=fsdp")
         assert check_strategy(s, model, cluster) == []
     with pytest.raises(PlansimError, match=r"zb-h1 runs one model chunk per stage.*virtual_stages=1"):
         Strategy.parse("pp=4,schedule=zb-h1,virtual_stages=2")

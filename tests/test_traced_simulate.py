@@ -130,7 +130,7 @@ def test_load_model_bad_input_is_one_line(args, kwargs, fragment):
 PIPELINES = {
     **STRATEGIES,
     "interleaved": f"dp=1,pp=2,schedule=interleaved,virtual_stages=2,micro_batch={MB},global_batch={MB * M}",
-    "zb-h1": f"dp=1,pp=2,schedule=zb-h1,micro_batch={MB},global_batch={MB * M}",
+    "zb-h1": f"dp=1,pp=2,schedule=zb-h1,framework=fsdp,micro_batch={MB},global_batch={MB * M}",
 }
 
 

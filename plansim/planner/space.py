@@ -23,7 +23,7 @@ from plansim.arguments import choice, flag, names, type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
-from plansim.frameworks import framework_names, modelled_zero_stages
+from plansim.frameworks import framework_names, load_framework, modelled_zero_stages
 from plansim.hardware import Cluster
 from plansim.limits import whole
 from plansim.schedules import SCHEDULES
@@ -157,7 +157,7 @@ def _candidates(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints, framework: str
 ) -> Iterator[Strategy]:
     for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
-        for schedule, v in schedules:
+        for schedule, v in _run_by(framework, pp, schedules):
             for zero in _zero_values(dp, pp, c, framework):
                 for sp in _sp_values(tp, c):
                     for remat in c.remat:
@@ -194,7 +194,7 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     for framework in c.frameworks:
         for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
             per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c, framework))
-            total += len(schedules) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
+            total += len(_run_by(framework, pp, schedules)) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
     return total
 
 
@@ -253,6 +253,14 @@ def _schedules(model: ModelSpec, pp: int, m: int, c: Constraints) -> list[tuple[
     for name in (n for n in wanted if SCHEDULES[n].model_chunks and m % pp == 0):
         out += [(name, v) for v in range(2, model.layers // pp + 1) if model.layers % (pp * v) == 0]
     return out
+
+
+def _run_by(framework: str, pp: int, schedules: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The ``schedules`` the framework runs (its ``schedules`` rule); with one stage the schedule plays no part."""
+    if pp == 1:
+        return schedules
+    runs = load_framework(framework).rules.schedules.value
+    return [(name, v) for name, v in schedules if name in runs]
 
 
 def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
