@@ -479,6 +479,8 @@ class _Pipeline:
     dp_groups: list[StageCost]
     dp_group_sizes: list[int]
     dp_group_first: list[int]
+    dp_group_of: list[int]
+    bottleneck_index: int
     memory_groups: list[StageCost]
     memory_group_of: list[int]
     activations: list[int]
@@ -497,10 +499,12 @@ class _Pipeline:
         chain = sum(st.send_chain_s for st in stages)
         pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
         pipe_s += chain
-        bottleneck = stages[max(range(len(stages)), key=times.__getitem__)]
+        busiest = max(range(len(stages)), key=times.__getitem__)
+        bottleneck = stages[busiest]
         dp_groups: dict[tuple[float, ...], StageCost] = {}
         dp_sizes: dict[tuple[float, ...], int] = {}
         dp_first: dict[tuple[float, ...], int] = {}
+        dp_of: list[int] = []
         memory_groups: dict[tuple[float, float], int] = {}
         representatives: list[StageCost] = []
         group_of = []
@@ -509,13 +513,14 @@ class _Pipeline:
             dp_groups.setdefault(dp_key, st)
             dp_sizes[dp_key] = dp_sizes.get(dp_key, 0) + 1
             dp_first.setdefault(dp_key, idx)
+            dp_of.append(list(dp_groups).index(dp_key))
             g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
             if g == len(representatives):
                 representatives.append(st)
             group_of.append(g)
         return cls(
             stages, pipe_s, bottleneck, list(dp_groups.values()), list(dp_sizes.values()), list(dp_first.values()),
-            representatives, group_of,
+            dp_of, busiest, representatives, group_of,
             [round(st.activations) for st in stages], [round(st.fragmentation) for st in stages],
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages), chain,
@@ -989,11 +994,18 @@ def _time_breakdown(
     )
     emb_s, emb_bytes = _embedding_sync(cluster, s, model)
     optimizer = [_optimizer_s(kernels, s, st.params) for st in pipe.memory_groups]
+    bubble = pipe.pipe_s - pipe.send_chain_s - m * bottleneck.time_s
+    # the breakdown is the busiest stage's (as the DES reports it): what the drain hides of that stage's own
+    # reduction tail is, on its GPU, a wait for communication rather than the pipeline's idle time
+    k = pipe.bottleneck_index
+    slack = k * (bottleneck.bwd_s + bottleneck.recompute_s) / max(1, len(bottleneck.backward_chunks))
+    own = comms[pipe.dp_group_of[k]].exposed_s
+    hidden = min(max(0.0, min(own, slack + dpc.exposed_s) - dpc.exposed_s), max(0.0, bubble))
     breakdown = {
         "compute": m * bottleneck.compute_s,
         "recompute": m * bottleneck.recompute_s,
-        "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + dpc.lead_s + emb_s,
-        "bubble": pipe.pipe_s - pipe.send_chain_s - m * bottleneck.time_s,
+        "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + dpc.lead_s + emb_s + hidden,
+        "bubble": bubble - hidden,
         "optimizer": max(optimizer),
         "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),
         "interference": m * bottleneck.interference_s + dpc.interference_s,

@@ -232,7 +232,9 @@ class Strategy(BaseModel):
                 update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, grads)
             if s.overlap_param_gather is None:  # Megatron-LM: only with --overlap-grad-reduce (arguments.py:625-631)
                 overlapped = update.get("overlap_grad_reduce", s.overlap_grad_reduce)
-                update["overlap_param_gather"] = rules.param_gather_overlap.value and bool(overlapped)
+                update["overlap_param_gather"] = (
+                    rules.param_gather_overlap.value and bool(overlapped) and s.zero in (1, 2)
+                )
         return s.model_copy(update=update) if update else s
 
     def with_gpus(self, gpus: int) -> Strategy:

@@ -80,6 +80,8 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             f"(frameworks/{s.framework}.yaml), but {why}: {fix}"
             + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
         )
+    if given.overlap_param_gather:
+        problems += _param_gather_problems(s, rules.param_gather_overlap.value, title)
     if s.pp > 1 and s.schedule not in rules.schedules.value:
         problems.append(
             f"schedule={s.schedule} with framework={s.framework}: {title} runs "
@@ -98,6 +100,28 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             + _others(s, lambda n: load_framework(n).rules.grad_reduce_overlap_with_pipeline.value)
         )
     return problems
+
+
+def _param_gather_problems(s: Strategy, runs: bool, title: str) -> list[str]:
+    """What is wrong with ``overlap_param_gather=true`` as written: a framework that gathers after the optimizer
+    step, a ZeRO stage without that gather, or (Megatron-LM's ``validate_args``, ``arguments.py:625-631``) no
+    overlapped gradient reduction."""
+    if not runs:
+        return [
+            f"overlap_param_gather=true with framework={s.framework}: {title} all-gathers the parameters after the "
+            f"optimizer step (frameworks/{s.framework}.yaml): leave overlap_param_gather out"
+            + _others(s, lambda n: load_framework(n).rules.param_gather_overlap.value)
+        ]
+    if s.zero not in (1, 2):
+        return [
+            f"overlap_param_gather=true with zero={s.zero}: only ZeRO-1/2 gather the weights after the step: use zero=1"
+        ]
+    if not s.overlap_grad_reduce:
+        return [
+            "overlap_param_gather=true needs the gradient reduction overlapped too (Megatron-LM's "
+            "--overlap-param-gather requires --overlap-grad-reduce): leave overlap_grad_reduce=false out"
+        ]
+    return []
 
 
 def _check_model_split(s: Strategy, model: Workload) -> list[str]:

@@ -38,7 +38,17 @@ from plansim.hardware.schema import GPUSpec, OverlapMeasurement
 if TYPE_CHECKING:
     from plansim.costs.kernels import KernelTable
 
-__all__ = ["INPUTS", "UncertainInput", "corners", "nominal", "perturbed", "ranges", "worst", "worst_corners"]
+__all__ = [
+    "INPUTS",
+    "UncertainInput",
+    "corners",
+    "nominal",
+    "perturbed",
+    "ranges",
+    "search_bounds",
+    "worst",
+    "worst_corners",
+]
 
 
 @dataclass(frozen=True)
@@ -252,6 +262,15 @@ def corners(cluster: Cluster) -> Iterator[dict[str, float]]:
         yield dict(zip(box, values, strict=True))
 
 
+def search_bounds(cluster: Cluster, name: str) -> tuple[float, float]:
+    """The values input ``name`` may take on ``cluster``: its ``bounds``, widened to hold the profile's value and
+    range (a profile may go beyond them)."""
+    u = INPUTS[name]
+    value = u.value(cluster)
+    given = u.profile_range(cluster) or (value, value)
+    return min(u.bounds[0], given[0], value), max(u.bounds[1], given[1], value)
+
+
 def perturbed(cluster: Cluster, values: Mapping[str, float]) -> Cluster:
     """``cluster`` with each named input set to its value (the others as profiled).
 
@@ -270,7 +289,7 @@ def _perturbed(cluster: Cluster, values: tuple[tuple[str, float], ...]) -> Clust
         u = INPUTS.get(name)
         if u is None:
             raise PlansimError(f"uncertain input '{name}': choose among {', '.join(INPUTS)}")
-        low, high = u.bounds
+        low, high = search_bounds(cluster, name)
         if not low <= value <= high:
             raise PlansimError(f"{u.label} {u.show(value)}: outside {u.show(low)} to {u.show(high)}")
         if value != u.value(out):

@@ -201,6 +201,22 @@ def test_param_gather_overlap_megatron_gathers_under_the_next_forward() -> None:
     assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
 
 
+def test_param_gather_overlap_set_where_it_cannot_run_is_refused_in_one_line() -> None:
+    """overlap_param_gather=true under a framework that gathers after the step (deepspeed), with a ZeRO stage that
+    has no such gather, or without the overlapped reduction Megatron-LM requires (arguments.py:625-631)."""
+    (p,) = _problems("dp=32,zero=1,overlap_param_gather=true,framework=deepspeed")
+    assert p.startswith("overlap_param_gather=true with framework=deepspeed: DeepSpeed all-gathers the parameters")
+    assert p.endswith("or framework=megatron")
+    (p,) = _problems("dp=32,zero=3,overlap_param_gather=true")
+    assert p.startswith("overlap_param_gather=true with zero=3")
+    (p,) = _problems("dp=32,zero=1,overlap_param_gather=true,overlap_grad_reduce=false")
+    assert "requires --overlap-grad-reduce" in p
+    assert not _problems("dp=32,zero=1,overlap_param_gather=true")
+    with pytest.raises(PlansimError, match=r"^--schedule gpipe: Megatron-LM does not run it .* --framework fsdp"):
+        Constraints(schedule="gpipe")
+    assert Constraints(schedule="gpipe", framework="fsdp").schedule == "gpipe"
+
+
 def test_param_gather_overlap_with_interleaving_issues_chunks_ahead() -> None:
     """megatron with interleaving (align_param_gather): chunks 0 and 1 at the start, chunk k+1 when chunk k's first
     micro-batch begins, every bucket of a chunk at once (megatron/core/pipeline_parallel/schedules.py:1033-1036,

@@ -27,7 +27,7 @@ from plansim.workload import load_model
 runner = CliRunner()
 
 #: A small space: two nodes, so every input applies; two remat policies, one all-reduce, up to 4 stages, micro-batch
-#: 1: 224 candidates.
+#: 1: 152 candidates under Megatron-LM's schedules.
 SMALL = Constraints(remat=("none", "full"), dp_algorithms=("nccl",), max_pp=4, max_micro_batch=1)
 
 
@@ -175,6 +175,17 @@ def test_the_tornado_spans_each_range(robust_plan: plansim.planner.PlanResult) -
         if u.monotone:  # the worse end is never faster (inter-node efficiency is not monotone: uncertainty.py)
             slower = s.at_low_s if u.worse < 0 else s.at_high_s
             assert slower >= report.winner_nominal_s * (1 - 1e-12)
+
+
+def test_one_node_robust_plan_re_simulates_at_the_worst_corner() -> None:
+    """On one node inter-node efficiency does not apply: one corner, at which the finalists' DES still runs."""
+    r = plansim.plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=32, top_k=2, milp=False, robust=True)
+    assert r.robust is not None and r.winner is not None and r.winner_result is not None
+    assert r.winner_result.engine == "des"
+    corner = perturbed(load_hardware("dgx-a100", gpus=8), r.robust.worst)
+    worst = plansim.simulate("gpt3-125m", corner, r.winner, engine="des")
+    assert r.winner_result.step_time_s == pytest.approx(worst.step_time_s, rel=1e-12)
+    assert r.winner_result.step_time_s > r.robust.winner_nominal_s
 
 
 def test_cli_robust_json_and_chart(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.describe import describe
 from plansim.hardware import Cluster
 from plansim.strategy import Strategy
-from plansim.uncertainty import INPUTS, nominal, perturbed, ranges, worst_corners
+from plansim.uncertainty import INPUTS, nominal, perturbed, ranges, search_bounds, worst_corners
 from plansim.workload import ModelSpec
 
 __all__ = ["TIE", "BreakEven", "Rival", "RobustReport", "Sensitivity", "family_rival", "robust_report"]
@@ -67,6 +67,8 @@ class Sensitivity:
     at_low_s: float
     at_high_s: float
     break_evens: tuple[BreakEven, ...]
+    #: the values the break-even search tried between (``uncertainty.search_bounds``)
+    search: tuple[float, float] = (0.0, 1.0)
 
     @property
     def swing_s(self) -> float:
@@ -89,11 +91,14 @@ class RobustReport:
 
     def sentences(self) -> list[str]:
         """The report in words: the worst case ranked by, and per rival where the winner stops winning."""
-        shown = ", ".join(f"{INPUTS[n].label} {INPUTS[n].show(v)}" for n, v in self.worst.items())
+        ranged = {s.name for s in self.sensitivities if s.low != s.high}
+        shown = ", ".join(f"{INPUTS[n].label} {INPUTS[n].show(v)}" for n, v in self.worst.items() if n in ranged)
+        fixed = [INPUTS[n].label for n in self.worst if n not in ranged]
+        held = f"; the profiles give no range for {' or '.join(fixed)}" if fixed else ""
+        where = f"over the profiles' ranges ({shown}{held})" if ranged else "(the profiles give no ranges)"
         out = [
-            f"Ranked by the worst case over the profiles' ranges ({shown}): the winner takes "
-            f"{self.winner_worst_s:.3f} s per step there by the analytic engine, {self.winner_nominal_s:.3f} s at "
-            "the profiles' values."
+            f"Ranked by the worst case {where}: the winner takes {self.winner_worst_s:.3f} s per step there by the "
+            f"analytic engine, {self.winner_nominal_s:.3f} s at the profiles' values."
         ]
         for rival in self.rivals:
             out.append(self._rival_sentence(rival))
@@ -107,8 +112,8 @@ class RobustReport:
             if abs(gap) <= TIE:
                 return f"{head}: the two price alike by the analytic engine at the profiles' values."
             return (
-                f"{head}: the analytic engine prices it {gap:.2%} faster at the profiles' values already (the "
-                "discrete-event engine ranked them)."
+                f"{head}: at the profiles' values the analytic engine prices it {gap:.2%} faster; the winner leads "
+                "in the worst case the plan is ranked by."
             )
         clauses, steady = [], []
         for s, b in evens:
@@ -124,7 +129,7 @@ class RobustReport:
             if parts:
                 clauses.append(" or ".join(parts))
             else:
-                low, high = u.bounds
+                low, high = s.search
                 steady.append(f"{u.label} ({u.show(low)} to {u.show(high)})")
         if not clauses:
             return f"{head}: the winner holds over every input's search range."
@@ -229,7 +234,11 @@ def robust_report(
         at_low = pricer.step_time(winner, {name: low})
         at_high = pricer.step_time(winner, {name: high})
         evens = tuple(_break_even(pricer, winner, r, name, value) for r in rivals)
-        sensitivities.append(Sensitivity(name, INPUTS[name].label, value, low, high, at_low, at_high, evens))
+        sensitivities.append(
+            Sensitivity(
+                name, INPUTS[name].label, value, low, high, at_low, at_high, evens, search_bounds(cluster, name)
+            )
+        )
         if progress:
             progress(k + 1, len(box))
     corner = max(worst_corners(cluster), key=lambda values: pricer.step_time(winner, values))
@@ -247,7 +256,7 @@ def _break_even(pricer: _Pricer, winner: Strategy, rival: Rival, name: str, valu
     at_value = gap(value)
     if at_value >= 0:
         return BreakEven(rival.role, None, None, at_value, at_value, already=True)
-    low, high = INPUTS[name].bounds
+    low, high = search_bounds(pricer.cluster, name)
     below, gap_below = _crossing(gap, value, at_value, low)
     above, gap_above = _crossing(gap, value, at_value, high)
     return BreakEven(rival.role, below, above, gap_below, gap_above)

@@ -67,16 +67,18 @@ class _Pricing:
     """The analytic engine over one cluster, or (a robust search) over several corners of the uncertainty box, each
     with its own ``AnalyticCache``: a strategy's result is its slowest corner's."""
 
-    def __init__(self, model: ModelSpec, clusters: Sequence[Cluster]) -> None:
+    def __init__(self, model: ModelSpec, clusters: Sequence[Cluster], robust: bool = False) -> None:
         self.model = model
         self.caches = [AnalyticCache(model, c) for c in clusters]
+        self.robust = robust  # the clusters are corners: a result says which one priced it
 
     def model_states_exceed(self, s: Strategy) -> bool:
         return self.caches[0].model_states_exceed(s)  # the uncertain inputs move time, never memory
 
     def price(self, s: Strategy) -> tuple[Result, Cluster | None]:
         if len(self.caches) == 1:
-            return simulate_analytic(self.model, self.caches[0].cluster, s, cache=self.caches[0]), None
+            cache = self.caches[0]
+            return simulate_analytic(self.model, cache.cluster, s, cache=cache), cache.cluster if self.robust else None
         results = [(simulate_analytic(self.model, c.cluster, s, cache=c), c.cluster) for c in self.caches]
         return max(results, key=lambda rc: rc[0].step_time_s)
 
@@ -142,7 +144,8 @@ def search(
     space = list(candidates(model, cluster, global_batch, constraints or Constraints()))
     enumerated = time.perf_counter()
     clusters = tuple(corners) or (cluster,)
-    priced, errors = _price_all(model, clusters, space, jobs, progress)
+    robust = bool(corners)
+    priced, errors = _price_all(model, clusters, robust, space, jobs, progress)
     analytic = time.perf_counter()
     rejected: Counter[str] = Counter(errors)
     fitting = []
@@ -156,11 +159,11 @@ def search(
     say = phase or (lambda label: None)
     if splits and chosen:
         say("balancing the finalists' layer splits")
-        chosen = _with_balanced_splits(model, clusters, chosen, key, top_k)
+        chosen = _with_balanced_splits(model, clusters, robust, chosen, key, top_k)
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, clusters, chosen, key, top_k)
+        chosen = _with_milp(model, clusters, robust, chosen, key, top_k)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
@@ -186,13 +189,14 @@ def search(
 def _price_all(
     model: ModelSpec,
     clusters: tuple[Cluster, ...],
+    robust: bool,
     space: Sequence[Strategy],
     jobs: int,
     progress: Callable[[int, int], None] | None,
 ) -> tuple[list[Priced], Counter[str]]:
     if jobs > 1 and len(space) > 1:
         size = math.ceil(len(space) / (4 * jobs))
-        chunks = [(model, clusters, list(space[i : i + size]), i) for i in range(0, len(space), size)]
+        chunks = [(model, clusters, robust, list(space[i : i + size]), i) for i in range(0, len(space), size)]
         priced: list[Priced] = []
         errors: Counter[str] = Counter()
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -202,28 +206,29 @@ def _price_all(
                 if progress:
                     progress(len(priced) + sum(errors.values()), len(space))
         return priced, errors
-    return _price_chunk((model, clusters, list(space), 0), progress, len(space))
+    return _price_chunk((model, clusters, robust, list(space), 0), progress, len(space))
 
 
 def _price_chunk(
-    job: tuple[ModelSpec, tuple[Cluster, ...], list[Strategy], int],
+    job: tuple[ModelSpec, tuple[Cluster, ...], bool, list[Strategy], int],
     progress: Callable[[int, int], None] | None = None,
     total: int = 0,
 ) -> tuple[list[Priced], Counter[str]]:
-    model, clusters, strategies, offset = job
+    model, clusters, robust, strategies, offset = job
     with gc_paused():
-        return _price_strategies(model, clusters, strategies, offset, progress, total)
+        return _price_strategies(model, clusters, robust, strategies, offset, progress, total)
 
 
 def _price_strategies(
     model: ModelSpec,
     clusters: tuple[Cluster, ...],
+    robust: bool,
     strategies: list[Strategy],
     offset: int,
     progress: Callable[[int, int], None] | None,
     total: int,
 ) -> tuple[list[Priced], Counter[str]]:
-    pricing = _Pricing(model, clusters)
+    pricing = _Pricing(model, clusters, robust)
     priced, errors = [], Counter[str]()
     step = max(1, len(strategies) // 200)
     for k, s in enumerate(strategies):
@@ -277,7 +282,12 @@ MILP_MAX_BLOCKS = 12
 
 
 def _with_milp(
-    model: ModelSpec, clusters: tuple[Cluster, ...], chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec,
+    clusters: tuple[Cluster, ...],
+    robust: bool,
+    chosen: list[Priced],
+    key: Callable[[Result], float],
+    top_k: int,
 ) -> list[Priced]:
     """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
     blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
@@ -294,7 +304,7 @@ def _with_milp(
             continue
         seen.add(s)
         try:
-            r, corner = _Pricing(model, clusters).price(s)
+            r, corner = _Pricing(model, clusters, robust).price(s)
         except PlansimError:
             continue
         if r.fits:
@@ -304,7 +314,12 @@ def _with_milp(
 
 
 def _with_balanced_splits(
-    model: ModelSpec, clusters: tuple[Cluster, ...], chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec,
+    clusters: tuple[Cluster, ...],
+    robust: bool,
+    chosen: list[Priced],
+    key: Callable[[Result], float],
+    top_k: int,
 ) -> list[Priced]:
     """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
     that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
@@ -312,7 +327,7 @@ def _with_balanced_splits(
     ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
-    pricing = _Pricing(model, clusters)
+    pricing = _Pricing(model, clusters, robust)
     for p in chosen:
         s = p.strategy
         if s.pp == 1 or s.virtual_stages > 1 or s.layer_split is not None:

@@ -73,6 +73,15 @@ class Constraints:
         if self.dtype is not None:
             choice(self.dtype, DTYPES, "--dtype")
         choice(self.framework, [*framework_names(), "all"], "--framework")
+        if self.schedule is not None and not any(
+            self.schedule in load_framework(n).rules.schedules.value for n in self.frameworks
+        ):
+            runs = [n for n in framework_names() if self.schedule in load_framework(n).rules.schedules.value]
+            title = load_framework(self.framework).title if self.framework != "all" else "no framework"
+            raise PlansimError(
+                f"--schedule {self.schedule}: {title} does not run it (frameworks/{self.framework}.yaml): use "
+                f"--framework {' or '.join(runs)}, or another --schedule"
+            )
         for name in ("sequence_parallel", "allow_cross_node_tp"):
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
