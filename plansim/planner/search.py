@@ -159,11 +159,11 @@ def search(
     say = phase or (lambda label: None)
     if splits and chosen:
         say("balancing the finalists' layer splits")
-        chosen = _with_balanced_splits(model, clusters, robust, chosen, key, top_k)
+        chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k)
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, clusters, robust, chosen, key, top_k)
+        chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
@@ -282,12 +282,7 @@ MILP_MAX_BLOCKS = 12
 
 
 def _with_milp(
-    model: ModelSpec,
-    clusters: tuple[Cluster, ...],
-    robust: bool,
-    chosen: list[Priced],
-    key: Callable[[Result], float],
-    top_k: int,
+    model: ModelSpec, pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
 ) -> list[Priced]:
     """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
     blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
@@ -304,7 +299,7 @@ def _with_milp(
             continue
         seen.add(s)
         try:
-            r, corner = _Pricing(model, clusters, robust).price(s)
+            r, corner = pricing.price(s)
         except PlansimError:
             continue
         if r.fits:
@@ -314,12 +309,7 @@ def _with_milp(
 
 
 def _with_balanced_splits(
-    model: ModelSpec,
-    clusters: tuple[Cluster, ...],
-    robust: bool,
-    chosen: list[Priced],
-    key: Callable[[Result], float],
-    top_k: int,
+    model: ModelSpec, pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
 ) -> list[Priced]:
     """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
     that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
@@ -327,7 +317,6 @@ def _with_balanced_splits(
     ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
-    pricing = _Pricing(model, clusters, robust)
     for p in chosen:
         s = p.strategy
         if s.pp == 1 or s.virtual_stages > 1 or s.layer_split is not None:
