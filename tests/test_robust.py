@@ -196,6 +196,7 @@ def test_cli_robust_json_and_chart(tmp_path: Path) -> None:
     robust = data["robust"]
     assert [i["name"] for i in robust["inputs"]] == list(INPUTS)
     assert robust["sentences"][0].startswith("Ranked by the worst case")
+    assert data["explanation"].startswith("Worst cases over the profiles' uncertainty ranges throughout.")
     assert data["winner_result"]["step_time_s"] == pytest.approx(robust["winner_worst_step_time_s"], rel=1e-12)
     assert (tmp_path / "out" / "robust.svg").exists() and (tmp_path / "out" / "robust.png").exists()
     plain = runner.invoke(app, [*args, "--format", "json"])

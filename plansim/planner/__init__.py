@@ -224,7 +224,13 @@ def plan(
         if phase:
             phase("break-even values for the winner")
         result.robust = _robust(spec, cluster, result)
-        result.explanation += " " + " ".join(result.robust.sentences())
+        # every figure before the robust sentences is a worst case: said first, not left to the end
+        result.explanation = (
+            "Worst cases over the profiles' uncertainty ranges throughout. "
+            + result.explanation
+            + " "
+            + " ".join(result.robust.sentences())
+        )
     if winner.warnings:  # a thin memory margin (plansim.step.result.THIN_MARGIN): said, not hidden
         result.explanation += " Note: the winner's " + "; ".join(winner.warnings) + "."
     if tokens is not None:

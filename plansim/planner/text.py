@@ -42,8 +42,9 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     if r.training is not None:
         tc = r.training
         cost = f", cost {tc.cost:,.0f}" if tc.cost is not None else ""
+        worst = " in the worst case" if r.robust is not None else ""
         console.print(
-            f"Training on {tc.tokens:,.0f} tokens: {tc.steps:,} steps, {tc.days:,.1f} days, "
+            f"Training on {tc.tokens:,.0f} tokens{worst}: {tc.steps:,} steps, {tc.days:,.1f} days, "
             f"{tc.gpu_hours:,.0f} GPU-hours{cost}."
         )
     rejected = r.rejected_summary()
