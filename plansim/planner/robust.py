@@ -222,14 +222,13 @@ def robust_report(
     cluster: Cluster,
     winner: Strategy,
     rivals: Sequence[Rival],
-    progress: Callable[[int, int], None] | None = None,
 ) -> RobustReport:
     """The winner's ``RobustReport`` on ``cluster`` (at the profiles' values) against ``rivals``."""
     pricer = _Pricer(model, cluster)
     base = nominal(cluster)
     box = ranges(cluster)
     sensitivities = []
-    for k, (name, (low, high)) in enumerate(box.items()):
+    for name, (low, high) in box.items():
         value = base[name]
         at_low = pricer.step_time(winner, {name: low})
         at_high = pricer.step_time(winner, {name: high})
@@ -239,8 +238,6 @@ def robust_report(
                 name, INPUTS[name].label, value, low, high, at_low, at_high, evens, search_bounds(cluster, name)
             )
         )
-        if progress:
-            progress(k + 1, len(box))
     corner = max(worst_corners(cluster), key=lambda values: pricer.step_time(winner, values))
     return RobustReport(
         base, corner, pricer.step_time(winner, {}), pricer.step_time(winner, corner), tuple(rivals),
