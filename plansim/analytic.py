@@ -63,8 +63,10 @@ from plansim.step.prepare import (
     comm_pricer,
     p2p_message_bytes,
     prepare_step,
+    rate_beside,
     ring_call_s,
     tied_copy_params,
+    tp_overlap,
 )
 from plansim.step.result import overlap_figures, step_flops, step_result
 from plansim.strategy import Strategy, StrategyProjection
@@ -139,6 +141,8 @@ class _LayerKey(StrategyProjection):
     sequence_parallel: bool
     compute_dtype: str
     attention: str
+    framework: str  # its rules say which tensor-parallel collectives overlap GEMMs (``step.prepare.tp_overlap``)
+    tp_comm_overlap: bool
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,9 @@ class _FixedKey(StrategyProjection):
     virtual_stages: int
     zero: int
     sequence_parallel: bool
+    tp_comm_overlap: bool  # Transformer Engine's userbuffers, one micro-batch's activation each
+    micro_batch: int
+    framework: str
 
 
 @dataclass(frozen=True)
@@ -362,7 +369,8 @@ class AnalyticCache:
         hit = self._fixed.get(key)
         if hit is None:
             tied = tied_copy_params(self.model, s) > 0
-            hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied) for idx in range(s.pp)]
+            layer_input = float(self.priced(s).prep.graph.graph["layer_input_bytes"]) if s.tp_comm_overlap else 0.0
+            hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied, layer_input) for idx in range(s.pp)]
         return hit
 
     def priced(self, prep_strategy: Strategy) -> _Priced:
@@ -374,8 +382,14 @@ class AnalyticCache:
             from plansim.workload import kernel_recompute_flops, model_flops
 
             prep = prepare_step(self.model, self.cluster, s)
-            programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
-            costs = layer_costs(programs, comm_pricer(self.cluster, prep.strategy))
+            programs = layer_programs(
+                prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
+            )
+            costs = layer_costs(
+                programs,
+                comm_pricer(self.cluster, prep.strategy),
+                rate_beside(self.cluster, prep.strategy, prep.kernels),
+            )
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
             hit = _Priced(prep, costs, model_flops(prep.graph), kernel_recompute_flops(prep.graph))
@@ -593,8 +607,11 @@ class _StageSums:
         self.bwd_s = sum(c.bwd_s for c in every)
         self.comm_s = sum(c.comm_fwd_s + c.comm_bwd_s for c in every)
         self.sync_s = sum(c.sync_fwd_s + c.sync_bwd_s for c in every)
+        # compute lost beside the layers' asynchronous tensor-parallel collectives, and how long both ran
+        self.interference_s = sum(c.interference_s for c in every)
+        self.overlapped_s = sum(c.overlapped_s for c in every)
         # the forward passes' share of the compute stream (kernels, blocking collectives and their waits)
-        self.fwd_pass_s = sum(c.fwd_s + c.comm_fwd_s + c.sync_fwd_s for c in every)
+        self.fwd_pass_s = sum(c.fwd_s + c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s for c in every)
         self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
         self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
         self.largest_layer_params = max(c.params for c in every)
@@ -603,7 +620,10 @@ class _StageSums:
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
-        self.forward = tuple(LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s, c.params) for _, c in self.backward[::-1])
+        self.forward = tuple(
+            LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params)
+            for _, c in self.backward[::-1]
+        )
         self.layer_input = layer_input
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
@@ -648,7 +668,8 @@ def _stage_cost(
     activations = peak[0]
     sends, overlapped_sends = p2p[3], p2p[4]
     fwd_pass = sums.fwd_pass_s
-    bwd_pass = sums.comm_s + sums.sync_s + sums.fwd_s + sums.bwd_s - fwd_pass + recompute_s + recompute_comm_s
+    bwd_pass = sums.comm_s + sums.sync_s + sums.interference_s + sums.fwd_s + sums.bwd_s - fwd_pass
+    bwd_pass += recompute_s + recompute_comm_s
     bwd_pass += rerun_sync
     send_excess = overlapped_sends.excess_s(fwd_pass / chunks, bwd_pass / chunks)
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
@@ -677,8 +698,8 @@ def _stage_cost(
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
         fragmentation=peak[1] - peak[0],
-        interference_s=lost,
-        overlapped_s=overlapped,
+        interference_s=lost + sums.interference_s,
+        overlapped_s=overlapped + sums.overlapped_s,
         send_chain_s=overlapped_sends.chain_s,
     )
 
@@ -741,7 +762,7 @@ def _backward_layers(
     blocks = max(1, len(sums.blocks))
     out = []
     for is_block, c in sums.backward:
-        work, blocking, layer_params = c.bwd_s, c.comm_bwd_s + c.sync_bwd_s, c.params
+        work, blocking, layer_params = c.bwd_s, c.comm_bwd_s + c.sync_bwd_s + c.interference_bwd_s, c.params
         if is_block:
             work += recompute_s / blocks
             blocking += rerun_blocking_s / blocks

@@ -30,13 +30,16 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
 
     >>> describe(Strategy(dp=8, tp=8, pp=4, micro_batch=1, schedule="interleaved", virtual_stages=3, zero=1))
     'dp8 tp8 pp4 mb1 interleaved(v=3) zero1 remat=none nccl'
+    >>> describe(Strategy(dp=2, tp=4, sequence_parallel=True, tp_comm_overlap=True))  # Megatron's --tp-comm-overlap
+    'dp2 tp4+sp+overlap pp1 mb1 zero0 remat=none nccl'
     >>> describe(Strategy(dp=8, micro_batch=2, attention="unfused"))
     'dp8 tp1 pp1 mb2 zero0 remat=none attention=unfused nccl'
     >>> describe(Strategy(dp=8, micro_batch=2, zero=1, framework="deepspeed"))  # the default, megatron, left unsaid
     'dp8 tp1 pp1 mb2 zero1 remat=none nccl under deepspeed'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
-    parts = [f"dp{s.dp}", f"tp{s.tp}" + ("+sp" if s.sequence_parallel else ""), f"pp{s.pp}", f"mb{s.micro_batch}"]
+    tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
+    parts = [f"dp{s.dp}", tp, f"pp{s.pp}", f"mb{s.micro_batch}"]
     if s.layer_split is not None:
         parts.insert(3, "split " + "/".join(map(str, s.layer_split)))
     if s.pp > 1:

@@ -26,6 +26,7 @@ __all__ = [
     "FrameworkRules",
     "GradBucket",
     "Rule",
+    "TPCommOverlap",
     "framework_names",
     "is_framework",
     "load_framework",
@@ -82,6 +83,22 @@ class GradBucket(_Strict):
         return max(self.params, self.params_per_dp * dp) * grad_bytes
 
 
+class TPCommOverlap(_Strict):
+    """How a framework pipelines a transformer block's GEMMs with their tensor-parallel collectives (Megatron-LM's
+    ``--tp-comm-overlap`` on Transformer Engine's userbuffers): each all-gather feeding a GEMM as a ring exchange of tp
+    point-to-point steps, the GEMM computed chunk by chunk as they arrive (``ring_exchange``), and each row-parallel
+    forward GEMM in ``reduce_scatter_splits`` chunks, each chunk reduce-scattered beside the next one's GEMM. The
+    other collectives run in SM kernels of ``kernel_sms`` SMs beside GEMMs that leave them those SMs. Its
+    communication buffers are ``buffers`` tensors of one micro-batch's whole activation each. It needs sequence
+    parallelism (``needs_sequence_parallel``)."""
+
+    ring_exchange: bool
+    reduce_scatter_splits: int = Field(ge=2, le=64)
+    kernel_sms: int = Field(ge=0, le=1024)
+    buffers: int = Field(ge=0, le=64)
+    needs_sequence_parallel: bool
+
+
 class FrameworkRules(_Strict):
     """The behaviours plansim reads from a framework (docs/frameworks.md says where each is used)."""
 
@@ -95,6 +112,8 @@ class FrameworkRules(_Strict):
     param_gather_overlap: Rule[bool]
     grad_buckets_first_chunk_only: Rule[bool]
     schedules: Rule[tuple[str, ...]]
+    tp_grad_input_overlap: Rule[tuple[Literal["all_reduce", "reduce_scatter"], ...]]
+    tp_comm_overlap: Rule[TPCommOverlap | None]
 
 
 class FrameworkProfile(_Strict):
@@ -184,11 +203,12 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     return list(_modelled(name, pp > 1))
 
 
-def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> list[str]:
+def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: int = 1) -> list[str]:
     """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
     ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
-    ``zero`` and ``pp`` pipeline stages (the winner's): the pipeline rules only with pipelining, the parameter
-    gather's only under ZeRO-1/2, the ZeRO rules only where ``other`` cannot run the winner's stage.
+    ``zero``, ``pp`` pipeline stages and tensor parallelism ``tp`` (the winner's): the pipeline rules only with
+    pipelining, the parameter gather's only under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO
+    rules only where ``other`` cannot run the winner's stage.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
@@ -200,6 +220,8 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> lis
     'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
     'no ZeRO-1 (it runs ZeRO 0, 2, 3)'
+    >>> rule_differences("megatron", "fsdp", tp=8)[-1]
+    'tensor-parallel input-gradient reduction beside the weight-gradient GEMM: nothing'
     """
     a, b = load_framework(winner).rules, load_framework(other).rules
     out = []
@@ -224,6 +246,9 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1) -> lis
             if b.param_gather_overlap.value
             else "parameter all-gather after the optimizer step, not overlapped with the next forward"
         )
+    if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
+        beside = " and ".join(c.replace("_", "-") for c in b.tp_grad_input_overlap.value) or "nothing"
+        out.append(f"tensor-parallel input-gradient reduction beside the weight-gradient GEMM: {beside}")
     if zero not in modelled_zero_stages(other, pp):
         runs = b.zero_with_pipeline.value if pp > 1 else b.zero_stages.value
         where = " with pipelining" if pp > 1 else ""

@@ -60,7 +60,7 @@ from plansim.step.memory import (
     stage_params,
 )
 from plansim.step.p2p import call_overhead_s, regather
-from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
+from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params, tp_overlap
 from plansim.step.result import step_flops
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
@@ -119,7 +119,8 @@ class _StageLowering:
         self.zero3 = self.plan is not None and self.plan.per_layer
         self.split = get_schedule(self.s.schedule).split_backward
         self.last_compute = -1
-        self.join: tuple[int, int] | None = None  # (asynchronous collective, compute tasks to let by first)
+        #: asynchronous collectives in flight: (task, compute tasks to let by before one waits for it)
+        self.joins: list[tuple[int, int]] = []
         self.last_dp = -1
         self.after_dp = -1  # a micro-batch's last gradient bucket, which the next compute task waits for
         self.bucket: list[float] = [0.0]
@@ -160,13 +161,11 @@ class _StageLowering:
 
     # -- helpers -----------------------------------------------------------------------------------------------
     def _compute(self, task: Task) -> int:
-        if self.join is not None:  # an asynchronous collective: the second compute task after it waits for it
-            collective, skip = self.join
-            if skip:
-                self.join = (collective, skip - 1)
-            else:
-                task.deps = (*task.deps, (self.stage, collective))
-                self.join = None
+        if self.joins:  # an asynchronous collective: the second compute task after it waits for it
+            for collective, skip in self.joins:
+                if not skip:
+                    task.deps = (*task.deps, (self.stage, collective))
+            self.joins = [(collective, skip - 1) for collective, skip in self.joins if skip]
         if self.after_dp >= 0:
             task.deps = (*task.deps, (self.stage, self.after_dp))
             self.after_dp = -1
@@ -239,7 +238,7 @@ class _StageLowering:
                 side = Task(f"{name}.{i}", "tp", "tp_comm", comm=seg.comm, deps=before, microbatch=mb)
                 if head:
                     side.deps = (*first_deps, *before)
-                self.join = (self.prog.add(side), 1)
+                self.joins.append((self.prog.add(side), 1))
                 continue
             idx = self._compute(
                 Task(
@@ -529,7 +528,7 @@ class _StageLowering:
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
         self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
-            ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0
+            ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )
 
 
@@ -540,7 +539,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
     mesh = mesh_of(s)
-    programs = layer_programs(graph, kernels, mesh)
+    programs = layer_programs(graph, kernels, mesh, tp_overlap(s, cluster))
     for block in range(model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
         programs.setdefault(block, LayerProgram(block))
     layer_input = graph.graph["layer_input_bytes"]

@@ -137,6 +137,13 @@ class Strategy(BaseModel):
         "(Megatron-LM's --overlap-param-gather); default: wherever the framework does",
     )
 
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="pipeline each transformer block's GEMMs with their tensor-parallel all-gathers and "
+        "reduce-scatters, chunk by chunk (Megatron-LM's --tp-comm-overlap on Transformer Engine; needs sequence "
+        "parallelism)",
+    )
+
     @field_validator(
         "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "grad_bucket_bytes", mode="before"
     )

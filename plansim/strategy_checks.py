@@ -93,6 +93,8 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             + f" (frameworks/{s.framework}.yaml): use schedule={rules.schedules.value[0]}"
             + _others(s, lambda n: s.schedule in load_framework(n).rules.schedules.value)
         )
+    if s.tp_comm_overlap:
+        problems += _tp_comm_overlap_problems(s, title)
     if given.overlap_grad_reduce and s.pp > 1 and not rules.grad_reduce_overlap_with_pipeline.value:
         problems.append(
             f"overlap_grad_reduce=true with pp={s.pp}: {title} does not overlap the gradient reduction with "
@@ -100,6 +102,26 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             + _others(s, lambda n: load_framework(n).rules.grad_reduce_overlap_with_pipeline.value)
         )
     return problems
+
+
+def _tp_comm_overlap_problems(s: Strategy, title: str) -> list[str]:
+    """What is wrong with ``tp_comm_overlap=true``: a framework that does not pipeline GEMMs with their
+    tensor-parallel collectives, no tensor parallelism, or (Megatron-LM) no sequence parallelism."""
+    pipelined = load_framework(s.framework).rules.tp_comm_overlap.value
+    if pipelined is None:
+        return [
+            f"tp_comm_overlap=true with framework={s.framework}: {title} does not pipeline GEMMs with their "
+            f"tensor-parallel collectives (frameworks/{s.framework}.yaml): leave tp_comm_overlap out"
+            + _others(s, lambda n: load_framework(n).rules.tp_comm_overlap.value is not None)
+        ]
+    if s.tp == 1:
+        return ["tp_comm_overlap=true with tp=1: there is no tensor-parallel communication to overlap: use tp>1"]
+    if pipelined.needs_sequence_parallel and not s.sequence_parallel:
+        return [
+            f"tp_comm_overlap=true without sequence parallelism: {title} overlaps them only with it "
+            f"(frameworks/{s.framework}.yaml): set sequence_parallel=true"
+        ]
+    return []
 
 
 def _param_gather_problems(s: Strategy, runs: bool, title: str) -> list[str]:

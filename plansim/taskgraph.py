@@ -12,6 +12,7 @@ the same stage on other streams, or of other stages (a pipeline receive waits fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from plansim.mesh import DeviceMesh
 
@@ -32,7 +33,10 @@ class Comm:
     ``DeviceMesh.group``), ``pp`` (a send to the stage ``peer`` stages away, wrapping around: interleaving sends the
     last stage's output to stage 0), ``emb`` (the first and last stage's ranks that hold the tied embeddings).
     ``kind`` files its bytes under the output contract's ``comm_bytes_per_gpu`` key. ``local`` is the node-local
-    group size of a two-level collective (algorithms whose registry entry ``reads_local``).
+    group size of a two-level collective (algorithms whose registry entry ``reads_local``). ``engine``: what moves
+    its bytes, which says what it takes from compute beside it (``plansim.costs.interference.engine_load``): NCCL's
+    kernels, or Transformer Engine's userbuffers (``copy_engine``: the GPU's copy engines; ``userbuffers``: SM
+    kernels beside a GEMM that left them their SMs).
     """
 
     collective: str
@@ -42,6 +46,7 @@ class Comm:
     kind: str
     peer: int = 0
     local: int | None = None
+    engine: Literal["nccl", "copy_engine", "userbuffers"] = "nccl"
 
 
 @dataclass(slots=True)

@@ -39,6 +39,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "overlap_grad_reduce": [False, True],
     "grad_bucket_bytes": [2**20, 2**26],
     "overlap_param_gather": [False, True],
+    "tp_comm_overlap": [True],  # with sequence parallelism, which it needs
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.
@@ -81,6 +82,8 @@ def _variants(layers: int) -> list[Strategy]:
                     update["schedule"] = "interleaved"
                 if name == "remat_budget" and value is not None:
                     update["remat"] = "milp"
+                if name == "tp_comm_overlap":
+                    update["sequence_parallel"] = True
                 try:
                     out.append(Strategy.model_validate({**base.model_dump(), **update}))
                 except ValueError:

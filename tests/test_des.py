@@ -664,8 +664,21 @@ def test_result_carries_the_contract_and_the_des_extras() -> None:
     }  # fmt: skip
     assert set(d["overlap"]) == {"overlapped_comm_s", "interference_s", "source"}
     assert set(d["memory_breakdown_bytes"]) == {
-        "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "fragmentation"
+        "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "userbuffers",
+        "fragmentation",
     }  # fmt: skip
     assert len(d["stage_time_breakdown_s"]) == 2
     assert d["busiest_links"] and all(0 < x["utilization"] <= 1 for x in d["busiest_links"])
     assert all(0 < u <= 1 for u in r.timeline.link_utilization.values())
+
+
+def test_a_collective_beside_compute_loads_the_gpu_though_the_same_one_blocks_elsewhere() -> None:
+    """Sequence parallelism's backward re-gather is the same collective as the blocking forward all-gather: it still
+    slows the compute beside it (the engine once reused the blocking one's idle load), so with no data-parallel or
+    pipeline traffic the DES's interference is the analytic engine's."""
+    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=4)
+    s = Strategy(tp=4, dp=1, micro_batch=1, global_batch=2, sequence_parallel=True, framework="fsdp")
+    des = plansim.simulate(model, cluster, s, engine="des")
+    analytic = plansim.simulate(model, cluster, s, engine="analytic")
+    assert des.time_breakdown_s["interference"] > 0
+    assert des.time_breakdown_s["interference"] == pytest.approx(analytic.time_breakdown_s["interference"], rel=0.05)

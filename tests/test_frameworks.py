@@ -375,3 +375,150 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
     assert rule_differences("deepspeed", "megatron", zero=2, pp=2)[-1] == (
         "no ZeRO-2 with pipelining (it runs ZeRO 0, 1)"
     )
+
+
+# ---- tensor-parallel communication beside the GEMMs ----------------------------------------------------------------
+def _block_program(strategy: str, preset: str = "gpt3-1.3b", gpus: int = 8):  # type: ignore[no-untyped-def]
+    """Block 0's program under ``strategy``, with the op graph and kernel model it was walked from."""
+    from plansim.mesh import mesh_of
+    from plansim.step.layers import layer_programs
+    from plansim.step.prepare import prepare_step, tp_overlap
+
+    cluster = _cluster(gpus)
+    prep = prepare_step(load_model(preset), cluster, Strategy.parse(strategy))
+    programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, cluster))
+    return programs[0], prep
+
+
+def test_tp_grad_input_overlap_megatron_reduces_the_input_gradient_beside_the_weight_gradient() -> None:
+    """megatron (Transformer Engine's linear.py:735-745, "Overlap dgrad-RS/AR with wgrad") launches a column-parallel
+    linear's input-gradient reduction after its input-gradient GEMM and runs the weight gradient beside it:
+    reduce-scatter with sequence parallelism, all-reduce without; deepspeed (Megatron-DeepSpeed, arguments.py:390-399,
+    layers.py:339-357) only the reduce-scatter; fsdp (DTensor) neither. The asynchronous one is hidden behind
+    exactly the weight-gradient GEMM of QKV and fc1 (the walk runs backward: fc1 first)."""
+    from plansim.step.layers import weight_gradient_s
+
+    cases = {
+        ("megatron", True): ["reduce_scatter"] * 2,
+        ("megatron", False): ["all_reduce"] * 2,
+        ("deepspeed", True): ["reduce_scatter"] * 2,
+        ("deepspeed", False): [],
+        ("fsdp", True): [],
+        ("fsdp", False): [],
+    }
+    for (framework, sp), expected in cases.items():
+        lp, prep = _block_program(f"tp=4,dp=2,sequence_parallel={str(sp).lower()},framework={framework}")
+        beside = [i for i, seg in enumerate(lp.bwd) if seg.comm is not None and seg.comm.collective != "all_gather"]
+        hidden = [i for i in beside if lp.bwd[i].hidden_s > 0]
+        assert [lp.bwd[i].comm.collective for i in hidden] == expected, (framework, sp)  # type: ignore[union-attr]
+        if expected:
+            wgrads = [weight_gradient_s(prep.graph.nodes[f"L0.{n}"], prep.kernels) for n in ("fc1", "qkv")]
+            assert [lp.bwd[i].hidden_s for i in hidden] == pytest.approx(wgrads, rel=1e-12)
+            assert [lp.bwd[i + 1].seconds for i in hidden] == pytest.approx(wgrads, rel=1e-12)
+            # split backward (B without W) waits for the reduction at once
+            assert all(seg.hidden_s == 0 for seg in lp.bwd_input if seg.comm and seg.comm.collective == expected[0])
+    model, cluster = load_model("gpt3-1.3b"), _cluster(8)
+    for sp in ("true", "false"):
+        s = Strategy.parse(f"tp=4,dp=2,micro_batch=1,global_batch=4,sequence_parallel={sp}")
+        analytic = plansim.simulate(model, cluster, s, engine="analytic")
+        des = plansim.simulate(model, cluster, s, engine="des")
+        assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+        blocking = plansim.simulate(model, cluster, s.model_copy(update={"framework": "fsdp"}), engine="des")
+        assert des.comm_bytes_per_gpu["tp"] == pytest.approx(blocking.comm_bytes_per_gpu["tp"])
+
+
+def test_tp_comm_overlap_megatron_pipelines_the_blocks_gemms_with_their_collectives() -> None:
+    """megatron --tp-comm-overlap (Transformer Engine v2.9 userbuffers, base.py:302-348): QKV and fc1's input
+    all-gathers and proj and fc2's output-gradient all-gathers as ring exchanges beside tp chunks of their GEMM (the
+    last chunk waits), on the copy engines; proj and fc2's forward in 4 chunks, each chunk's reduce-scatter beside
+    the next chunk, the last one blocking; the GEMMs beside the SM kernels on 16 SMs fewer. Priced with a fixed time
+    per collective and no interference, a block's exposed forward communication is the closed form of that
+    pipeline; the bytes sent are those without the overlap."""
+    from plansim.step.layers import layer_cost
+
+    lp, prep = _block_program("tp=4,dp=2,sequence_parallel=true,tp_comm_overlap=true")
+    plain, _ = _block_program("tp=4,dp=2,sequence_parallel=true")
+    kernels, graph, tp, sms = prep.kernels, prep.graph, 4, _cluster(8).gpu.sm_count
+    fwd_comms = [seg for seg in lp.fwd if seg.comm is not None]
+    assert [(s.comm.collective, s.comm.engine, s.hidden_s > 0) for s in fwd_comms] == [  # type: ignore[union-attr]
+        ("all_gather", "copy_engine", True),
+        *[("reduce_scatter", "userbuffers", True)] * 3,
+        ("reduce_scatter", "userbuffers", False),
+        ("all_gather", "copy_engine", True),
+        *[("reduce_scatter", "userbuffers", True)] * 3,
+        ("reduce_scatter", "userbuffers", False),
+    ]
+    qkv, proj = graph.nodes["L0.qkv"], graph.nodes["L0.proj"]
+    g_qkv = kernels.kernel_time("matmul", qkv["flops"] / tp, qkv["bytes"] / tp)
+    g_proj = sms / (sms - 16) * kernels.kernel_time("matmul", proj["flops"] / 4, proj["bytes"] / 4)
+    assert fwd_comms[0].hidden_s == pytest.approx((tp - 1) * g_qkv, rel=1e-12)
+    assert fwd_comms[1].hidden_s == pytest.approx(g_proj, rel=1e-12)
+    assert fwd_comms[1].comm.n_bytes == pytest.approx(graph.nodes["L0.attn_out"]["comm_bytes"] / 4)  # type: ignore[union-attr]
+    for t in (0.2 * g_qkv, 5 * g_qkv):  # hidden, then exposed by what outlasts the compute beside
+
+        def price(axis: str, coll: str, n: float, t: float = t) -> tuple[float, float]:
+            return t, n
+
+        cost = layer_cost(lp, price)
+        fc1, fc2 = graph.nodes["L0.fc1"], graph.nodes["L0.fc2"]
+        g_fc1 = kernels.kernel_time("matmul", fc1["flops"] / tp, fc1["bytes"] / tp)
+        g_fc2 = sms / (sms - 16) * kernels.kernel_time("matmul", fc2["flops"] / 4, fc2["bytes"] / 4)
+        expected = sum(max(0.0, t - (tp - 1) * g) for g in (g_qkv, g_fc1))
+        expected += sum(3 * max(0.0, t - g) + t for g in (g_proj, g_fc2))
+        assert cost.comm_fwd_s == pytest.approx(expected, rel=1e-9)
+    sent = lambda axis, coll, n: (0.0, (tp - 1) / tp * n * (1 if coll != "all_reduce" else 2))  # noqa: E731
+    assert layer_cost(lp, sent).comm_fwd_bytes == pytest.approx(layer_cost(plain, sent).comm_fwd_bytes, rel=1e-12)
+    model, cluster = load_model("gpt3-1.3b"), _cluster(8)
+    s = Strategy.parse("tp=4,dp=2,micro_batch=1,global_batch=4,sequence_parallel=true,tp_comm_overlap=true")
+    analytic, des = (plansim.simulate(model, cluster, s, engine=e) for e in ("analytic", "des"))
+    assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+    assert analytic.time_breakdown_s["interference"] == pytest.approx(des.time_breakdown_s["interference"], rel=0.05)
+    tasks = lower(model, cluster, s).stages[0].tasks
+    side = [t for t in tasks if t.stream == "tp"]
+    # the output layer's re-gather stays NCCL's (Megatron's own ColumnParallelLinear, not Transformer Engine's)
+    assert {t.comm.engine for t in side} == {"copy_engine", "userbuffers", "nccl"}  # type: ignore[union-attr]
+    # Megatron passes TE one micro-batch's tokens x hidden (initialize.py:267-271): 12 such bf16 buffers
+    buffers = 12 * model.seq_len * 1 * model.hidden * 2
+    assert analytic.memory_breakdown_bytes["userbuffers"] == buffers == des.memory_breakdown_bytes["userbuffers"]
+    off = plansim.simulate(model, cluster, s.model_copy(update={"tp_comm_overlap": False}), engine="des")
+    assert off.memory_breakdown_bytes["userbuffers"] == 0
+    assert des.time_breakdown_s["exposed_comm"] < off.time_breakdown_s["exposed_comm"]
+
+
+@pytest.mark.parametrize(
+    "strategy,message",
+    [
+        (
+            "tp=4,sequence_parallel=true,tp_comm_overlap=true,framework=deepspeed",
+            "tp_comm_overlap=true with framework=deepspeed: DeepSpeed does not pipeline GEMMs with their "
+            "tensor-parallel collectives (frameworks/deepspeed.yaml): leave tp_comm_overlap out, or framework=megatron",
+        ),
+        (
+            "tp=4,sequence_parallel=true,tp_comm_overlap=true,framework=fsdp",
+            "tp_comm_overlap=true with framework=fsdp: PyTorch FSDP (torchtitan) does not pipeline GEMMs with their "
+            "tensor-parallel collectives (frameworks/fsdp.yaml): leave tp_comm_overlap out, or framework=megatron",
+        ),
+        (
+            "tp=4,tp_comm_overlap=true",
+            "tp_comm_overlap=true without sequence parallelism: Megatron-LM overlaps them only with it "
+            "(frameworks/megatron.yaml): set sequence_parallel=true",
+        ),
+        ("tp=1,tp_comm_overlap=true", "tp_comm_overlap=true with tp=1: there is no tensor-parallel communication"),
+    ],
+)
+def test_tp_comm_overlap_where_it_cannot_run_is_refused_in_one_line(strategy: str, message: str) -> None:
+    (problem,) = _problems(strategy)
+    assert problem.startswith(message) and "\n" not in problem
+
+
+def test_the_planner_searches_tp_comm_overlap_where_the_framework_runs_it() -> None:
+    """Under megatron the overlap is searched with sequence parallelism at tp > 1; deepspeed and fsdp never get it;
+    ``Constraints(tp_comm_overlap=...)`` fixes it."""
+    model, cluster = load_model("gpt3-350m"), _cluster(8)
+    for framework in framework_names():
+        found = list(candidates(model, cluster, 16, Constraints(framework=framework, max_pp=1)))
+        overlapped = [s for s in found if s.tp_comm_overlap]
+        assert bool(overlapped) == (framework == "megatron")
+        assert all(s.sequence_parallel and s.tp > 1 for s in overlapped)
+    fixed = list(candidates(model, cluster, 16, Constraints(tp_comm_overlap=True, max_pp=1)))
+    assert fixed and all(s.tp_comm_overlap for s in fixed)

@@ -59,14 +59,15 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
         if gpus % (tp * pp):
             continue
         pipelines = [(x, 1) for x in SCHEDULES] + [("interleaved", v) for v in range(2, model.layers + 1)]
-        for (schedule, v), zero, sp, alg in itertools.product(
-            pipelines, (0, 1, 2, 3), (False, True), Constraints().dp_algorithms
+        for (schedule, v), zero, sp, overlap, alg in itertools.product(
+            pipelines, (0, 1, 2, 3), (False, True), (False, True), Constraints().dp_algorithms
         ):
             if sp and tp == 1:
                 continue
             s = Strategy(
                 dp=gpus // (tp * pp), tp=tp, pp=pp, micro_batch=mb, global_batch=batch, schedule=schedule,
-                virtual_stages=v, zero=zero, sequence_parallel=sp, remat="none", dp_algorithm=alg,
+                virtual_stages=v, zero=zero, sequence_parallel=sp, tp_comm_overlap=overlap, remat="none",
+                dp_algorithm=alg,
             )  # fmt: skip
             if not check_strategy(s, model, cluster):
                 want.add(_canonical(s))

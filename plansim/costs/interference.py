@@ -44,6 +44,7 @@ from plansim.hardware.schema import GPUSpec, NodeSpec, OverlapMeasurement
 
 __all__ = [
     "CHANNELS_PER_NIC",
+    "COPY_ENGINE_HBM_PER_BYTE",
     "HBM_PER_BUS_BYTE",
     "IDLE",
     "SEND_CHANNELS",
@@ -51,6 +52,7 @@ __all__ = [
     "Interference",
     "Load",
     "collective_load",
+    "engine_load",
     "interference_model",
     "memory_sensitivity",
     "node_channels",
@@ -68,6 +70,10 @@ HBM_PER_BUS_BYTE = 3.0
 #: and stores into the peer's memory over NVLink (1); across nodes it stores into a staging buffer in its own memory
 #: that the NIC then reads (3) (NCCL's proxy path with GPUDirect RDMA).
 SEND_HBM_PER_BYTE = {False: 1.0, True: 3.0}
+#: HBM bytes a copy-engine transfer moves on each GPU per byte it sends: its copy reads the chunk from this GPU's
+#: memory and the chunk it receives is written into it (Transformer Engine's userbuffers ring exchange with use_ce:
+#: ``cudaMemcpyAsync`` into the peer's buffer, NVIDIA/TransformerEngine v2.9 userbuffers.cu:2307-2342).
+COPY_ENGINE_HBM_PER_BYTE = 2.0
 #: Channels of a point-to-point send: NCCL gives a peer two by default, at least one per NIC (src/graph/paths.cc,
 #: ncclTopoGetNchannels: ``nNetChannels = 2``; "NCCL_NCHANNELS_PER_NET_PEER is typically 2", NVIDIA/nccl #1424).
 SEND_CHANNELS = 2
@@ -191,3 +197,16 @@ def send_load(cluster: Cluster, src: int, dst: int, collective: str = "send_recv
     if collective == "send_recv":
         return Load(SEND_CHANNELS, SEND_HBM_PER_BYTE[crosses] * link.bandwidth_Bps)
     return Load(node_channels(cluster.node, not crosses), HBM_PER_BUS_BYTE * link.bandwidth_Bps)
+
+
+@lru_cache(maxsize=4096)
+def engine_load(cluster: Cluster, size: int, stride: int, engine: str) -> Load:
+    """The load of a collective among ``size`` ranks ``stride`` apart moved by ``engine`` (``Comm.engine``): NCCL's
+    kernels (``collective_load``); Transformer Engine's copy engines, which take no SM (``COPY_ENGINE_HBM_PER_BYTE``
+    of HBM per byte at the group's bus rate); its SM kernels beside a GEMM that already left them their SMs
+    (``set_sm_margin``: the GEMM's time carries that), HBM as a ring collective's."""
+    if engine == "nccl" or size <= 1:
+        return collective_load(cluster, size, stride)
+    rate = cluster.group_link(size, stride).bandwidth_Bps
+    per_byte = COPY_ENGINE_HBM_PER_BYTE if engine == "copy_engine" else HBM_PER_BUS_BYTE
+    return Load(0, per_byte * rate)

@@ -344,7 +344,7 @@ def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:
         other = min((p for p in r.outcome.fitting if p.strategy.framework == name), key=lambda p: key(p.result))
         ratio = other.result.step_time_s / best.result.step_time_s - 1
         how = f"{abs(ratio):.1%} {'slower' if ratio >= 0 else 'faster'} by the analytic engine"
-        why = rule_differences(best.strategy.framework, name, best.strategy.zero, best.strategy.pp)
+        why = rule_differences(best.strategy.framework, name, best.strategy.zero, best.strategy.pp, best.strategy.tp)
         out.append(
             f"Best under {load_framework(name).title}: {describe(other.strategy)}, {how}"
             + (f" ({'; '.join(why)})." if why else ".")
@@ -395,6 +395,8 @@ def _megatron_excluded(
         options.append(f"--remat {','.join(c.remat)}")
     if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
         options.append(f"sequence_parallel={c.sequence_parallel}")
+    if c.tp_comm_overlap is not None and c.tp_comm_overlap != s.tp_comm_overlap:
+        options.append(f"tp_comm_overlap={c.tp_comm_overlap}")
     if "nccl" not in c.dp_algorithms:
         options.append(f"dp algorithms {','.join(c.dp_algorithms)}")
     return (s, options) if options else None

@@ -344,7 +344,8 @@ def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int,
         if c is None:
             return 0.0
         again = rerun(s.remat, [c]) if 0 <= i < model.layers else None  # remat reruns blocks only
-        return c.fwd_s + c.bwd_s + c.comm_fwd_s + c.comm_bwd_s + (again.compute_s + again.tp_comm_s if again else 0.0)
+        busy = c.fwd_s + c.bwd_s + c.comm_fwd_s + c.comm_bwd_s + c.interference_s
+        return busy + (again.compute_s + again.tp_comm_s if again else 0.0)
 
     blocks = [seconds(i) for i in range(model.layers)]
     first, last = seconds(EMBEDDING_LAYER), seconds(model.layers)

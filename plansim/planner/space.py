@@ -3,7 +3,8 @@ user's constraints.
 
 Dimensions (issue "the planner"): dp x tp x pp = GPUs (tp within a node unless ``allow_cross_node_tp``; tp divides
 heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / dp``, the pipeline schedule (GPipe,
-1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3, sequence parallelism, remat (none,
+1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3, sequence parallelism (and with it Megatron-LM's
+``--tp-comm-overlap``), remat (none,
 selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce.
 
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
@@ -50,6 +51,8 @@ class Constraints:
     zero: int | None = None
     schedule: str | None = None
     sequence_parallel: bool | None = None
+    #: Megatron-LM's --tp-comm-overlap (None: both, where the framework runs it)
+    tp_comm_overlap: bool | None = None
     remat: tuple[str, ...] = SEARCH_REMAT
     #: every all-reduce but ``ring``: it is ``nccl`` with NCCL's choice forced to the ring, which prices as ``nccl``
     #: wherever NCCL picks the ring, so searching both would price most configurations twice; pass it to compare
@@ -82,7 +85,7 @@ class Constraints:
                 f"--schedule {self.schedule}: {title} does not run it (frameworks/{self.framework}.yaml): use "
                 f"--framework {' or '.join(runs)}, or another --schedule"
             )
-        for name in ("sequence_parallel", "allow_cross_node_tp"):
+        for name in ("sequence_parallel", "tp_comm_overlap", "allow_cross_node_tp"):
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
                 flag(value, f"constraints.{name}")
@@ -168,7 +171,7 @@ def _candidates(
     for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         for schedule, v in _run_by(framework, pp, schedules):
             for zero in _zero_values(dp, pp, c, framework):
-                for sp in _sp_values(tp, c):
+                for sp, overlap in _sp_values(tp, c, framework):
                     for remat in c.remat:
                         for algorithm in _algorithms(dp, zero, c):
                             yield Strategy(
@@ -181,6 +184,7 @@ def _candidates(
                                 virtual_stages=v,
                                 zero=zero,
                                 sequence_parallel=sp,
+                                tp_comm_overlap=overlap,
                                 remat=remat,
                                 dp_algorithm=algorithm,
                                 dtype=c.dtype,
@@ -203,7 +207,8 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     for framework in c.frameworks:
         for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
             per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c, framework))
-            total += len(_run_by(framework, pp, schedules)) * per_schedule * len(_sp_values(tp, c)) * len(c.remat)
+            sp = len(_sp_values(tp, c, framework))
+            total += len(_run_by(framework, pp, schedules)) * per_schedule * sp * len(c.remat)
     return total
 
 
@@ -279,9 +284,22 @@ def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
     return [z for z in values if c.zero is None or z == c.zero]
 
 
-def _sp_values(tp: int, c: Constraints) -> list[bool]:
-    values = [False, True] if tp > 1 else [False]
-    return [v for v in values if c.sequence_parallel is None or v == c.sequence_parallel]
+def _sp_values(tp: int, c: Constraints, framework: str) -> list[tuple[bool, bool]]:
+    """(sequence parallel, tp_comm_overlap) pairs: with tp > 1 sequence parallelism off and on, and with it the
+    tensor-parallel GEMMs pipelined with their collectives where the framework does that (its ``tp_comm_overlap``
+    rule)."""
+    pipelined = load_framework(framework).rules.tp_comm_overlap.value
+    values = [(False, False)]
+    if tp > 1:
+        values += [(True, False)]
+        if pipelined is not None:
+            values += [(True, True)]
+    return [
+        (sp, overlap)
+        for sp, overlap in values
+        if (c.sequence_parallel is None or sp == c.sequence_parallel)
+        and (c.tp_comm_overlap is None or overlap == c.tp_comm_overlap)
+    ]
 
 
 def _algorithms(dp: int, zero: int, c: Constraints) -> list[str]:

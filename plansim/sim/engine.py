@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
-from plansim.costs.interference import IDLE, Interference, Load, collective_load, interference_model, send_load
+from plansim.costs.interference import IDLE, Interference, Load, engine_load, interference_model, send_load
 from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
@@ -173,7 +173,7 @@ class _Engine:
         self.layer_calls: dict[tuple[Any, ...], LayerCall] = {}
         # (rank, comm) -> (members, simulated members, phases, load on a GPU beside compute): what each of a rank's
         # collectives needs
-        self.groups: dict[tuple[int, Comm], tuple[tuple[int, ...], int, list[_Phase], Load]] = {}
+        self.groups: dict[tuple[int, Comm, bool], tuple[tuple[int, ...], int, list[_Phase], Load]] = {}
         table = load_kernel_table(cluster.gpu.name)
         self.interference: Interference = interference_model(cluster.gpu, table.overlap if table else None)
         self.devices: dict[int, _Device] = {}
@@ -304,12 +304,15 @@ class _Engine:
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
         """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived. One
         on a stream beside compute (dp, p2p) slows the members' compute while it runs (``_load``)."""
-        group_key = (dev.rank, comm)
+        # the same collective blocks on the compute stream in one place and runs beside compute in another (a
+        # sequence-parallel all-gather in forward and its re-gather in backward): only the latter loads the GPU
+        beside = dev.program.tasks[index].stream != "compute"
+        group_key = (dev.rank, comm, beside)
         known = self.groups.get(group_key)
         if known is None:
             members = self.members(dev, comm)
             participants = 1 if comm.group == "pp" else sum(1 for r in members if r in self.devices)
-            load = IDLE if dev.program.tasks[index].stream == "compute" else self._load_of(dev, comm, members)
+            load = self._load_of(dev, comm, members) if beside else IDLE
             known = self.groups[group_key] = (members, participants, self.phases(comm, members), load)
         members, participants, phases, load = known
         extra = self._nccl_extra(comm, members)
@@ -377,7 +380,7 @@ class _Engine:
         send's or a pair's from the link between the two, a group's from its size and stride on the mesh."""
         if comm.group in ("pp", "emb"):
             return send_load(self.cluster, members[0], members[-1], comm.collective)
-        return collective_load(self.cluster, len(members), self.mesh.stride(comm.group))
+        return engine_load(self.cluster, len(members), self.mesh.stride(comm.group), comm.engine)
 
     def _load(self, devices: tuple[_Device, ...], load: Load, done: simpy.Event) -> None:
         """Add ``load`` to each device's running collectives until ``done`` fires, updating its compute rate."""

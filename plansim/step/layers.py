@@ -8,7 +8,9 @@ engines by construction: there is one walk, and the closed form is its sum.
 
 Sources: Megatron-LM's tensor-parallel collectives are blocking, so they sit between compute kernels on the critical
 path (Shoeybi et al. 2019, sec 3), except the one a linear layer launches asynchronously in its own backward (see
-``_regathered``); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
+``_regathered``) and those a framework overlaps with the GEMMs beside them (``TPOverlap``: the input gradient's
+reduction beside the weight gradient, and Megatron-LM's ``--tp-comm-overlap``, GEMMs split into chunks pipelined with
+their all-gather or reduce-scatter); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
 split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GEMM-like kinds only (Narayanan et al.
 2021, sec 5.1).
 """
@@ -22,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from plansim.costs.allocator import reserved_bytes
+from plansim.costs.interference import overlap_cost
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
@@ -35,7 +38,9 @@ __all__ = [
     "CommPricer",
     "LayerCost",
     "LayerProgram",
+    "RateBeside",
     "Segment",
+    "TPOverlap",
     "layer_activations",
     "layer_costs",
     "layer_programs",
@@ -46,6 +51,35 @@ __all__ = [
 
 #: (mesh axis, collective name, message bytes) -> (seconds, bytes this rank sends)
 CommPricer = Callable[[str, str, float], tuple[float, float]]
+#: an asynchronous collective -> the compute stream's rate (1: full speed) while it runs beside it
+#: (``plansim.costs.interference``)
+RateBeside = Callable[[Comm], float]
+
+
+@dataclass(frozen=True)
+class TPOverlap:
+    """Which of a layer's tensor-parallel collectives run beside its GEMMs instead of between them (the strategy's
+    framework rules and ``tp_comm_overlap``: ``plansim.step.prepare.tp_overlap``). Off by default: every
+    collective blocks, but the sequence-parallel re-gather (``_regathered``).
+
+    ``grad_input_beside_wgrad``: the collectives (``reduce_scatter`` with sequence parallelism, ``all_reduce``
+    without) a column-parallel linear's backward launches asynchronously for its input gradient after the
+    input-gradient GEMM, running the weight-gradient GEMM beside them (Transformer Engine's "Overlap dgrad-RS/AR with
+    wgrad"; Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``). ``ring_exchange``: an all-gather
+    feeding a GEMM (the column-parallel forward, the row-parallel backward's output-gradient gather) runs as tp
+    point-to-point steps, the GEMM split into tp chunks each computed as its chunk arrives, this rank's own first.
+    ``reduce_scatter_splits``:
+    a row-parallel forward GEMM split into that many chunks, each chunk's reduce-scatter running beside the next
+    chunk's GEMM (0: one blocking reduce-scatter after the whole GEMM)."""
+
+    grad_input_beside_wgrad: frozenset[str] = frozenset()
+    ring_exchange: bool = False
+    reduce_scatter_splits: int = 0
+    #: Transformer Engine's userbuffers move the blocks' overlapped collectives (``ring_exchange`` on the copy
+    #: engines, the rest in SM kernels), and a GEMM beside one of its SM kernels runs ``gemm_slowdown`` times longer
+    #: on the SMs they leave it (``set_sm_margin``)
+    userbuffers: bool = False
+    gemm_slowdown: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +177,44 @@ class _Runs:
         self.bwd = self.bwd_input = 0.0
         self.var_bwd = 0.0
 
+    def gather_into_gemm(self, comm: Comm, chunks: int, chunk_s: float, backward: bool) -> None:
+        """An all-gather run as a ring exchange into a GEMM of ``chunks`` chunks of ``chunk_s`` each: the gather
+        beside the first ``chunks - 1`` chunks (this rank's own and those that arrived), the last chunk waiting for
+        the gather's end. The last chunk opens the pass's next run."""
+        if backward:
+            self.close_bwd()
+            for segments in (self.lp.bwd, self.lp.bwd_input):
+                segments.append(Segment(comm=comm, hidden_s=(chunks - 1) * chunk_s))
+                segments.append(Segment((chunks - 1) * chunk_s))
+            self.bwd += chunk_s
+            self.bwd_input += chunk_s
+            return
+        self.close_fwd()
+        self.lp.fwd.append(Segment(comm=comm, hidden_s=(chunks - 1) * chunk_s))
+        self.lp.fwd.append(Segment((chunks - 1) * chunk_s))
+        self.fwd += chunk_s
+
+    def gemm_into_reduce_scatter(self, comm: Comm, chunks: int, chunk_s: float, members: int) -> None:
+        """A forward GEMM of ``chunks`` chunks (``chunk_s`` each) whose output is reduce-scattered chunk by chunk
+        (``comm`` is one chunk's): each chunk's reduce-scatter runs beside the next chunk's GEMM, the last one
+        blocks. The run before opens with the first chunk."""
+        var = self.var_fwd
+        self.fwd += chunk_s
+        self.close_fwd()
+        for _ in range(chunks - 1):
+            self.lp.fwd.append(Segment(comm=comm, hidden_s=chunk_s))
+            self.lp.fwd.append(Segment(chunk_s))
+        self.lp.fwd.append(Segment(comm=comm, wait_s=collective_wait_s(var, members)))
+
+    def reduce_beside_wgrad(self, comm: Comm, wgrad_s: float) -> None:
+        """A column-parallel linear's input gradient (the run so far ends with its GEMM) reduced beside its weight
+        gradient GEMM (``wgrad_s``), which the pass's next run waits for; under split backward the weight gradient
+        is a pass of its own (W), so the input-gradient pass (B) waits for the reduction right away."""
+        self.close_bwd()
+        self.lp.bwd.append(Segment(comm=comm, hidden_s=wgrad_s))
+        self.lp.bwd.append(Segment(wgrad_s))
+        self.lp.bwd_input.append(Segment(comm=comm))
+
     def regather_bwd(self, comm: Comm, dgrad_s: float) -> None:
         """A linear layer's backward that re-gathers its input (``_regathered``): the all-gather beside the input
         gradient GEMM (``dgrad_s``), which is a segment of its own because what follows (the weight gradient) waits
@@ -183,10 +255,31 @@ def _regathered(graph: nx.DiGraph, name: str, mesh: DeviceMesh) -> Comm | None:
     return None
 
 
-def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh) -> dict[int, LayerProgram]:
+def _tp_collective(graph: nx.DiGraph, op_name: str, mesh: DeviceMesh, name: str) -> str | None:
+    """The collective op ``name`` is a neighbour of (``pred`` or ``succ`` in ``name``'s place): the op's only
+    neighbour on that side, a collective on a mesh axis of size > 1; else None."""
+    nbrs = list(graph.predecessors(op_name) if name == "pred" else graph.successors(op_name))
+    if len(nbrs) != 1:
+        return None
+    c = graph.nodes[nbrs[0]]
+    return nbrs[0] if c["kind"] == "collective" and mesh.size(c["group"]) > 1 else None
+
+
+def _weight_gemm(op: Mapping[str, Any]) -> bool:
+    return op["kind"] in MATMUL_KINDS and op["params"] > 0
+
+
+def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) -> Comm:
+    return Comm(collective, "ring", op["group"], op["comm_bytes"] if n_bytes is None else n_bytes, op["group"])
+
+
+def layer_programs(
+    graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh, overlap: TPOverlap = TPOverlap()
+) -> dict[int, LayerProgram]:
     """Each layer's (-1 embedding, 0..L-1 blocks, L output layer) forward, backward and weight-gradient work, split at
     its collectives. Each collective runs on the mesh axis its op names (``group``, e.g. ``tp``); one on an axis of
-    size 1, or named ``none`` for a direction, is no collective."""
+    size 1, or named ``none`` for a direction, is no collective. ``overlap`` says which collectives run beside the
+    GEMMs next to them (``TPOverlap``)."""
     runs: dict[int, _Runs] = {}
     nodes = graph.nodes
     order, inserted = _execution_order(graph)
@@ -195,6 +288,10 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
     copies: dict[int, int] = graph.graph.get("copies", {}) if inserted else {}
     if copies:
         order = [name for name in order if nodes[name]["layer"] not in copies]
+    taken: set[str] = set()  # collectives a GEMM's overlap ran already, in the pass being walked
+    # the overlaps split only the transformer blocks' GEMMs (Transformer Engine's layers), not the output layer's
+    spec = graph.graph.get("spec")
+    blocks = spec.layers if spec is not None and overlap != TPOverlap() else 0
     for name in order:
         op = nodes[name]
         r = runs.get(op["layer"])
@@ -203,10 +300,31 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
         lp = r.lp
         if op["kind"] == "collective":
             members = mesh.size(op["group"])
-            if members > 1 and op["collective"] != "none":
-                r.close_fwd(Comm(op["collective"], "ring", op["group"], op["comm_bytes"], op["group"]), members)
+            if members > 1 and op["collective"] != "none" and name not in taken:
+                r.close_fwd(_comm(op, op["collective"]), members)
             continue
         fwd = kernels.forward(op)
+        split = _weight_gemm(op) and 0 <= op["layer"] < blocks  # a block's GEMM, which the overlap splits
+        before = _tp_collective(graph, name, mesh, "pred") if split else None
+        after = _tp_collective(graph, name, mesh, "succ") if split else None
+        gather = _comm(nodes[before], "all_gather") if before is not None else None
+        if overlap.ring_exchange and gather is not None and lp.fwd and lp.fwd[-1].comm == gather:
+            # the blocking gather the walk put down before this GEMM becomes a ring exchange beside its chunks
+            assert before is not None
+            members = mesh.size(nodes[before]["group"])
+            chunk = kernels.kernel_time(op["kind"], op["flops"] / members, op["bytes"] / members)
+            lp.fwd.pop()
+            r.gather_into_gemm(replace(gather, engine="copy_engine"), members, chunk, backward=False)
+            r.var_fwd += (kernels.time_cv(op["kind"]) * members * chunk) ** 2
+            fwd = 0.0
+        elif overlap.reduce_scatter_splits and after is not None and nodes[after]["collective"] == "reduce_scatter":
+            n = overlap.reduce_scatter_splits
+            chunk = overlap.gemm_slowdown * kernels.kernel_time(op["kind"], op["flops"] / n, op["bytes"] / n)
+            r.var_fwd += (kernels.time_cv(op["kind"]) * n * chunk) ** 2
+            rs = replace(_comm(nodes[after], "reduce_scatter", nodes[after]["comm_bytes"] / n), engine="userbuffers")
+            r.gemm_into_reduce_scatter(rs, n, chunk, mesh.size(nodes[after]["group"]))
+            taken.add(after)
+            fwd = 0.0
         if fwd > 0:
             r.fwd += fwd
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
@@ -228,29 +346,54 @@ def layer_programs(graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh
                 lp.selective_matmul_flops += op["flops"]
     for r in runs.values():
         r.close_fwd()
+    taken.clear()
     for name in reversed(order):
         op = nodes[name]
         r = runs[op["layer"]]
         if op["kind"] == "collective":
             members = mesh.size(op["group"])
-            if members > 1 and op["bwd_collective"] != "none":
-                r.close_bwd(Comm(op["bwd_collective"], "ring", op["group"], op["comm_bytes"], op["group"]), members)
+            if members > 1 and op["bwd_collective"] != "none" and name not in taken:
+                r.close_bwd(_comm(op, op["bwd_collective"]), members)
             continue
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)
-        gathered = _regathered(graph, name, mesh)
-        if gathered is not None:
-            r.regather_bwd(gathered, bwd - wgrad)
-            r.bwd += wgrad
-            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2  # both GEMMs run before the next collective
-            r.lp.wgrad_s += wgrad
-            continue
-        if bwd > 0:
-            r.bwd += bwd
-            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2
-        if bwd - wgrad > 0:
-            r.bwd_input += bwd - wgrad
         r.lp.wgrad_s += wgrad
+        split = _weight_gemm(op) and 0 <= op["layer"] < blocks
+        after = _tp_collective(graph, name, mesh, "succ") if split else None
+        gather = _comm(nodes[after], "all_gather") if after is not None else None
+        if overlap.ring_exchange and gather is not None and r.lp.bwd and r.lp.bwd[-1].comm == gather:
+            # the output gradient's blocking gather, the pass's collective before this GEMM, pipelined with the
+            # input-gradient GEMM's chunks
+            assert after is not None
+            members = mesh.size(nodes[after]["group"])
+            chunk = kernels.kernel_time(op["kind"], op["bwd_flops"] / 2 / members, op["bytes"] / members)
+            for segments in (r.lp.bwd, r.lp.bwd_input):
+                segments.pop()
+            r.gather_into_gemm(replace(gather, engine="copy_engine"), members, chunk, backward=True)
+            r.bwd += wgrad
+            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2
+            continue
+        before = _tp_collective(graph, name, mesh, "pred") if _weight_gemm(op) else None
+        reduced = before is not None and nodes[before]["bwd_collective"] in overlap.grad_input_beside_wgrad
+        gathered = _regathered(graph, name, mesh)
+        # a block's column-parallel backward under Transformer Engine's userbuffers: both collectives in SM kernels
+        # beside GEMMs that leave them their SMs ("bulk" overlap)
+        bulk = overlap.userbuffers and split and gathered is not None
+        slowdown = overlap.gemm_slowdown if bulk else 1.0
+        dgrad = slowdown * (bwd - wgrad)
+        if gathered is not None:
+            r.regather_bwd(replace(gathered, engine="userbuffers") if bulk else gathered, dgrad)
+        elif dgrad > 0:
+            r.bwd += dgrad
+            r.bwd_input += dgrad
+        r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * bwd) ** 2
+        if reduced:
+            assert before is not None
+            comm = _comm(nodes[before], nodes[before]["bwd_collective"])
+            r.reduce_beside_wgrad(replace(comm, engine="userbuffers") if bulk else comm, slowdown * wgrad)
+            taken.add(before)
+        else:
+            r.bwd += wgrad
     for r in runs.values():
         r.close_bwd()
     programs = {layer: r.lp for layer, r in runs.items()}
@@ -278,8 +421,10 @@ class LayerCost:
 
     Times in seconds: ``fwd_s``/``bwd_s`` compute; ``bwd_weight_s`` the weight-gradient part of ``bwd_s``;
     ``selective_fwd_s`` the forward time of the ops that selective recompute rebuilds; ``comm`` the blocking
-    collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path); ``sync_fwd_s`` /
-    ``sync_bwd_s`` what those collectives wait for their slowest member, per pass (``Segment.wait_s``).
+    collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path; an asynchronous one for
+    what it outlasts the compute beside it); ``sync_fwd_s`` / ``sync_bwd_s`` what those collectives wait for their
+    slowest member, per pass (``Segment.wait_s``); ``interference_fwd_s`` / ``interference_bwd_s`` what the compute
+    beside the asynchronous ones loses to them, per pass, and ``overlapped_s`` how long both ran.
     """
 
     fwd_s: float = 0.0
@@ -289,6 +434,9 @@ class LayerCost:
     comm: tuple[AxisComm, ...] = ()
     sync_fwd_s: float = 0.0
     sync_bwd_s: float = 0.0
+    interference_fwd_s: float = 0.0
+    interference_bwd_s: float = 0.0
+    overlapped_s: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
@@ -312,26 +460,47 @@ class LayerCost:
         return sum(c.bwd_s for c in self.comm)
 
     @property
+    def interference_s(self) -> float:
+        """Seconds both passes' compute loses beside their asynchronous collectives."""
+        return self.interference_fwd_s + self.interference_bwd_s
+
+    @property
     def comm_fwd_bytes(self) -> float:
         """Bytes this rank sends in the forward pass's collectives, every axis."""
         return sum(c.fwd_bytes for c in self.comm)
 
 
-def _priced(segments: Iterable[Segment], price: CommPricer) -> dict[str, tuple[float, float]]:
-    """Per axis, (exposed seconds, bytes sent) of the collectives among ``segments`` (an asynchronous one is exposed
-    for what the compute beside it does not cover)."""
+def _priced(
+    segments: Iterable[Segment], price: CommPricer, rate: RateBeside
+) -> tuple[dict[str, tuple[float, float]], float, float]:
+    """Per axis, (exposed seconds, bytes sent) of the collectives among ``segments``, and the seconds compute beside
+    the asynchronous ones lost to them and ran beside them: an asynchronous collective of ``T`` seconds beside
+    ``W`` seconds of compute slows it to ``rate`` while both run (``plansim.costs.interference.overlap_cost``) and
+    is exposed for what outlasts the slowed compute, ``max(0, T - W - lost)``."""
     out: dict[str, tuple[float, float]] = {}
+    lost = overlapped = 0.0
     for seg in segments:
         if seg.comm is not None:
             seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
+            exposed = seconds
+            if seg.hidden_s > 0:
+                ran, cost = overlap_cost(seg.hidden_s, seconds, rate(seg.comm))
+                lost += cost
+                overlapped += ran
+                exposed = max(0.0, seconds - seg.hidden_s - cost)
             was = out.get(seg.comm.group, (0.0, 0.0))
-            out[seg.comm.group] = (was[0] + max(0.0, seconds - seg.hidden_s), was[1] + sent)
-    return out
+            out[seg.comm.group] = (was[0] + exposed, was[1] + sent)
+    return out, lost, overlapped
 
 
-def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
-    """The sums of one layer's program, each collective priced by ``price`` on its axis."""
-    fwd, bwd = _priced(lp.fwd, price), _priced(lp.bwd, price)
+def _full_speed(comm: Comm) -> float:
+    return 1.0
+
+
+def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_speed) -> LayerCost:
+    """The sums of one layer's program, each collective priced by ``price`` on its axis, compute beside the
+    asynchronous ones at ``rate`` (default: full speed)."""
+    (fwd, lost_fwd, ran_fwd), (bwd, lost_bwd, ran_bwd) = _priced(lp.fwd, price, rate), _priced(lp.bwd, price, rate)
     comm = []
     for axis in sorted(fwd.keys() | bwd.keys()):
         (fwd_s, fwd_bytes), (bwd_s, bwd_bytes) = fwd.get(axis, (0.0, 0.0)), bwd.get(axis, (0.0, 0.0))
@@ -341,6 +510,9 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
         bwd_s=sum(seg.seconds for seg in lp.bwd),
         sync_fwd_s=sum(seg.wait_s for seg in lp.fwd),
         sync_bwd_s=sum(seg.wait_s for seg in lp.bwd),
+        interference_fwd_s=lost_fwd,
+        interference_bwd_s=lost_bwd,
+        overlapped_s=ran_fwd + ran_bwd,
         bwd_weight_s=lp.wgrad_s,
         selective_fwd_s=lp.selective_s,
         comm=tuple(comm),
@@ -358,12 +530,14 @@ def layer_cost(lp: LayerProgram, price: CommPricer) -> LayerCost:
     )
 
 
-def layer_costs(programs: Mapping[int, LayerProgram], price: CommPricer) -> dict[int, LayerCost]:
+def layer_costs(
+    programs: Mapping[int, LayerProgram], price: CommPricer, rate: RateBeside = _full_speed
+) -> dict[int, LayerCost]:
     """``layer_cost`` of every layer's program (a copy of an earlier layer's shares its cost)."""
     out: dict[int, LayerCost] = {}
     for layer, lp in programs.items():
         same = out.get(lp.same_as) if lp.same_as is not None else None
-        out[layer] = same if same is not None else layer_cost(lp, price)
+        out[layer] = same if same is not None else layer_cost(lp, price, rate)
     return out
 
 
@@ -385,8 +559,10 @@ def rerun_sync_s(remat: str, blocks: Sequence[LayerCost]) -> float:
 def rerun(remat: str, blocks: Sequence[LayerCost]) -> Recompute:
     """What ``remat``'s backward rebuilds per micro-batch of these blocks (compute s, blocking collective s, matmul
     FLOPs): its registry entry's rule (``plansim.costs.remat_policies``) over their forward and attention core."""
-    block = Recompute(
-        sum(c.fwd_s for c in blocks), sum(c.comm_fwd_s for c in blocks), sum(c.fwd_matmul_flops for c in blocks)
+    block = Recompute(  # a rerun forward's interference goes with its collectives
+        sum(c.fwd_s for c in blocks),
+        sum(c.comm_fwd_s + c.interference_fwd_s for c in blocks),
+        sum(c.fwd_matmul_flops for c in blocks),
     )
     core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
     return REMAT_POLICIES[remat].recompute(block, core)

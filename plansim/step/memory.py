@@ -27,12 +27,13 @@ from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
+from plansim.frameworks import load_framework
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
 from plansim.schedules import get_schedule
 from plansim.stages import stage_layers
 from plansim.step.layers import LayerCost, LayerProgram, layer_costs, layer_programs
-from plansim.step.prepare import PreparedStep, comm_pricer, tied_copy_params
+from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params, tp_overlap
 from plansim.strategy import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
@@ -62,7 +63,7 @@ __all__ = [
 
 #: The memory categories a real run holds beside the tensors torch's allocator counts: the CUDA context and NCCL's
 #: buffers (static, per stage), and the allocator's rounding of the activations (``fragmentation``).
-FIXED_CATEGORIES = ("cuda_context", "nccl")
+FIXED_CATEGORIES = ("cuda_context", "nccl", "userbuffers")
 
 
 class _HasParams(Protocol):
@@ -126,14 +127,23 @@ def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list
     return out
 
 
-def fixed_bytes(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> dict[str, float]:
+def fixed_bytes(
+    cluster: Cluster, s: Strategy, stage: int, tied: bool, layer_input_bytes: float = 0.0
+) -> dict[str, float]:
     """What a rank of ``stage`` holds beside its tensors for the whole run, by category (``FIXED_CATEGORIES``):
-    the CUDA context and NCCL's buffers of its communicators (0 where the node profile names no NCCL channels)."""
+    the CUDA context, NCCL's buffers of its communicators (0 where the node profile names no NCCL channels) and,
+    with ``tp_comm_overlap``, Transformer Engine's userbuffers: the framework rule's ``buffers`` tensors of one
+    micro-batch's whole activation each (``layer_input_bytes``, one rank's shard of it with sequence parallelism),
+    registered outside PyTorch's allocator."""
     channels = _channels(cluster)
     nccl = (
         0 if channels is None else sum(communicator_bytes(c, channels) for c in communicators(cluster, s, stage, tied))
     )
-    return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl)}
+    pipelined = load_framework(s.framework).rules.tp_comm_overlap.value if s.tp_comm_overlap else None
+    # every buffer holds the micro-batch's whole activation; sequence parallelism shards the layers' input
+    whole = layer_input_bytes * (s.tp if s.sequence_parallel else 1)
+    userbuffers = pipelined.buffers * whole if pipelined is not None else 0.0
+    return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl), "userbuffers": userbuffers}
 
 
 def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) -> float:
@@ -182,7 +192,9 @@ def milp_stage_plans(
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
     comm = comm_pricer(cluster, s)
     if costs is None:
-        costs = layer_costs(layer_programs(graph, kernels, mesh_of(s)), comm)
+        costs = layer_costs(
+            layer_programs(graph, kernels, mesh_of(s), tp_overlap(s, cluster)), comm, rate_beside(cluster, s, kernels)
+        )
     sched = get_schedule(s.schedule)
     tied = tied_copy_params(model, s) > 0
     plans = {}

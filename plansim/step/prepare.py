@@ -14,14 +14,17 @@ from dataclasses import dataclass
 import networkx as nx
 
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, algorithm_entry, bytes_sent_per_rank, collective_time
+from plansim.costs.interference import engine_load, interference_model
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.errors import PlansimError
+from plansim.frameworks import load_framework
 from plansim.hardware import Cluster, Link
 from plansim.hardware.nccl import layer_call, ring_overhead_s
 from plansim.mesh import mesh_of
-from plansim.step.layers import CommPricer
+from plansim.step.layers import CommPricer, RateBeside, TPOverlap
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
+from plansim.taskgraph import Comm
 from plansim.units import dtype_bytes
 from plansim.workload import build_graph
 from plansim.workload.torch_trace import TracedModel
@@ -32,9 +35,11 @@ __all__ = [
     "comm_pricer",
     "p2p_message_bytes",
     "prepare_step",
+    "rate_beside",
     "ring_call_s",
     "shard_algorithm",
     "tied_copy_params",
+    "tp_overlap",
 ]
 
 
@@ -130,3 +135,35 @@ def ring_call_s(
     if overhead is None:
         return collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
     return collective_time(collective, algorithm, p, n_bytes, 0.0, link.bandwidth_Bps) + overhead
+
+
+def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
+    """Which tensor-parallel collectives run beside the GEMMs next to them under ``s``'s framework on ``cluster``'s
+    GPU: the input gradient's reductions its rule ``tp_grad_input_overlap`` names, and with ``tp_comm_overlap`` its
+    ``tp_comm_overlap`` rule's pipelining, a GEMM beside its SM kernels on the SMs they leave
+    (``plansim.step.layers.TPOverlap``)."""
+    rules = load_framework(s.framework).rules
+    pipelined = rules.tp_comm_overlap.value if s.tp_comm_overlap else None
+    if pipelined is None:
+        return TPOverlap(grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value))
+    sms = cluster.gpu.sm_count
+    return TPOverlap(
+        grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value),
+        ring_exchange=pipelined.ring_exchange,
+        reduce_scatter_splits=pipelined.reduce_scatter_splits,
+        userbuffers=True,
+        gemm_slowdown=sms / (sms - pipelined.kernel_sms) if sms and sms > pipelined.kernel_sms else 1.0,
+    )
+
+
+def rate_beside(cluster: Cluster, s: Strategy, kernels: KernelCostModel) -> RateBeside:
+    """The compute stream's rate beside a layer's asynchronous collective under ``s`` (``plansim.costs.interference``:
+    what its engine takes on its mesh axis's group), as the discrete-event engine slows compute beside its ``tp``
+    stream."""
+    mesh = mesh_of(s)
+    model = interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
+
+    def rate(comm: Comm) -> float:
+        return model.rate(engine_load(cluster, mesh.size(comm.group), mesh.stride(comm.group), comm.engine))
+
+    return rate

@@ -32,7 +32,8 @@ __all__ = [
 #: workspace reserve, then what a real run holds beside the tensors torch counts: the CUDA context, NCCL's buffers,
 #: and the caching allocator's rounding of the activations (``plansim.step.memory``).
 MEMORY_CATEGORIES = (
-    "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "fragmentation",
+    "weights", "gradients", "optimizer", "activations", "workspace", "cuda_context", "nccl", "userbuffers",
+    "fragmentation",
 )  # fmt: skip
 
 #: ``Result.time_breakdown_s`` keys, in order (they sum to the step time): kernels of the passes, remat's rebuilds,

@@ -19,7 +19,7 @@ from plansim.validation.points import ValidationPoint
 __all__ = ["NOT_ALLOCATED", "Prediction", "predict_point"]
 
 #: Memory categories of a Result that ``torch.cuda.max_memory_allocated`` does not count.
-NOT_ALLOCATED = ("workspace", "cuda_context", "nccl", "fragmentation")
+NOT_ALLOCATED = ("workspace", "cuda_context", "nccl", "userbuffers", "fragmentation")
 
 
 @dataclass(frozen=True)
