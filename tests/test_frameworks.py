@@ -511,14 +511,33 @@ def test_tp_comm_overlap_where_it_cannot_run_is_refused_in_one_line(strategy: st
     assert problem.startswith(message) and "\n" not in problem
 
 
-def test_the_planner_searches_tp_comm_overlap_where_the_framework_runs_it() -> None:
-    """Under megatron the overlap is searched with sequence parallelism at tp > 1; deepspeed and fsdp never get it;
-    ``Constraints(tp_comm_overlap=...)`` fixes it."""
+def test_the_planner_tries_tp_comm_overlap_where_the_framework_runs_it() -> None:
+    """The space holds no ``tp_comm_overlap`` by default; the search tries it on each sequence-parallel finalist
+    under megatron (deepspeed and fsdp never get it) and keeps the better; ``Constraints(tp_comm_overlap=True)``
+    searches only it, ``False`` never tries it."""
+    from plansim.planner.search import search
+
     model, cluster = load_model("gpt3-350m"), _cluster(8)
+    assert not any(s.tp_comm_overlap for s in candidates(model, cluster, 16, Constraints(framework="all", max_pp=1)))
     for framework in framework_names():
-        found = list(candidates(model, cluster, 16, Constraints(framework=framework, max_pp=1)))
-        overlapped = [s for s in found if s.tp_comm_overlap]
-        assert bool(overlapped) == (framework == "megatron")
-        assert all(s.sequence_parallel and s.tp > 1 for s in overlapped)
-    fixed = list(candidates(model, cluster, 16, Constraints(tp_comm_overlap=True, max_pp=1)))
-    assert fixed and all(s.tp_comm_overlap for s in fixed)
+        found = list(candidates(model, cluster, 16, Constraints(framework=framework, tp_comm_overlap=True, max_pp=1)))
+        assert bool(found) == (framework == "megatron")
+        assert all(s.tp_comm_overlap and s.sequence_parallel and s.tp > 1 for s in found)
+    c = Constraints(max_pp=1, sequence_parallel=True, tp=2, remat=("none",))
+    tried = search(model, cluster, 16, c, des=False, milp=False, splits=False, top_k=40).finalists
+    plain = search(model, cluster, 16, Constraints(**{**c.__dict__, "tp_comm_overlap": False}), des=False,
+                   milp=False, splits=False, top_k=40).finalists  # fmt: skip
+    assert not any(f.priced.strategy.tp_comm_overlap for f in plain)
+    overlapped = [f.priced for f in tried if f.priced.strategy.tp_comm_overlap]
+    assert overlapped and len(plain) < 40  # every finalist fits in the 40, so each got its overlapped twin
+    without = {f.priced.strategy: f.priced.result.step_time_s for f in tried if not f.priced.strategy.tp_comm_overlap}
+    base = {f.priced.strategy: f.priced.result.step_time_s for f in plain}
+    # each finalist kept is ranked with its overlapped twin, both priced by the analytic engine
+    times = sorted([*without.values(), *(p.result.step_time_s for p in overlapped)])
+    assert times == [f.priced.result.step_time_s for f in tried]
+    assert set(without) <= set(base)
+    for p in overlapped:
+        twin = p.strategy.model_copy(update={"tp_comm_overlap": False})
+        assert twin in base
+        again = simulate_analytic(model, cluster, p.strategy)
+        assert p.result.step_time_s == again.step_time_s

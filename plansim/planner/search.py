@@ -1,7 +1,8 @@
 """The search: price every candidate with the analytic engine, drop what does not fit (counting why), rank by the
-objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Two refinements
-are priced for the finalists only: the layer split that balances the pipeline stages' time (``split``), and
-``remat: milp`` for those that recompute.
+objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Three refinements
+are priced for the finalists only: Megatron-LM's ``--tp-comm-overlap`` where their framework runs it (unless the
+constraints fix it: ``Constraints.tp_comm_overlap``), the layer split that balances the pipeline stages' time
+(``split``), and ``remat: milp`` for those that recompute.
 
 Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
 prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
+from plansim.frameworks import load_framework
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.planner.space import Constraints, candidates
@@ -157,6 +159,9 @@ def search(
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
+    if chosen and (constraints or Constraints()).tp_comm_overlap is None:
+        say("trying --tp-comm-overlap on the finalists")
+        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k)
     if splits and chosen:
         say("balancing the finalists' layer splits")
         chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k)
@@ -306,6 +311,34 @@ def _with_milp(
             out.append(Priced(p.index, s, r, corner))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
     return _without_twins(out, top_k)
+
+
+def _with_tp_comm_overlap(
+    pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+) -> list[Priced]:
+    """The finalists plus, for each with sequence parallelism under a framework that pipelines GEMMs with their
+    tensor-parallel collectives (its ``tp_comm_overlap`` rule: Megatron-LM), the same strategy with
+    ``tp_comm_overlap``, kept when it fits; the best ``top_k`` of all. Searching it over the whole space would price
+    every sequence-parallel candidate twice for a choice that changes only the blocks' tensor-parallel overlap."""
+    out = list(chosen)
+    seen = {p.strategy for p in chosen}
+    for p in chosen:
+        s = p.strategy
+        if (
+            s.tp_comm_overlap
+            or not s.sequence_parallel
+            or load_framework(s.framework).rules.tp_comm_overlap.value is None
+        ):
+            continue
+        t = s.model_copy(update={"tp_comm_overlap": True})
+        if t in seen:
+            continue
+        seen.add(t)
+        r, corner = pricing.price(t)
+        if r.fits:
+            out.append(Priced(p.index, t, r, corner))
+    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.tp_comm_overlap))
+    return out[:top_k]
 
 
 def _with_balanced_splits(

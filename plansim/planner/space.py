@@ -51,7 +51,8 @@ class Constraints:
     zero: int | None = None
     schedule: str | None = None
     sequence_parallel: bool | None = None
-    #: Megatron-LM's --tp-comm-overlap (None: both, where the framework runs it)
+    #: Megatron-LM's --tp-comm-overlap: True searches only it (where the framework runs it), False never; None
+    #: searches the space without it and tries it on the finalists (``search``)
     tp_comm_overlap: bool | None = None
     remat: tuple[str, ...] = SEARCH_REMAT
     #: every all-reduce but ``ring``: it is ``nccl`` with NCCL's choice forced to the ring, which prices as ``nccl``
@@ -285,9 +286,9 @@ def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
 
 
 def _sp_values(tp: int, c: Constraints, framework: str) -> list[tuple[bool, bool]]:
-    """(sequence parallel, tp_comm_overlap) pairs: with tp > 1 sequence parallelism off and on, and with it the
-    tensor-parallel GEMMs pipelined with their collectives where the framework does that (its ``tp_comm_overlap``
-    rule)."""
+    """(sequence parallel, tp_comm_overlap) pairs: with tp > 1 sequence parallelism off and on; with it and
+    ``c.tp_comm_overlap`` true, the tensor-parallel GEMMs pipelined with their collectives instead, where the
+    framework does that (its ``tp_comm_overlap`` rule)."""
     pipelined = load_framework(framework).rules.tp_comm_overlap.value
     values = [(False, False)]
     if tp > 1:
@@ -297,8 +298,7 @@ def _sp_values(tp: int, c: Constraints, framework: str) -> list[tuple[bool, bool
     return [
         (sp, overlap)
         for sp, overlap in values
-        if (c.sequence_parallel is None or sp == c.sequence_parallel)
-        and (c.tp_comm_overlap is None or overlap == c.tp_comm_overlap)
+        if (c.sequence_parallel is None or sp == c.sequence_parallel) and overlap == bool(c.tp_comm_overlap)
     ]
 
 
