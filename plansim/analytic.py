@@ -182,6 +182,7 @@ class _StatesKey(StrategyProjection):
     zero: int
     compute_dtype: str
     fp32_grad_accum: bool
+    gathers_per_layer: bool  # the framework's ZeRO-2 may shard the weights (FSDP's SHARD_GRAD_OP)
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)

@@ -113,6 +113,7 @@ class FrameworkRules(_Strict):
     grad_buckets_first_chunk_only: Rule[bool]
     schedules: Rule[tuple[str, ...]]
     tp_grad_input_overlap: Rule[tuple[Literal["all_reduce", "reduce_scatter"], ...]]
+    zero2_shards_weights: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
 
 
@@ -178,11 +179,6 @@ def unmodelled(name: str, zero: int, pp: int) -> str | None:
     framework runs it; None where it does. (What the framework itself cannot run is its rules' business.)"""
     if pp > 1 and zero >= 2:
         return "plansim does not model ZeRO-2/3 with pipelining yet"
-    if name == "fsdp" and zero == 2:
-        return (
-            "zero=2 under fsdp is FSDP's SHARD_GRAD_OP (parameters sharded at rest, gathered per block in forward "
-            "and kept until backward ends), which plansim does not model yet"
-        )
     return None
 
 
@@ -198,7 +194,7 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     ``zero_with_pipeline``) that plansim models (``unmodelled``): what the planner searches.
 
     >>> modelled_zero_stages("megatron", 1), modelled_zero_stages("deepspeed", 4), modelled_zero_stages("fsdp", 1)
-    ([0, 1, 2, 3], [0, 1], [0, 3])
+    ([0, 1, 2, 3], [0, 1], [0, 2, 3])
     """
     return list(_modelled(name, pp > 1))
 
@@ -245,6 +241,13 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: in
             "parameter all-gather overlapped with the next forward, not after the optimizer step"
             if b.param_gather_overlap.value
             else "parameter all-gather after the optimizer step, not overlapped with the next forward"
+        )
+    if zero == 2 and a.zero2_shards_weights.value != b.zero2_shards_weights.value:
+        out.append(
+            "ZeRO-2 with the weights sharded, gathered per layer in forward and kept until its backward "
+            "(SHARD_GRAD_OP), not replicated"
+            if b.zero2_shards_weights.value
+            else "ZeRO-2 with the weights replicated, not sharded and gathered per layer (SHARD_GRAD_OP)"
         )
     if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
         beside = " and ".join(c.replace("_", "-") for c in b.tp_grad_input_overlap.value) or "nothing"

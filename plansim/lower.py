@@ -117,6 +117,8 @@ class _StageLowering:
         self.prog = StageProgram(stage)
         self.plan = ctx.dp_plan
         self.zero3 = self.plan is not None and self.plan.per_layer
+        # FSDP's SHARD_GRAD_OP keeps a layer's forward gather until its backward, which gathers nothing
+        self.regather = self.plan is None or self.plan.regather_backward
         self.split = get_schedule(self.s.schedule).split_backward
         self.last_compute = -1
         #: asynchronous collectives in flight: (task, compute tasks to let by before one waits for it)
@@ -299,7 +301,8 @@ class _StageLowering:
                 gather = self._gather(mb, layers, pos, "f")
                 if gather >= 0:
                     deps = ((self.stage, gather),)
-                    free += (f"g/{mb}/{layer}/f",)
+                    if self.regather:
+                        free += (f"g/{mb}/{layer}/f",)
             wait = received if pos == 0 else None
             self._run(
                 lp.fwd, f"F{mb}.L{layer}", "forward", mb, first_deps=deps, alloc=tuple(alloc), free=free, wait_key=wait
@@ -321,11 +324,13 @@ class _StageLowering:
             wait = received if pos == 0 else None
             deps: tuple[tuple[int, int], ...] = ()
             frees: list[str] = []
-            if self.zero3:
+            if self.zero3 and self.regather:
                 gather = self._gather(mb, rev, pos, "b")
                 if gather >= 0:
                     deps = ((self.stage, gather),)
                     frees.append(f"g/{mb}/{layer}/b")
+            elif self.zero3 and self.gathers.get((mb, layer, "f"), -1) >= 0:
+                frees.append(f"g/{mb}/{layer}/f")  # resharded after its backward
             if self._rebuilds(layer):
                 wait, deps = self._recompute(mb, g, layer, blocks, k_seg, wait, deps, frees)
             frees.append(f"a/{mb}/{layer}")

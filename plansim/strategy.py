@@ -206,6 +206,15 @@ class Strategy(BaseModel):
         return load_framework(self.framework).rules.grad_reduce_fp32.value
 
     @property
+    def gathers_per_layer(self) -> bool:
+        """Whether the weights are sharded at rest and all-gathered layer by layer for each micro-batch's passes:
+        ZeRO-3, and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's SHARD_GRAD_OP: its rule
+        ``zero2_shards_weights``)."""
+        if self.zero == 2:
+            return load_framework(self.framework).rules.zero2_shards_weights.value
+        return self.zero >= 3
+
+    @property
     def grad_bytes(self) -> int:
         """Bytes of one gradient element: 4 in fp32 (``grads_fp32``, or fp32 training), else 2."""
         return _grad_bytes(self.grads_fp32, self.compute_dtype)

@@ -371,7 +371,13 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
     assert rule_differences("megatron", "megatron") == []
     assert "no overlap of the gradient reduction with pipelining" not in rule_differences("megatron", "deepspeed")
     assert "no overlap of the gradient reduction with pipelining" in rule_differences("megatron", "deepspeed", pp=2)
-    assert rule_differences("deepspeed", "fsdp", zero=2)[-1] == "ZeRO-2 not modelled by plansim yet"
+    assert rule_differences("deepspeed", "fsdp", zero=2)[-1] == (
+        "ZeRO-2 with the weights sharded, gathered per layer in forward and kept until its backward (SHARD_GRAD_OP), "
+        "not replicated"
+    )
+    assert (
+        rule_differences("megatron", "fsdp", zero=2, pp=2)[-1] == "ZeRO-2 with pipelining not modelled by plansim yet"
+    )
     assert rule_differences("deepspeed", "megatron", zero=2, pp=2)[-1] == (
         "no ZeRO-2 with pipelining (it runs ZeRO 0, 1)"
     )
@@ -541,3 +547,38 @@ def test_the_planner_tries_tp_comm_overlap_where_the_framework_runs_it() -> None
         assert twin in base
         again = simulate_analytic(model, cluster, p.strategy)
         assert p.result.step_time_s == again.step_time_s
+
+
+def test_zero2_shards_weights_fsdp_gathers_each_layer_once_and_keeps_it_until_its_backward() -> None:
+    """fsdp's zero=2 is SHARD_GRAD_OP (torch/distributed/fsdp/api.py:32-69; FSDP2 reshard_after_forward=False): the
+    weights sharded at rest, each layer all-gathered before its forward and kept until its backward, which gathers
+    nothing, then resharded; gradients reduce-scattered per layer. So per micro-batch half of ZeRO-3's gather
+    volume, and at the end of forward every weight of the stage gathered beside the shard: P (2 / dp + 2) bytes of
+    bf16 weights, where deepspeed's ZeRO-2 keeps them whole (2 P)."""
+    same = "dp=16,micro_batch=1,global_batch=32,zero=2,framework=fsdp"
+    (tasks,) = _tasks(same)
+    gathers = [t for t in tasks if t.category == "param_gather"]
+    assert gathers and all(t.name.startswith("gatherf") for t in gathers)  # no backward gathers
+    for t in gathers:
+        ((name, n_bytes, _),) = t.alloc
+        freed = [u for u in tasks if name in u.free]
+        assert len(freed) == 1 and freed[0].category == "backward", name  # kept until the layer's backward
+        assert freed[0].name.split(".")[1] == t.name.split(".")[1]  # the same layer
+    model, cluster = load_model("gpt3-350m"), _cluster(16)
+    results = {}
+    for z, fw in ((2, "fsdp"), (3, "fsdp"), (2, "deepspeed")):
+        s = Strategy.parse(same.replace("zero=2,framework=fsdp", f"zero={z},framework={fw}"))
+        for engine in ("analytic", "des"):
+            results[z, fw, engine] = plansim.simulate(model, cluster, s, engine=engine)
+    for engine in ("analytic", "des"):
+        shard_grad_op, full_shard = results[2, "fsdp", engine], results[3, "fsdp", engine]
+        assert shard_grad_op.comm_bytes_per_gpu["zero"] == pytest.approx(full_shard.comm_bytes_per_gpu["zero"] / 2)
+        assert shard_grad_op.comm_bytes_per_gpu["dp"] == pytest.approx(full_shard.comm_bytes_per_gpu["dp"])
+        params = model.num_parameters()
+        weights = shard_grad_op.memory_breakdown_bytes["weights"]
+        assert weights == pytest.approx(params * (2 / 16 + 2), rel=1e-6)
+        assert results[2, "deepspeed", engine].memory_breakdown_bytes["weights"] == pytest.approx(2 * params, rel=1e-6)
+    a, d = results[2, "fsdp", "analytic"], results[2, "fsdp", "des"]
+    assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.01)
+    assert a.peak_memory_bytes == pytest.approx(d.peak_memory_bytes, rel=1e-9)
+    assert 2 in modelled_zero_stages("fsdp", 1) and 2 not in modelled_zero_stages("fsdp", 2)

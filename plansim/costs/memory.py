@@ -49,9 +49,16 @@ class ModelStates:
 
 
 def model_state_bytes(
-    params: float, dp: int, zero: int, *, mixed_precision: bool = True, fp32_grad_accum: bool = False
+    params: float,
+    dp: int,
+    zero: int,
+    *,
+    mixed_precision: bool = True,
+    fp32_grad_accum: bool = False,
+    weights_sharded: bool | None = None,
 ) -> ModelStates:
-    """Model-state bytes per device for ``params`` parameters held by a device, under ZeRO across ``dp`` ranks.
+    """Model-state bytes per device for ``params`` parameters held by a device, under ZeRO across ``dp`` ranks; the
+    weights sharded under ZeRO-3, or wherever ``weights_sharded`` says (FSDP's SHARD_GRAD_OP at ZeRO-2).
 
     >>> s = model_state_bytes(7.5e9, 64, 1)      # ZeRO paper sec 5, Figure 1: 31.4 GB
     >>> round(s.total / 1e9, 1)
@@ -60,7 +67,8 @@ def model_state_bytes(
     weight_b = 2 if mixed_precision else 4
     grad_b = 4 if (fp32_grad_accum or not mixed_precision) else 2
     k = ADAM_MIXED_K if mixed_precision else ADAM_FP32_K
-    weights = params * weight_b / (dp if zero >= 3 else 1)
+    sharded = zero >= 3 if weights_sharded is None else weights_sharded
+    weights = params * weight_b / (dp if sharded else 1)
     gradients = params * grad_b / (dp if zero >= 2 else 1)
     optimizer = params * k / (dp if zero >= 1 else 1)
     return ModelStates(weights, gradients, optimizer)

@@ -59,8 +59,10 @@ class DataParallelPlan:
     ``reduce``: the gradient reduction (an all-reduce, or under ZeRO >= 1 a reduce-scatter), issued once per step of
     the accumulated gradients, or every micro-batch where gradients are sharded (``reduce_every_microbatch``);
     ``gather``: the weights' all-gather (ZeRO >= 1), after the optimizer step (``gather_after_step``: ZeRO-1/2) or,
-    with ``per_layer`` (ZeRO-3), before each layer's forward and backward, gradients then reduced per layer rather
-    than in buckets. ``grad_bytes``/``weight_bytes``: bytes per parameter of a gradient and of a gathered weight.
+    with ``per_layer`` (ZeRO-3), before each layer's forward and, with ``regather_backward``, again before its
+    backward (without, FSDP's SHARD_GRAD_OP, the forward's gathered weights are kept until the layer's backward),
+    gradients then reduced per layer rather than in buckets. ``grad_bytes``/``weight_bytes``: bytes per parameter of
+    a gradient and of a gathered weight.
     ``bucket_bytes`` and ``overlap``: gradient buckets launched as backward fills them (else one reduction after
     backward); a bucket never spans two model chunks (each chunk has buffers of its own), and where the framework
     buckets only the first pipeline stage's first model chunk (``first_chunk_buckets_only``) every other chunk is
@@ -80,6 +82,7 @@ class DataParallelPlan:
     overlap: bool
     gather_overlapped: bool = False
     first_chunk_buckets_only: bool = False
+    regather_backward: bool = True
 
     def chunk_bucket_bytes(self, first_stage: bool, chunk: int) -> float:
         """The bucket size of model chunk ``chunk`` (forward order) of a stage: ``bucket_bytes``, or, where the
@@ -391,7 +394,8 @@ def per_layer_overlap(
     microbatches: int,
 ) -> Overlapped:
     """ZeRO-3's step as the lowering issues it, micro-batch after micro-batch (pp = 1): before each layer's forward
-    and backward its weights are all-gathered, with the next layer's gather issued at the same point (a prefetch of
+    and backward (forward only without ``plan.regather_backward``) its weights are all-gathered, with the next
+    layer's gather issued at the same point (a prefetch of
     one layer: it may start once the pass before the current one has ended), and each layer's gradients are
     reduce-scattered once its backward ends (PyTorch FSDP's forward and backward prefetch and post-backward
     reduce-scatter, Zhao et al. 2023, sec 3.3); collectives run in issue order on the dp stream, compute at
@@ -413,9 +417,12 @@ def per_layer_overlap(
         before = (*streams.totals(), sent["g"], sent["r"])
         for layers, reduces in ((forward, False), (backward, True)):
             gathered: dict[int, float] = {}
+            gathers = not reduces or plan.regather_backward  # SHARD_GRAD_OP's backward uses the forward's gathers
             for pos, layer in enumerate(layers):
                 for i in (pos, pos + 1):
-                    if i < len(layers) and i not in gathered:
+                    if not gathers:
+                        gathered[i] = 0.0
+                    elif i < len(layers) and i not in gathered:
                         params = layers[i].params
                         gathered[i] = issue("g", params * plan.weight_bytes) if params > 0 else 0.0
                 streams.compute(layer.work_s, layer.blocking_s, after=gathered[pos])
@@ -464,13 +471,14 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         reduce=reduce,
         gather=_on_dp(cluster, s, "all_gather", sharded),
         reduce_every_microbatch=s.zero >= 2 and _framework_rules(s).sharded_grads_reduced_every_microbatch.value,
-        per_layer=s.zero >= 3,
-        gather_after_step=s.zero in (1, 2),
+        per_layer=s.gathers_per_layer,
+        regather_backward=s.zero >= 3,
+        gather_after_step=s.zero in (1, 2) and not s.gathers_per_layer,
         grad_bytes=grad_bytes_per_param(s),
         weight_bytes=dtype_bytes(s.compute_dtype),
         bucket_bytes=s.grad_bucket_bytes,
         overlap=s.overlap_grad_reduce,
-        gather_overlapped=s.zero in (1, 2) and bool(s.overlap_param_gather),
+        gather_overlapped=s.zero in (1, 2) and not s.gathers_per_layer and bool(s.overlap_param_gather),
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
     )
 

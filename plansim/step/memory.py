@@ -157,7 +157,12 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     optimizer states under the strategy's ZeRO stage, and the device's workspace reserve. The DES holds these static
     and allocates ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
     states = model_state_bytes(
-        params, s.dp or 1, s.zero, mixed_precision=s.mixed_precision, fp32_grad_accum=s.grads_fp32
+        params,
+        s.dp or 1,
+        s.zero,
+        mixed_precision=s.mixed_precision,
+        fp32_grad_accum=s.grads_fp32,
+        weights_sharded=s.gathers_per_layer,
     )
     return {
         "weights": states.weights,
@@ -169,10 +174,13 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
 
 def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
     """``model_states`` in whole bytes, ZeRO-3's weights with the two gathered layers in flight (the one in use and
-    the one prefetched, as the DES's gathers hold them)."""
+    the one prefetched, as the DES's gathers hold them); FSDP's SHARD_GRAD_OP keeps every layer it gathered in
+    forward until that layer's backward, so at the end of forward, where the activations peak too, the stage's
+    weights are all gathered."""
     states = model_states(cluster, s, params)
-    gathering = s.zero >= 3 and (s.dp or 1) > 1
-    gathered = 2 * largest_layer_params * dtype_bytes(s.compute_dtype) if gathering else 0.0
+    gathering = s.gathers_per_layer and (s.dp or 1) > 1
+    held = 2 * largest_layer_params if s.zero >= 3 else params
+    gathered = held * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
         "weights": round(states["weights"] + gathered),
         "gradients": round(states["gradients"]),
