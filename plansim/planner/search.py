@@ -159,7 +159,7 @@ def search(
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
-    if chosen and (constraints or Constraints()).tp_comm_overlap is None:
+    if (constraints or Constraints()).tp_comm_overlap is None and any(_overlappable(p.strategy) for p in chosen):
         say("trying --tp-comm-overlap on the finalists")
         chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k)
     if splits and chosen:
@@ -323,14 +323,9 @@ def _with_tp_comm_overlap(
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     for p in chosen:
-        s = p.strategy
-        if (
-            s.tp_comm_overlap
-            or not s.sequence_parallel
-            or load_framework(s.framework).rules.tp_comm_overlap.value is None
-        ):
+        if not _overlappable(p.strategy):
             continue
-        t = s.model_copy(update={"tp_comm_overlap": True})
+        t = p.strategy.model_copy(update={"tp_comm_overlap": True})
         if t in seen:
             continue
         seen.add(t)
@@ -339,6 +334,13 @@ def _with_tp_comm_overlap(
             out.append(Priced(p.index, t, r, corner))
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.tp_comm_overlap))
     return out[:top_k]
+
+
+def _overlappable(s: Strategy) -> bool:
+    """Whether ``s`` could run with ``tp_comm_overlap`` and does not: sequence parallel, under a framework whose rule
+    pipelines GEMMs with their tensor-parallel collectives."""
+    pipelined = load_framework(s.framework).rules.tp_comm_overlap.value
+    return not s.tp_comm_overlap and s.sequence_parallel and pipelined is not None
 
 
 def _with_balanced_splits(
