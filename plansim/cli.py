@@ -252,6 +252,13 @@ def plan(
             "--robust", help="rank by the worst case over the hardware profiles' uncertainty ranges; say how robust"
         ),
     ] = False,
+    tp_comm_overlap: Annotated[
+        bool | None,
+        typer.Option(
+            "--tp-comm-overlap/--no-tp-comm-overlap",
+            help="Megatron-LM's --tp-comm-overlap: search only it, or never (default: tried on the finalists)",
+        ),
+    ] = None,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -269,7 +276,7 @@ def plan(
     searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
-        allow_cross_node_tp=allow_cross_node_tp, framework=framework,
+        allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")

@@ -582,3 +582,14 @@ def test_zero2_shards_weights_fsdp_gathers_each_layer_once_and_keeps_it_until_it
     assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.01)
     assert a.peak_memory_bytes == pytest.approx(d.peak_memory_bytes, rel=1e-9)
     assert 2 in modelled_zero_stages("fsdp", 1) and 2 not in modelled_zero_stages("fsdp", 2)
+
+
+def test_plan_tp_comm_overlap_under_a_framework_without_it_is_one_line() -> None:
+    res = runner.invoke(
+        app, ["plan", "--model", "gpt3-350m", "--gpus", "8", "-B", "16", "--tp-comm-overlap", "--framework", "fsdp"]
+    )
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        "error: --tp-comm-overlap: PyTorch FSDP (torchtitan) does not run it (frameworks/fsdp.yaml): use --framework "
+        "megatron, or leave --tp-comm-overlap out"
+    )

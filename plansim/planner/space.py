@@ -90,6 +90,13 @@ class Constraints:
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
                 flag(value, f"constraints.{name}")
+        if self.tp_comm_overlap and all(load_framework(n).rules.tp_comm_overlap.value is None for n in self.frameworks):
+            runs = [n for n in framework_names() if load_framework(n).rules.tp_comm_overlap.value is not None]
+            title = load_framework(self.framework).title if self.framework != "all" else "no framework"
+            raise PlansimError(
+                f"--tp-comm-overlap: {title} does not run it (frameworks/{self.framework}.yaml): use --framework "
+                f"{' or '.join(runs)}, or leave --tp-comm-overlap out"
+            )
         object.__setattr__(self, "remat", names(self.remat, "--remat"))
         object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
         if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in self.remat):
