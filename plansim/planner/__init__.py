@@ -327,8 +327,38 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
         )
     else:
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
+    text += _overlap_sentences(r, best.priced)
     text += _framework_sentences(r, best.priced)
     return " ".join(text)
+
+
+def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
+    """Where the search tried ``tp_comm_overlap`` on the winner's configuration: what it would do to it, or, where
+    the winner runs with it, what it does without it (both by the analytic engine)."""
+    s = best.strategy
+    if s.tp_comm_overlap:
+        twin = next(
+            (p for p in r.outcome.fitting if p.strategy == s.model_copy(update={"tp_comm_overlap": False})), None
+        )
+        if twin is None:
+            return []
+        ours, theirs = best.result.step_time_s, twin.result.step_time_s
+        return [
+            f"Megatron-LM's --tp-comm-overlap decides: without it the same configuration takes {theirs:.3f} s by the "
+            f"analytic engine, {theirs / ours - 1:.1%} slower."
+        ]
+    twin = next(
+        (p for p in r.outcome.overlap_tried if p.strategy == s.model_copy(update={"tp_comm_overlap": True})), None
+    )
+    if twin is None:
+        return []
+    mine, theirs = best.result.step_time_s, twin.result.step_time_s
+    fits = "" if twin.result.fits else ", and does not fit"
+    return [
+        "With Megatron-LM's --tp-comm-overlap (tried on each finalist) the winner's configuration takes "
+        f"{theirs:.3f} s by the analytic engine against {mine:.3f} s without: {abs(theirs / mine - 1):.1%} "
+        f"{'slower' if theirs > mine else 'faster'}{fits}."
+    ]
 
 
 def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:

@@ -108,6 +108,8 @@ class SearchOutcome:
     candidates: int
     rejected: Counter[str] = field(default_factory=Counter)
     phase_s: dict[str, float] = field(default_factory=dict)
+    #: the finalists' ``tp_comm_overlap`` twins the search priced (``_with_tp_comm_overlap``), fitting or not
+    overlap_tried: list[Priced] = field(default_factory=list)
 
 
 #: The two reasons a candidate does not fit: ``AnalyticCache.model_states_exceed`` (some stage's model states
@@ -159,9 +161,10 @@ def search(
     fitting.sort(key=lambda p: (key(p.result), p.index))
     chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
+    tried: list[Priced] = []
     if (constraints or Constraints()).tp_comm_overlap is None and any(_overlappable(p.strategy) for p in chosen):
         say("trying --tp-comm-overlap on the finalists")
-        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k)
+        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k, tried)
     if splits and chosen:
         say("balancing the finalists' layer splits")
         chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k)
@@ -188,6 +191,7 @@ def search(
             "milp": milp_done - split_done,
             "des": done - milp_done,
         },
+        tried,
     )
 
 
@@ -314,12 +318,13 @@ def _with_milp(
 
 
 def _with_tp_comm_overlap(
-    pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int, tried: list[Priced]
 ) -> list[Priced]:
     """The finalists plus, for each with sequence parallelism under a framework that pipelines GEMMs with their
     tensor-parallel collectives (its ``tp_comm_overlap`` rule: Megatron-LM), the same strategy with
     ``tp_comm_overlap``, kept when it fits; the best ``top_k`` of all. Searching it over the whole space would price
-    every sequence-parallel candidate twice for a choice that changes only the blocks' tensor-parallel overlap."""
+    every sequence-parallel candidate twice for a choice that changes only the blocks' tensor-parallel overlap. Each
+    twin priced is appended to ``tried``."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     for p in chosen:
@@ -330,8 +335,9 @@ def _with_tp_comm_overlap(
             continue
         seen.add(t)
         r, corner = pricing.price(t)
+        tried.append(Priced(p.index, t, r, corner))
         if r.fits:
-            out.append(Priced(p.index, t, r, corner))
+            out.append(tried[-1])
     out.sort(key=lambda q: (key(q.result), q.index, q.strategy.tp_comm_overlap))
     return out[:top_k]
 
