@@ -141,8 +141,9 @@ class _LayerKey(StrategyProjection):
     sequence_parallel: bool
     compute_dtype: str
     attention: str
-    framework: str  # its rules say which tensor-parallel collectives overlap GEMMs (``step.prepare.tp_overlap``)
-    tp_comm_overlap: bool
+    tp_overlap_rules: tuple[
+        object, ...
+    ]  # which tensor-parallel collectives overlap GEMMs (``step.prepare.tp_overlap``)
 
 
 @dataclass(frozen=True)

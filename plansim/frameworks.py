@@ -236,13 +236,17 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: in
             if b.grad_buckets_first_chunk_only.value
             else "every pipeline stage bucketed, not only the first"
         )
-    if zero in (1, 2) and a.param_gather_overlap.value != b.param_gather_overlap.value:
+    # ZeRO-2 as SHARD_GRAD_OP gathers per layer, not after the step; with pipelining plansim models neither
+    shard_grad_op = zero == 2 and (a.zero2_shards_weights.value or b.zero2_shards_weights.value)
+    if (
+        zero == 1 or (zero == 2 and not shard_grad_op)
+    ) and a.param_gather_overlap.value != b.param_gather_overlap.value:
         out.append(
             "parameter all-gather overlapped with the next forward, not after the optimizer step"
             if b.param_gather_overlap.value
             else "parameter all-gather after the optimizer step, not overlapped with the next forward"
         )
-    if zero == 2 and a.zero2_shards_weights.value != b.zero2_shards_weights.value:
+    if zero == 2 and pp == 1 and a.zero2_shards_weights.value != b.zero2_shards_weights.value:
         out.append(
             "ZeRO-2 with the weights sharded, gathered per layer in forward and kept until its backward "
             "(SHARD_GRAD_OP), not replicated"

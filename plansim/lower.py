@@ -420,13 +420,15 @@ class _StageLowering:
 
     def _send(self, direction: str, mb: int, g: int, peer: int) -> None:
         comm = Comm("send_recv", "direct", "pp", self.ctx.p2p_bytes, "pp", peer=peer)
+        # what is sent may be an asynchronous collective's result (a column-parallel linear's input gradient)
+        pending = tuple((self.stage, collective) for collective, _ in self.joins)
         idx = self.prog.add(
             Task(
                 f"send{direction}{mb}.c{g}",
                 "p2p",
                 "send",
                 comm=comm,
-                deps=((self.stage, self.last_compute),),
+                deps=((self.stage, self.last_compute), *pending),
                 microbatch=mb,
             )
         )
@@ -439,7 +441,8 @@ class _StageLowering:
     def _gather(self, mb: int, order: list[int], pos: int, phase: str) -> int:
         """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the next
         layer's (one layer ahead: it may start once the pass before the current one ended, so at most two layers'
-        gathered weights are live). Returns the current layer's gather task, or -1 for a layer without weights."""
+        gathered weights are live; under SHARD_GRAD_OP, which gathers in forward only, each layer's stays until its
+        backward). Returns the current layer's gather task, or -1 for a layer without weights."""
         for i in (pos, pos + 1):
             if i >= len(order) or (mb, order[i], phase) in self.gathers:
                 continue

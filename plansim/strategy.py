@@ -206,6 +206,17 @@ class Strategy(BaseModel):
         return load_framework(self.framework).rules.grad_reduce_fp32.value
 
     @property
+    def tp_overlap_rules(self) -> tuple[object, ...]:
+        """What the overlap of the tensor-parallel collectives with the GEMMs reads of the framework's rules
+        (``plansim.step.prepare.tp_overlap``): the input-gradient reductions run beside the weight gradient (none
+        without tensor parallelism) and, with ``tp_comm_overlap``, its pipelining; strategies equal here price their
+        layers alike under any framework."""
+        if self.tp == 1:
+            return ()
+        rules = load_framework(self.framework).rules
+        return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
+
+    @property
     def gathers_per_layer(self) -> bool:
         """Whether the weights are sharded at rest and all-gathered layer by layer for each micro-batch's passes:
         ZeRO-3, and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's SHARD_GRAD_OP: its rule

@@ -188,6 +188,13 @@ def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
             problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
     if model.family == "cnn" and s.tp > 1:
         problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
+    if s.tp_comm_overlap and model.family not in ("gpt", "llama"):
+        # Megatron-LM gives Transformer Engine userbuffers only for its blocks' qkv, proj, fc1 and fc2 GEMMs
+        # (megatron/core/extensions/transformer_engine.py:302-312 at core_v0.15.0)
+        problems.append(
+            f"tp_comm_overlap=true with a {model.family} model: Megatron-LM overlaps only transformer blocks' GEMMs: "
+            "leave tp_comm_overlap out"
+        )
     return problems
 
 

@@ -34,7 +34,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "attention": ["unfused", "flash"],
     "dtype": ["fp16", "bf16", "fp32"],
     "dp_algorithm": ["ring", "tree", "butterfly", "hierarchical"],
-    "framework": ["deepspeed", "fsdp"],
+    "framework": ["deepspeed", "fsdp", "megatron"],
     "fp32_grad_accum": [True, False],
     "overlap_grad_reduce": [False, True],
     "grad_bucket_bytes": [2**20, 2**26],
@@ -59,6 +59,9 @@ BASES = [
     Strategy(dp=4, tp=2, pp=1, micro_batch=2, global_batch=32, zero=1),
     Strategy(dp=2, tp=1, pp=2, micro_batch=1, global_batch=16, remat="full", schedule="gpipe"),
     Strategy(dp=8, micro_batch=1, global_batch=32, zero=3, dp_algorithm="butterfly"),
+    # framework rules that change what a field means: fsdp's ZeRO-2 shards the weights, tp overlaps per framework
+    Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=2, sequence_parallel=True, framework="fsdp"),
+    Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=1, sequence_parallel=True, tp_comm_overlap=True),
 ]
 
 

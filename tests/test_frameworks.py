@@ -422,7 +422,8 @@ def test_tp_grad_input_overlap_megatron_reduces_the_input_gradient_beside_the_we
             assert [lp.bwd[i].hidden_s for i in hidden] == pytest.approx(wgrads, rel=1e-12)
             assert [lp.bwd[i + 1].seconds for i in hidden] == pytest.approx(wgrads, rel=1e-12)
             # split backward (B without W) waits for the reduction at once
-            assert all(seg.hidden_s == 0 for seg in lp.bwd_input if seg.comm and seg.comm.collective == expected[0])
+            blocking = [seg for seg in lp.bwd_input if seg.comm and seg.comm.collective == expected[0]]
+            assert len(blocking) == 2 and all(seg.hidden_s == 0 for seg in blocking)
     model, cluster = load_model("gpt3-1.3b"), _cluster(8)
     for sp in ("true", "false"):
         s = Strategy.parse(f"tp=4,dp=2,micro_batch=1,global_batch=4,sequence_parallel={sp}")
@@ -517,6 +518,17 @@ def test_tp_comm_overlap_where_it_cannot_run_is_refused_in_one_line(strategy: st
     assert problem.startswith(message) and "\n" not in problem
 
 
+def test_tp_comm_overlap_outside_transformer_blocks_is_refused_in_one_line() -> None:
+    """Megatron-LM gives Transformer Engine's userbuffers only to its blocks' qkv, proj, fc1 and fc2 GEMMs."""
+    s = Strategy.parse("tp=4,dp=1,sequence_parallel=true,tp_comm_overlap=true")
+    assert check_strategy(s, load_model("mlp-small"), _cluster(4)) == [
+        "tp_comm_overlap=true with a mlp model: Megatron-LM overlaps only transformer blocks' GEMMs: "
+        "leave tp_comm_overlap out"
+    ]
+    with pytest.raises(PlansimError, match=r"^--tp-comm-overlap needs sequence parallelism"):
+        Constraints(tp_comm_overlap=True, sequence_parallel=False)
+
+
 def test_the_planner_tries_tp_comm_overlap_where_the_framework_runs_it() -> None:
     """The space holds no ``tp_comm_overlap`` by default; the search tries it on each sequence-parallel finalist
     under megatron (deepspeed and fsdp never get it) and keeps the better; ``Constraints(tp_comm_overlap=True)``
@@ -606,3 +618,17 @@ def test_the_explanation_says_what_tp_comm_overlap_would_do_to_the_winner() -> N
         "With Megatron-LM's --tp-comm-overlap (tried on each finalist) the winner's configuration takes "
         f"{seconds:.3f} s by the analytic engine against {mine:.3f} s without" in r.explanation
     )
+
+
+def test_a_pipeline_send_waits_for_the_input_gradients_reduction() -> None:
+    """An MLP block opens with a column-parallel linear, so a chunk's backward ends with its input gradient's
+    all-reduce running beside the weight gradient: the send of that gradient waits for the all-reduce, and the
+    engines agree."""
+    model, cluster = load_model("mlp-small"), _cluster(8)
+    s = Strategy(tp=4, pp=2, dp=1, micro_batch=1, global_batch=8)
+    tasks = lower(model, cluster, s).stages[1].tasks
+    beside = {i for i, t in enumerate(tasks) if t.stream == "tp" and t.comm and t.comm.collective == "all_reduce"}
+    sends = [t for t in tasks if t.category == "send" and t.name.startswith("sendB")]
+    assert beside and sends and all(any(d[1] in beside for d in t.deps) for t in sends)
+    analytic, des = (plansim.simulate(model, cluster, s, engine=e) for e in ("analytic", "des"))
+    assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)

@@ -24,14 +24,16 @@ A collective's load: ``c`` is NCCL's channel count for the group (the node profi
 node or across nodes; two per NIC without one: issue #689 gives 2 SMs for one NIC and 16 for 8); ``H`` is its bus
 rate (the group's effective link, ``Cluster.group_link``) times the HBM bytes per bus byte of its data movement:
 ``HBM_PER_BUS_BYTE`` for a ring collective; a pipeline send touches the sender's memory once inside a node and three
-times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels.
+times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels. A tensor-parallel collective that
+Transformer Engine's userbuffers move instead of NCCL (``engine_load``) takes no SM from the compute beside it (the
+copy engines, or SM kernels beside a GEMM already given fewer SMs), only HBM.
 
 A compute span of ``W`` seconds (at full rate) beside a collective of ``T`` seconds started with it runs both for
 ``min(T, W / rate)`` seconds (the overlapped time) and ends ``(1 - rate) x`` that later (the interference cost):
 ``overlap_cost``. The discrete-event engine runs compute at the rate of whatever is active, recomputed as each
-collective starts and ends; the analytic engine applies ``overlap_cost`` beside pipeline sends, and walks the
-data-parallel reductions and ZeRO gathers beside the layers' passes at the same rate
-(``plansim.step.data_parallel``).
+collective starts and ends; the analytic engine applies ``overlap_cost`` beside pipeline sends and beside a layer's
+asynchronous tensor-parallel collectives (``plansim.step.layers``), and walks the data-parallel reductions and ZeRO
+gathers beside the layers' passes at the same rate (``plansim.step.data_parallel``).
 """
 
 from __future__ import annotations

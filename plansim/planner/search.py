@@ -334,7 +334,10 @@ def _with_tp_comm_overlap(
         if t in seen:
             continue
         seen.add(t)
-        r, corner = pricing.price(t)
+        try:
+            r, corner = pricing.price(t)
+        except PlansimError:  # a model whose blocks Megatron-LM does not overlap (check_strategy says so)
+            continue
         tried.append(Priced(p.index, t, r, corner))
         if r.fits:
             out.append(tried[-1])

@@ -90,6 +90,10 @@ class Constraints:
             value = getattr(self, name)
             if value is not None or name == "allow_cross_node_tp":
                 flag(value, f"constraints.{name}")
+        if self.tp_comm_overlap and self.sequence_parallel is False:
+            raise PlansimError(
+                "--tp-comm-overlap needs sequence parallelism: leave sequence_parallel=False out of the constraints"
+            )
         if self.tp_comm_overlap and all(load_framework(n).rules.tp_comm_overlap.value is None for n in self.frameworks):
             runs = [n for n in framework_names() if load_framework(n).rules.tp_comm_overlap.value is not None]
             title = load_framework(self.framework).title if self.framework != "all" else "no framework"
@@ -179,7 +183,7 @@ def _candidates(
     for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         for schedule, v in _run_by(framework, pp, schedules):
             for zero in _zero_values(dp, pp, c, framework):
-                for sp, overlap in _sp_values(tp, c, framework):
+                for sp, overlap in _sp_values(tp, c, framework, model):
                     for remat in c.remat:
                         for algorithm in _algorithms(dp, zero, c):
                             yield Strategy(
@@ -215,7 +219,7 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     for framework in c.frameworks:
         for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
             per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c, framework))
-            sp = len(_sp_values(tp, c, framework))
+            sp = len(_sp_values(tp, c, framework, model))
             total += len(_run_by(framework, pp, schedules)) * per_schedule * sp * len(c.remat)
     return total
 
@@ -292,15 +296,15 @@ def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
     return [z for z in values if c.zero is None or z == c.zero]
 
 
-def _sp_values(tp: int, c: Constraints, framework: str) -> list[tuple[bool, bool]]:
+def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> list[tuple[bool, bool]]:
     """(sequence parallel, tp_comm_overlap) pairs: with tp > 1 sequence parallelism off and on; with it and
     ``c.tp_comm_overlap`` true, the tensor-parallel GEMMs pipelined with their collectives instead, where the
-    framework does that (its ``tp_comm_overlap`` rule)."""
+    framework does that (its ``tp_comm_overlap`` rule) for a transformer's blocks."""
     pipelined = load_framework(framework).rules.tp_comm_overlap.value
     values = [(False, False)]
     if tp > 1:
         values += [(True, False)]
-        if pipelined is not None:
+        if pipelined is not None and model.family in ("gpt", "llama"):
             values += [(True, True)]
     return [
         (sp, overlap)

@@ -303,7 +303,7 @@ class _Engine:
 
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
         """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived. One
-        on a stream beside compute (dp, p2p) slows the members' compute while it runs (``_load``)."""
+        on a stream beside compute (dp, p2p, tp) slows the members' compute while it runs (``_load``)."""
         # the same collective blocks on the compute stream in one place and runs beside compute in another (a
         # sequence-parallel all-gather in forward and its re-gather in backward): only the latter loads the GPU
         beside = dev.program.tasks[index].stream != "compute"

@@ -140,9 +140,10 @@ def fixed_bytes(
         0 if channels is None else sum(communicator_bytes(c, channels) for c in communicators(cluster, s, stage, tied))
     )
     pipelined = load_framework(s.framework).rules.tp_comm_overlap.value if s.tp_comm_overlap else None
-    # every buffer holds the micro-batch's whole activation; sequence parallelism shards the layers' input
-    whole = layer_input_bytes * (s.tp if s.sequence_parallel else 1)
-    userbuffers = pipelined.buffers * whole if pipelined is not None else 0.0
+    # every buffer holds the micro-batch's whole activation (sequence parallelism shards the layers' input) in
+    # Transformer Engine's buffer dtype, bf16 by default (initialize_ub's dtype, base.py:122-130 at v2.9)
+    elements = layer_input_bytes / dtype_bytes(s.compute_dtype) * (s.tp if s.sequence_parallel else 1)
+    userbuffers = pipelined.buffers * elements * dtype_bytes("bf16") if pipelined is not None else 0.0
     return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl), "userbuffers": userbuffers}
 
 
