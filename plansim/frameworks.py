@@ -114,6 +114,7 @@ class FrameworkRules(_Strict):
     schedules: Rule[tuple[str, ...]]
     tp_grad_input_overlap: Rule[tuple[Literal["all_reduce", "reduce_scatter"], ...]]
     zero2_shards_weights: Rule[bool]
+    sharded_weights_kept_with_pipeline: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
 
 
@@ -178,6 +179,10 @@ def unmodelled(name: str, zero: int, pp: int) -> str | None:
     """Why plansim does not model ZeRO stage ``zero`` at ``pp`` pipeline stages under framework ``name``, though the
     framework runs it; None where it does. (What the framework itself cannot run is its rules' business.)"""
     if pp > 1 and zero >= 2:
+        if zero == 3 and load_framework(name).rules.sharded_weights_kept_with_pipeline.value:
+            return None
+        if zero == 2 and load_framework(name).rules.sharded_weights_kept_with_pipeline.value:
+            return "with pipelining its ZeRO-2 keeps the weights gathered through the step as its ZeRO-3 does"
         return "plansim does not model ZeRO-2/3 with pipelining yet"
     return None
 
@@ -193,8 +198,8 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     """The ZeRO stages framework ``name`` runs at ``pp`` pipeline stages (its ``zero_stages``, with pipelining its
     ``zero_with_pipeline``) that plansim models (``unmodelled``): what the planner searches.
 
-    >>> modelled_zero_stages("megatron", 1), modelled_zero_stages("deepspeed", 4), modelled_zero_stages("fsdp", 1)
-    ([0, 1, 2, 3], [0, 1], [0, 2, 3])
+    >>> modelled_zero_stages("megatron", 1), modelled_zero_stages("deepspeed", 4), modelled_zero_stages("fsdp", 4)
+    ([0, 1, 2, 3], [0, 1], [0, 3])
     """
     return list(_modelled(name, pp > 1))
 

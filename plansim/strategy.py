@@ -217,13 +217,23 @@ class Strategy(BaseModel):
         return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
 
     @property
+    def weights_kept_through_step(self) -> bool:
+        """ZeRO-3 with pipelining where the framework keeps each layer's gathered weights through the step and
+        reduce-scatters its whole gradients once at the end (torchtitan: its rule
+        ``sharded_weights_kept_with_pipeline``): within the step, ZeRO-1's memory and traffic, each layer's gather
+        under its first forward."""
+        if self.zero < 3 or self.pp == 1:
+            return False
+        return load_framework(self.framework).rules.sharded_weights_kept_with_pipeline.value
+
+    @property
     def gathers_per_layer(self) -> bool:
         """Whether the weights are sharded at rest and all-gathered layer by layer for each micro-batch's passes:
-        ZeRO-3, and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's SHARD_GRAD_OP: its rule
-        ``zero2_shards_weights``)."""
+        ZeRO-3 (but where ``weights_kept_through_step``), and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's
+        SHARD_GRAD_OP: its rule ``zero2_shards_weights``)."""
         if self.zero == 2:
             return load_framework(self.framework).rules.zero2_shards_weights.value
-        return self.zero >= 3
+        return self.zero >= 3 and not self.weights_kept_through_step
 
     @property
     def grad_bytes(self) -> int:

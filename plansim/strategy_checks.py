@@ -74,7 +74,9 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
             "or pp=1" + _others(s, lambda n: s.zero in modelled_zero_stages(n, s.pp))
         )
     elif (why := unmodelled(s.framework, s.zero, s.pp)) is not None:
-        fix = "use pp=1" if s.pp > 1 else f"use zero={max(modelled_zero_stages(s.framework, s.pp))}"
+        fix = f"use zero={max(modelled_zero_stages(s.framework, s.pp))}"
+        if s.pp > 1 and max(modelled_zero_stages(s.framework, s.pp)) < s.zero:
+            fix = "use pp=1"
         problems.append(
             f"zero={s.zero} with pp={s.pp} and framework={s.framework}: {title} runs it "
             f"(frameworks/{s.framework}.yaml), but {why}: {fix}"

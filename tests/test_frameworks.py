@@ -91,9 +91,14 @@ def test_zero_with_pipeline_deepspeed_refuses_zero2_naming_itself() -> None:
             "zero=1 or pp=1"
         )
         assert _problems(f"tp=8,pp=2,zero=1,framework={name}") == []
-    # torchtitan runs FSDP with pipelining; plansim does not model it yet, and says so
-    (problem,) = _problems("tp=8,pp=2,zero=3,framework=fsdp")
-    assert "PyTorch FSDP (torchtitan) runs it" in problem and "does not model ZeRO-2/3 with pipelining yet" in problem
+    # torchtitan runs FSDP with pipelining (zero=3, test_sharded_weights_kept_with_pipeline_...); its ZeRO-2 there is
+    # the same step, so plansim asks for zero=3
+    assert _problems("tp=8,pp=2,zero=3,framework=fsdp") == []
+    (problem,) = _problems("tp=8,pp=2,zero=2,framework=fsdp")
+    assert problem == (
+        "zero=2 with pp=2 and framework=fsdp: PyTorch FSDP (torchtitan) runs it (frameworks/fsdp.yaml), but with "
+        "pipelining its ZeRO-2 keeps the weights gathered through the step as its ZeRO-3 does: use zero=3"
+    )
 
 
 def test_grad_reduce_fp32_megatron_and_fsdp_reduce_fp32_deepspeed_bf16() -> None:
@@ -633,3 +638,31 @@ def test_a_pipeline_send_waits_for_the_input_gradients_reduction() -> None:
     assert beside and sends and all(any(d[1] in beside for d in t.deps) for t in sends)
     analytic, des = (plansim.simulate(model, cluster, s, engine=e) for e in ("analytic", "des"))
     assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+
+
+def test_sharded_weights_kept_with_pipeline_fsdp_runs_zero3_as_zero1_within_the_step() -> None:
+    """fsdp with pipelining (torchtitan: reshard_after_forward off, parallelize.py:319-331; torch's stage runs every
+    backward without resharding or reducing, stage.py:989-1021, and a REDUCE_GRAD action after the last): each
+    layer all-gathered once, under its first forward, kept through the step; whole fp32 gradients reduce-scattered
+    once per step after the stage's last backward. So Megatron-LM's ZeRO-1 memory and volumes, one layer per gather
+    bucket and the reduction not overlapped; deepspeed and megatron refuse ZeRO-3 with pipelining."""
+    model, cluster = load_model("gpt3-1.3b"), _cluster(16)
+    fsdp = Strategy.parse("dp=4,pp=4,micro_batch=1,global_batch=32,zero=3,framework=fsdp")
+    zero1 = Strategy.parse("dp=4,pp=4,micro_batch=1,global_batch=32,zero=1,framework=megatron")
+    (tasks,) = [st.tasks for st in lower(model, cluster, fsdp).stages[1:2]]
+    gathers = [k for k, t in enumerate(tasks) if t.category == "param_gather"]
+    reduces = [k for k, t in enumerate(tasks) if t.category == "grad_reduce"]
+    backwards = [k for k, t in enumerate(tasks) if t.category == "backward"]
+    blocks = sum(1 for t in tasks if t.category == "forward" and t.microbatch == 0)
+    assert len(gathers) == blocks  # one gather per layer and step
+    # one reduction after the stage's last backward (torch issues one per layer back to back: the same bytes)
+    assert len(reduces) == 1 and reduces[0] > max(backwards)
+    for engine in ("analytic", "des"):
+        a = plansim.simulate(model, cluster, fsdp, engine=engine)
+        b = plansim.simulate(model, cluster, zero1, engine=engine)
+        for key in ("weights", "gradients", "optimizer"):
+            assert a.memory_breakdown_bytes[key] == pytest.approx(b.memory_breakdown_bytes[key], rel=1e-12)
+        assert a.comm_bytes_per_gpu == pytest.approx(b.comm_bytes_per_gpu, rel=1e-12)
+    analytic, des = (plansim.simulate(model, cluster, fsdp, engine=e) for e in ("analytic", "des"))
+    assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+    assert 3 in modelled_zero_stages("fsdp", 4) and 3 not in modelled_zero_stages("deepspeed", 4)

@@ -466,19 +466,24 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         reduce = _on_dp(cluster, s, "all_reduce", s.dp_algorithm)
     else:
         reduce = _on_dp(cluster, s, "reduce_scatter", sharded)
+    kept = s.weights_kept_through_step  # torchtitan's FSDP with pipelining: ZeRO-1's traffic, one layer per bucket
     return DataParallelPlan(
         dp=dp,
         reduce=reduce,
         gather=_on_dp(cluster, s, "all_gather", sharded),
-        reduce_every_microbatch=s.zero >= 2 and _framework_rules(s).sharded_grads_reduced_every_microbatch.value,
+        reduce_every_microbatch=(
+            s.zero >= 2 and not kept and _framework_rules(s).sharded_grads_reduced_every_microbatch.value
+        ),
         per_layer=s.gathers_per_layer,
         regather_backward=s.zero >= 3,
-        gather_after_step=s.zero in (1, 2) and not s.gathers_per_layer,
+        gather_after_step=kept or (s.zero in (1, 2) and not s.gathers_per_layer),
         grad_bytes=grad_bytes_per_param(s),
         weight_bytes=dtype_bytes(s.compute_dtype),
-        bucket_bytes=s.grad_bucket_bytes,
-        overlap=s.overlap_grad_reduce,
-        gather_overlapped=s.zero in (1, 2) and not s.gathers_per_layer and bool(s.overlap_param_gather),
+        bucket_bytes=1.0 if kept else s.grad_bucket_bytes,  # each FSDP unit (a layer) reduces and gathers alone
+        # the REDUCE_GRAD action after the stage's last backward: one reduction here, where torch issues one per layer
+        # back to back (the same bytes, fewer launches)
+        overlap=s.overlap_grad_reduce and not kept,
+        gather_overlapped=kept or (s.zero in (1, 2) and not s.gathers_per_layer and bool(s.overlap_param_gather)),
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
     )
 

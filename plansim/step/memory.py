@@ -160,7 +160,7 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     states = model_state_bytes(
         params,
         s.dp or 1,
-        s.zero,
+        1 if s.weights_kept_through_step else s.zero,  # weights and gradients whole through the step
         mixed_precision=s.mixed_precision,
         fp32_grad_accum=s.grads_fp32,
         weights_sharded=s.gathers_per_layer,
