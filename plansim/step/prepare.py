@@ -146,13 +146,13 @@ def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
     pipelined = rules.tp_comm_overlap.value if s.tp_comm_overlap else None
     if pipelined is None:
         return TPOverlap(grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value))
-    sms = cluster.gpu.sm_count
     return TPOverlap(
         grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value),
         ring_exchange=pipelined.ring_exchange,
         reduce_scatter_splits=pipelined.reduce_scatter_splits,
         userbuffers=True,
-        gemm_slowdown=sms / (sms - pipelined.kernel_sms) if sms and sms > pipelined.kernel_sms else 1.0,
+        # the SM-share part of the interference model: its kernels' SMs taken for the GEMM's whole run, no HBM load
+        gemm_slowdown=interference_model(cluster.gpu).slowdown(pipelined.kernel_sms, 0.0),
     )
 
 
