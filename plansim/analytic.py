@@ -24,7 +24,7 @@ from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
-from plansim.mesh import mesh_of
+from plansim.mesh import DP_PARTS, mesh_of
 from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers, stage_layers
@@ -180,6 +180,7 @@ class _StatesKey(StrategyProjection):
     virtual_stages: int
     layer_split: tuple[int, ...] | None
     dp: int | None
+    shard_degree: int  # the ranks ZeRO shards over (``dp_shard`` under hybrid sharding)
     zero: int
     compute_dtype: str
     fp32_grad_accum: bool
@@ -204,6 +205,7 @@ class _DataParallelKey(StrategyProjection):
 
     tp: int
     dp: int | None
+    shard_degree: int  # hybrid sharding's shard group: the mesh's dp_shard and dp_replicate axes
     pp: int
     zero: int
     dp_algorithm: str
@@ -222,6 +224,7 @@ class _FixedKey(StrategyProjection):
 
     tp: int
     dp: int | None
+    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's
     pp: int
     virtual_stages: int
     zero: int
@@ -312,21 +315,24 @@ class AnalyticCache:
 
     @staticmethod
     def dp_comms(
-        s: Strategy, dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo], stages: list[StageCost], rate: float
+        s: Strategy,
+        dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo],
+        stages: list[StageCost],
+        rates: tuple[float, float],
     ) -> list[DataParallelComm]:
         """``_dp_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the data-parallel key
-        (``rate`` follows from it and the cluster), the micro-batches, the pipeline's stages and the stage's parameters
+        (``rates`` follow from it and the cluster), the micro-batches, the pipeline's stages and the stage's parameters
         and passes (per model chunk: the interleaved cooldown's walk, ``_last_backwards``)."""
         plan, price, memo = dp
         out = []
         for stage in stages:
             # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
             # them alive, so an identity is not reused while it is a key
-            key = (rate, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
+            key = (rates, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
                    id(stage.backward_layers), stage.first_stage)  # fmt: skip
             hit = memo.get(key)
             if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
-                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rate)
+                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rates)
                 hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
             out.append(hit[2])
         return out
@@ -826,16 +832,17 @@ class DataParallelComm:
 
 
 def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, dict[str, Any]]:
-    """The data-parallel group's link (ranks tp apart) and, where the algorithm prices each transfer on the link it
-    crosses (its entry ``reads_local``: every one but NCCL's rings), the node-local group size and the inter-node
-    link (one rank per node: a GPU's own NIC share) as keyword arguments of ``collective_time``: hierarchical's
-    inter-node phase, a butterfly's steps between ranks ``local`` or more apart (recursive halving and doubling move
-    their largest blocks over the longest distances, Thakur et al. 2005 sec 4), a tree's levels, a naive exchange
-    and a parameter server's pushes and pulls between nodes each go through the sending or receiving GPU's NIC."""
+    """The link of the collective's data-parallel group (its mesh axis: ``dp``, or under hybrid sharding
+    ``dp_shard`` or ``dp_replicate``) and, where the algorithm prices each transfer on the link it crosses (its entry
+    ``reads_local``: every one but NCCL's rings), the node-local group size and the inter-node link (one rank per
+    node: a GPU's own NIC share) as keyword arguments of ``collective_time``: hierarchical's inter-node phase, a
+    butterfly's steps between ranks ``local`` or more apart (recursive halving and doubling move their largest
+    blocks over the longest distances, Thakur et al. 2005 sec 4), a tree's levels, a naive exchange and a parameter
+    server's pushes and pulls between nodes each go through the sending or receiving GPU's NIC."""
     mesh = mesh_of(s)
     if c.local is None:
-        return mesh.link("dp", cluster), {}
-    local, intra, inter = mesh.split_links("dp", cluster)
+        return mesh.link(c.axis, cluster), {}
+    local, intra, inter = mesh.split_links(c.axis, cluster)
     if inter is None:  # one node: no step crosses (hierarchical's inter-node phase is among one rank)
         return intra, {"local": local}
     return intra, {"local": local, "inter": (inter.latency_s, inter.bandwidth_Bps)}
@@ -844,10 +851,12 @@ def _dp_links(cluster: Cluster, s: Strategy, c: GroupCollective) -> tuple[Link, 
 def _price_dp(
     cluster: Cluster, s: Strategy, plan: DataParallelPlan, c: GroupCollective, n_bytes: float
 ) -> tuple[float, float]:
-    """(seconds, bytes one rank sends) of one collective of ``plan`` over the dp group."""
+    """(seconds, bytes one rank sends) of one collective of ``plan`` over its data-parallel group."""
     link, kw = _dp_links(cluster, s, c)
-    nodes = plan.dp // mesh_of(s).local_size("dp", cluster.gpus_per_node)
-    return _price(c.collective, c.algorithm, plan.dp, n_bytes, link, (cluster, nodes), **kw)
+    mesh = mesh_of(s)
+    ranks = mesh.size(c.axis)
+    nodes = max(1, ranks // mesh.local_size(c.axis, cluster.gpus_per_node))
+    return _price(c.collective, c.algorithm, ranks, n_bytes, link, (cluster, nodes), **kw)
 
 
 def _dp_comm(
@@ -857,11 +866,13 @@ def _dp_comm(
     stage: StageCost,
     backward_s: float,
     fwd_s: float,
-    rate: float = 1.0,
+    rates: tuple[float, float] = (1.0, 1.0),
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
     gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
-    of a collective of ``plan``, ``rate`` the compute stream's rate while one runs (``plansim.costs.interference``).
+    of a collective of ``plan``, ``rates`` the compute stream's rate while one runs (``plansim.costs.interference``):
+    beside the reductions and gathers, and beside hybrid sharding's all-reduce among replicas that follows each
+    reduction (``DataParallelPlan.replicate``).
 
     Overlap: the stage's layers' passes and the dp stream walked in the lowering's issue order
     (``step.data_parallel``): gradient buckets launched once backward has completed their gradients and run one
@@ -872,6 +883,11 @@ def _dp_comm(
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
+    rate = rates[0]
+    then = None
+    if plan.replicate is not None:
+        replicate = plan.replicate
+        then = (lambda n_bytes: price(replicate, n_bytes / plan.shard_ranks)), rates[1]
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
         z = per_layer_overlap(
             plan,
@@ -881,6 +897,7 @@ def _dp_comm(
             lambda n_bytes: price(plan.reduce, n_bytes),
             rate,
             m,
+            then,
         )
         return DataParallelComm(z.exposed_s, z.reduce_sent, z.gather_sent, z.interference_s, z.overlapped_s)
     t_ag, ag_sent, lead = (0.0, 0.0, None)
@@ -901,7 +918,7 @@ def _dp_comm(
     else:
         sizes = (len(layers),)
     chunks = _chunk_ends(plan, stage.first_stage, sizes)
-    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate, chunks)
+    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate, chunks, then)
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     out = DataParallelComm(
@@ -960,10 +977,17 @@ def _first_forwards(
     return tuple(walk), gathers
 
 
-def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> float:
-    """The compute stream's rate while one of the data-parallel group's collectives runs beside it."""
+def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> tuple[float, float]:
+    """The compute stream's rate while one of the data-parallel group's collectives runs beside it: beside the
+    reductions and gathers (under hybrid sharding over the shard group), and beside hybrid sharding's all-reduce
+    among replicas (the first again without)."""
     mesh = mesh_of(s)
-    return model.rate(collective_load(cluster, mesh.size("dp"), mesh.stride("dp")))
+    if not s.hybrid_shard:
+        rate = model.rate(collective_load(cluster, mesh.size("dp"), mesh.stride("dp")))
+        return rate, rate
+    return tuple(  # type: ignore[return-value]
+        model.rate(collective_load(cluster, mesh.size(axis), mesh.stride(axis))) for axis in DP_PARTS
+    )
 
 
 def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
@@ -991,8 +1015,8 @@ def _time_breakdown(
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
     dp = shared.data_parallel(s)
-    rate = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else 1.0
-    comms = shared.dp_comms(s, dp, pipe.dp_groups, rate)
+    rates = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else (1.0, 1.0)
+    comms = shared.dp_comms(s, dp, pipe.dp_groups, rates)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
     # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first); and
     # the step's start as late as the stage whose first forwards an overlapped ZeRO-1/2 gather delays most (waits

@@ -36,6 +36,8 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp8 tp1 pp1 mb2 zero0 remat=none attention=unfused nccl'
     >>> describe(Strategy(dp=8, micro_batch=2, zero=1, framework="deepspeed"))  # the default, megatron, left unsaid
     'dp8 tp1 pp1 mb2 zero1 remat=none nccl under deepspeed'
+    >>> describe(Strategy(dp=32, tp=2, zero=3, dp_shard=4, framework="fsdp"))  # sharded in groups of 4 (HSDP)
+    'dp32 tp2 pp1 mb1 zero3/hsdp4 remat=none nccl under fsdp'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
@@ -44,7 +46,7 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
         parts.insert(3, "split " + "/".join(map(str, s.layer_split)))
     if s.pp > 1:
         parts.append(schedule)
-    parts += [f"zero{s.zero}", f"remat={s.remat}"]
+    parts += [f"zero{s.zero}" + (f"/hsdp{s.dp_shard}" if s.hybrid_shard else ""), f"remat={s.remat}"]
     if s.attention != "flash":  # the default is left unsaid
         parts.append(f"attention={s.attention}")
     if (s.dp or 1) > 1:

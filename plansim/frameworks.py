@@ -116,6 +116,7 @@ class FrameworkRules(_Strict):
     zero2_shards_weights: Rule[bool]
     sharded_weights_kept_with_pipeline: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
+    hybrid_shard: Rule[list[ZeroStage]]
 
 
 class FrameworkProfile(_Strict):

@@ -88,6 +88,7 @@ _CLUSTER = "the largest training clusters of 2024 hold about 10^5 GPUs"
 LIMITS: dict[str, Limit] = {
     "gpus": Limit(1, 2**20, "GPUs", _CLUSTER),
     "dp": Limit(1, 2**20, "", _DEGREE),
+    "dp_shard": Limit(1, 2**20, "", _DEGREE),
     "tp": Limit(1, 2**20, "", _DEGREE),
     "pp": Limit(1, 2**20, "", _DEGREE),
     "virtual_stages": Limit(1, 10_000, "", "model chunks per stage cannot exceed the blocks"),

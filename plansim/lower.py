@@ -475,10 +475,7 @@ class _StageLowering:
             return
         n_bytes = params * plan.grad_bytes
         if plan.per_layer:
-            comm = _dp_comm(plan.reduce, n_bytes, "dp")
-            self._dp(
-                Task(f"rs{mb}.L{layer}", "dp", "grad_reduce", comm=comm, deps=((self.stage, task),), microbatch=mb)
-            )
+            self._reduce(f"rs{mb}.L{layer}", n_bytes, task, mb)
             return
         if not plan.reduce_every_microbatch and mb != s.num_microbatches - 1:
             return
@@ -493,18 +490,20 @@ class _StageLowering:
         if self.bucket[0] <= 0:
             return
         assert self.plan is not None, "a bucket fills only with data parallelism"
-        comm = _dp_comm(self.plan.reduce, self.bucket[0], "dp")
-        self._dp(
-            Task(
-                f"reduce{mb}.{self.last_dp + 1}",
-                "dp",
-                "grad_reduce",
-                comm=comm,
-                deps=((self.stage, self.bucket_dep),),
-                microbatch=mb,
-            )
-        )
+        self._reduce(f"reduce{mb}.{self.last_dp + 1}", self.bucket[0], self.bucket_dep, mb)
         self.bucket[0] = 0.0
+
+    def _reduce(self, name: str, n_bytes: float, ready: int, mb: int) -> None:
+        """A gradient reduction of ``n_bytes`` once compute task ``ready`` has produced them; under hybrid sharding
+        the all-reduce of its output among the shard's replicas follows it on the dp stream (PyTorch FSDP's HSDP
+        reduction)."""
+        assert self.plan is not None, "a reduction runs only with data parallelism"
+        comm = _dp_comm(self.plan.reduce, n_bytes, "dp")
+        self._dp(Task(name, "dp", "grad_reduce", comm=comm, deps=((self.stage, ready),), microbatch=mb))
+        if self.plan.replicate is not None:
+            comm = _dp_comm(self.plan.replicate, n_bytes / self.plan.shard_ranks, "dp")
+            self._dp(Task(f"{name}.ar", "dp", "grad_reduce", comm=comm, deps=((self.stage, self.last_dp),),
+                          microbatch=mb))  # fmt: skip
 
     def end_of_microbatch_backward(self, mb: int) -> None:
         """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket, and the next
@@ -616,8 +615,9 @@ def _slowest_gpu(cluster: Cluster, mesh: DeviceMesh, stages: list[StageProgram])
 
 
 def _dp_comm(c: GroupCollective, n_bytes: float, kind: str) -> Comm:
-    """One collective of the data-parallel plan over the ``dp`` axis, its bytes filed under ``kind``."""
-    return Comm(c.collective, c.algorithm, "dp", n_bytes, kind, local=c.local)
+    """One collective of the data-parallel plan over its mesh axis (``dp``, or hybrid sharding's ``dp_shard`` or
+    ``dp_replicate``), its bytes filed under ``kind``."""
+    return Comm(c.collective, c.algorithm, c.axis, n_bytes, kind, local=c.local)
 
 
 def _recompute_flops(remat: str, lp: LayerProgram) -> float:

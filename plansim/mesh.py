@@ -7,13 +7,21 @@ fastest to slowest). A new kind of parallelism (context, expert) is a new axis i
 ``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
 from an assumed rank order.
 
+Hybrid sharding (HSDP) splits the data-parallel axis in two, ``dp_shard`` (fastest: the group a ZeRO stage shards
+over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as torchtitan's mesh names them
+(``dp_replicate``, ``dp_shard`` slowest to fastest, flattened to ``dp``): a flattened axis is asked like any other.
+
 >>> m = DeviceMesh((("tp", 2), ("dp", 2), ("pp", 2)))
 >>> m.coords(5), m.group("dp", 5), m.stride("pp"), m.shift("pp", 5, 1)
 ({'tp': 1, 'dp': 0, 'pp': 1}, (5, 7), 4, 1)
+>>> h = DeviceMesh((("tp", 2), ("dp_shard", 2), ("dp_replicate", 3), ("pp", 1)), (("dp", DP_PARTS),))
+>>> h.group("dp", 1), h.group("dp_shard", 1), h.group("dp_replicate", 1)
+((1, 3, 5, 7, 9, 11), (1, 3), (1, 5, 9))
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -22,17 +30,25 @@ if TYPE_CHECKING:
     from plansim.hardware import Cluster, Link
     from plansim.strategy import Strategy
 
-__all__ = ["AXIS_ORDER", "DeviceMesh", "mesh_of"]
+__all__ = ["AXIS_ORDER", "DP_AXES", "DP_PARTS", "DeviceMesh", "mesh_of"]
 
 #: The strategy's parallel axes, fastest first: the rank layout of both engines.
 AXIS_ORDER = ("tp", "dp", "pp")
 
+#: Hybrid sharding's two data-parallel axes, fastest first, whose flattened pair is ``dp``.
+DP_PARTS = ("dp_shard", "dp_replicate")
+
+#: The axes a data-parallel collective runs over: the whole group, or one of hybrid sharding's two.
+DP_AXES = ("dp", *DP_PARTS)
+
 
 @dataclass(frozen=True)
 class DeviceMesh:
-    """Named axes with their sizes, fastest first; ranks ``0 .. num_ranks-1``."""
+    """Named axes with their sizes, fastest first; ranks ``0 .. num_ranks-1``. ``flattened``: names for runs of
+    adjacent axes (in order) asked as one axis, their sizes multiplied (PyTorch's ``DeviceMesh._flatten``)."""
 
     axes: tuple[tuple[str, int], ...]
+    flattened: tuple[tuple[str, tuple[str, ...]], ...] = ()
     _sizes: dict[str, int] = field(init=False, repr=False, compare=False)
     _strides: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -44,7 +60,14 @@ class DeviceMesh:
         for name, size in self.axes:
             strides[name] = stride
             stride *= size
-        object.__setattr__(self, "_sizes", dict(self.axes))  # frozen: set once here, read on every group asked
+        sizes = dict(self.axes)
+        for name, parts in self.flattened:
+            at = names.index(parts[0]) if parts and parts[0] in names else -1
+            if name in sizes or at < 0 or tuple(names[at : at + len(parts)]) != parts:
+                raise ValueError(f"flattened axis {name} needs adjacent axes of the mesh in order, got {parts}")
+            strides[name] = strides[parts[0]]
+            sizes[name] = math.prod(sizes[p] for p in parts)
+        object.__setattr__(self, "_sizes", sizes)  # frozen: set once here, read on every group asked
         object.__setattr__(self, "_strides", strides)
 
     @property
@@ -55,7 +78,7 @@ class DeviceMesh:
     @property
     def num_ranks(self) -> int:
         """Ranks in the mesh: the product of the sizes."""
-        return self.stride(self.names[-1]) * self.size(self.names[-1])
+        return math.prod(size for _, size in self.axes)
 
     def size(self, axis: str) -> int:
         """Ranks along ``axis`` (the size of each of its groups)."""
@@ -120,16 +143,24 @@ class DeviceMesh:
 
 
 @lru_cache(maxsize=1024)
-def _mesh(axes: tuple[tuple[str, int], ...]) -> DeviceMesh:
-    return DeviceMesh(axes)
+def _mesh(axes: tuple[tuple[str, int], ...], flattened: tuple[tuple[str, tuple[str, ...]], ...]) -> DeviceMesh:
+    return DeviceMesh(axes, flattened)
 
 
 def mesh_of(s: Strategy) -> DeviceMesh:
     """The mesh of a resolved strategy: each axis of ``AXIS_ORDER`` sized by the strategy's field of that name
-    (``dp`` 1 until resolved).
+    (``dp`` 1 until resolved); under hybrid sharding (``Strategy.hybrid_shard``) ``dp`` is the flattened pair of
+    ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``.
 
     >>> from plansim.strategy import Strategy
     >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).axes
     (('tp', 2), ('dp', 4), ('pp', 3))
+    >>> mesh_of(Strategy(dp=8, tp=2, zero=3, framework="fsdp", dp_shard=4)).axes
+    (('tp', 2), ('dp_shard', 4), ('dp_replicate', 2), ('pp', 1))
     """
-    return _mesh(tuple((axis, getattr(s, axis) or 1) for axis in AXIS_ORDER))
+    axes = tuple((axis, getattr(s, axis) or 1) for axis in AXIS_ORDER)
+    if not s.hybrid_shard:
+        return _mesh(axes, ())
+    shard = s.shard_degree
+    split = (("dp_shard", shard), ("dp_replicate", (s.dp or 1) // shard))
+    return _mesh(tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))), (("dp", DP_PARTS),))

@@ -143,9 +143,24 @@ class Strategy(BaseModel):
         "reduce-scatters, chunk by chunk (Megatron-LM's --tp-comm-overlap on Transformer Engine; needs sequence "
         "parallelism)",
     )
+    dp_shard: int | None = field(
+        "dp_shard",
+        default=None,
+        description="hybrid sharding (HSDP, framework fsdp): shard the ZeRO-2/3 states over groups of this many "
+        "data-parallel ranks, each a divisor of dp (a node's, ranks tp apart), and replicate across the groups; "
+        "default: shard over all of dp",
+    )
 
     @field_validator(
-        "dp", "tp", "pp", "micro_batch", "global_batch", "virtual_stages", "grad_bucket_bytes", mode="before"
+        "dp",
+        "dp_shard",
+        "tp",
+        "pp",
+        "micro_batch",
+        "global_batch",
+        "virtual_stages",
+        "grad_bucket_bytes",
+        mode="before",
     )
     @classmethod
     def _whole(cls, value: object) -> object:
@@ -215,6 +230,17 @@ class Strategy(BaseModel):
             return ()
         rules = load_framework(self.framework).rules
         return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
+
+    @property
+    def hybrid_shard(self) -> bool:
+        """Whether ZeRO's states are sharded over part of the data-parallel group and replicated across the parts
+        (``dp_shard`` below ``dp``: HSDP)."""
+        return self.dp_shard is not None and self.zero >= 1 and self.dp_shard < (self.dp or 1)
+
+    @property
+    def shard_degree(self) -> int:
+        """The ranks ZeRO shards its states over: ``dp_shard`` under hybrid sharding, else ``dp``."""
+        return self.dp_shard if self.hybrid_shard and self.dp_shard is not None else (self.dp or 1)
 
     @property
     def weights_kept_through_step(self) -> bool:

@@ -97,6 +97,8 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
         )
     if s.tp_comm_overlap:
         problems += _tp_comm_overlap_problems(s, title)
+    if s.dp_shard is not None:
+        problems += _hybrid_shard_problems(s, rules.hybrid_shard.value, title)
     if given.overlap_grad_reduce and s.pp > 1 and not rules.grad_reduce_overlap_with_pipeline.value:
         problems.append(
             f"overlap_grad_reduce=true with pp={s.pp}: {title} does not overlap the gradient reduction with "
@@ -123,6 +125,31 @@ def _tp_comm_overlap_problems(s: Strategy, title: str) -> list[str]:
             f"tp_comm_overlap=true without sequence parallelism: {title} overlaps them only with it "
             f"(frameworks/{s.framework}.yaml): set sequence_parallel=true"
         ]
+    return []
+
+
+def _hybrid_shard_problems(s: Strategy, stages: Sequence[int], title: str) -> list[str]:
+    """What is wrong with ``dp_shard``: a framework that does not hybrid-shard this ZeRO stage (its ``hybrid_shard``
+    rule), a shard group that does not divide dp, or one rank that shards nothing."""
+    dp, shard = s.dp or 1, s.dp_shard
+    if s.zero not in stages:
+        if not stages:
+            return [
+                f"dp_shard={shard} with framework={s.framework}: {title} does not shard over part of the "
+                f"data-parallel group (frameworks/{s.framework}.yaml): leave dp_shard out"
+                + _others(s, lambda n: s.zero in load_framework(n).rules.hybrid_shard.value)
+            ]
+        return [
+            f"dp_shard={shard} with zero={s.zero}: {title} hybrid-shards ZeRO {_stages(stages)} only "
+            f"(frameworks/{s.framework}.yaml): use zero={max(stages)} or leave dp_shard out"
+        ]
+    if shard is None or dp % shard:
+        return [
+            f"dp_shard={shard} does not divide dp={dp}: use a divisor of dp (a node's data-parallel ranks shard "
+            "within a node)"
+        ]
+    if shard == 1:
+        return ["dp_shard=1 shards nothing: use zero=0 for plain replicas, or dp_shard > 1"]
     return []
 
 

@@ -40,6 +40,7 @@ ALTERNATES: dict[str, list[Any]] = {
     "grad_bucket_bytes": [2**20, 2**26],
     "overlap_param_gather": [False, True],
     "tp_comm_overlap": [True],  # with sequence parallelism, which it needs
+    "dp_shard": [2, 4],  # hybrid sharding: valid under the fsdp bases
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.
@@ -62,6 +63,7 @@ BASES = [
     # framework rules that change what a field means: fsdp's ZeRO-2 shards the weights, tp overlaps per framework
     Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=2, sequence_parallel=True, framework="fsdp"),
     Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=1, sequence_parallel=True, tp_comm_overlap=True),
+    Strategy(dp=4, tp=1, pp=2, micro_batch=1, global_batch=16, zero=3, framework="fsdp", dp_shard=2),  # HSDP
 ]
 
 

@@ -666,3 +666,61 @@ def test_sharded_weights_kept_with_pipeline_fsdp_runs_zero3_as_zero1_within_the_
     analytic, des = (plansim.simulate(model, cluster, fsdp, engine=e) for e in ("analytic", "des"))
     assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
     assert 3 in modelled_zero_stages("fsdp", 4) and 3 not in modelled_zero_stages("deepspeed", 4)
+
+
+def test_hybrid_shard_fsdp_shards_within_a_group_and_all_reduces_across() -> None:
+    """fsdp's HSDP (ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2; FSDP2 on a (replicate, shard) mesh; the
+    profile's ``hybrid_shard`` source): states sharded over ``dp_shard`` ranks (a node's), each layer's gradients
+    reduce-scattered among them and the result all-reduced among the shard's replicas, weights gathered within the
+    shard group only. Checked against the ring's closed forms: a reduce-scatter among S ranks sends (S-1)/S of the
+    bytes, an all-reduce of 1/S of them among R replicas 2(R-1)/R of that; megatron and deepspeed refuse it."""
+    model, cluster = load_model("gpt3-1.3b"), _cluster(32)
+    hsdp = Strategy.parse("dp=32,micro_batch=1,global_batch=64,zero=3,framework=fsdp,dp_shard=8")
+    full = Strategy.parse("dp=32,micro_batch=1,global_batch=64,zero=3,framework=fsdp")
+    plan = data_parallel_plan(cluster, hsdp.resolve(cluster))
+    assert plan is not None and plan.replicate is not None
+    assert (plan.reduce.axis, plan.gather.axis, plan.replicate.axis) == ("dp_shard", "dp_shard", "dp_replicate")
+    assert plan.replicate.collective == "all_reduce" and plan.shard_ranks == 8
+    tasks = lower(model, cluster, hsdp).stages[0].tasks
+    rs = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.group == "dp_shard"]
+    ar = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.group == "dp_replicate"]
+    assert len(rs) == len(ar) > 0
+    assert all(b.comm.n_bytes * 8 == pytest.approx(a.comm.n_bytes) for a, b in zip(rs, ar, strict=True))
+    s, r = 8, 4
+    grads = sum(t.comm.n_bytes for t in rs)  # every layer's gradients, every micro-batch
+    for engine in ("analytic", "des"):
+        a = plansim.simulate(model, cluster, hsdp, engine=engine)
+        b = plansim.simulate(model, cluster, full, engine=engine)
+        assert a.comm_bytes_per_gpu["dp"] == pytest.approx(grads * ((s - 1) / s + 2 * (r - 1) / r / s), rel=1e-9)
+        assert a.comm_bytes_per_gpu["zero"] == pytest.approx(b.comm_bytes_per_gpu["zero"] * (s - 1) / s * 32 / 31)
+        for key in ("gradients", "optimizer"):  # sharded 8 ways, not 32
+            assert a.memory_breakdown_bytes[key] == pytest.approx(4 * b.memory_breakdown_bytes[key], rel=1e-9)
+    analytic, des = (plansim.simulate(model, cluster, hsdp, engine=e) for e in ("analytic", "des"))
+    assert analytic.step_time_s == pytest.approx(des.step_time_s, rel=0.01)
+    for framework in ("megatron", "deepspeed"):
+        (problem,) = _problems(f"dp=32,zero=3,framework={framework},dp_shard=8")
+        assert problem.startswith(f"dp_shard=8 with framework={framework}: ") and "framework=fsdp" in problem
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        ("dp=32,zero=3,framework=fsdp,dp_shard=5", "dp_shard=5 does not divide dp=32: use a divisor of dp"),
+        ("dp=32,zero=0,framework=fsdp,dp_shard=8", "dp_shard=8 with zero=0: PyTorch FSDP (torchtitan) hybrid-shards"),
+        ("dp=32,zero=3,framework=fsdp,dp_shard=1", "dp_shard=1 shards nothing: use zero=0"),
+    ],
+)
+def test_hybrid_shard_that_cannot_run_is_refused_in_one_line(strategy: str, message: str) -> None:
+    (problem,) = _problems(strategy)
+    assert problem.startswith(message) and "\n" not in problem
+
+
+def test_the_planner_searches_hybrid_sharding_within_a_node_under_fsdp_only() -> None:
+    model, cluster = load_model("gpt3-1.3b"), _cluster(32)
+    for framework in framework_names():
+        shards = {(s.tp, s.zero, s.dp_shard) for s in candidates(model, cluster, 64, Constraints(framework=framework))}
+        hybrid = {x for x in shards if x[2] is not None}
+        if framework == "fsdp":  # a node's data-parallel ranks: 8 // tp, for ZeRO-2 and 3 where it splits dp
+            assert hybrid and all(shard == 8 // tp and zero in (2, 3) for tp, zero, shard in hybrid)
+        else:
+            assert not hybrid

@@ -27,7 +27,8 @@ def grad_bytes_per_param(s: Strategy) -> int:
 
 
 def optimizer_step_s(kernels: KernelCostModel, s: Strategy, params: float) -> float:
-    """Seconds of one fused Adam step over ``params`` parameters held by a stage (its 1/dp share under ZeRO >= 1)."""
-    local = params / ((s.dp or 1) if s.zero >= 1 else 1)
+    """Seconds of one fused Adam step over ``params`` parameters held by a stage (its share under ZeRO >= 1: 1/dp,
+    or 1/``dp_shard`` under hybrid sharding)."""
+    local = params / (s.shard_degree if s.zero >= 1 else 1)
     per_param = (ADAM_BYTES_MIXED if s.mixed_precision else ADAM_BYTES_FP32) + grad_bytes_per_param(s)
     return kernels.kernel_time("elementwise", 0.0, local * per_param)

@@ -3,7 +3,8 @@ user's constraints.
 
 Dimensions (issue "the planner"): dp x tp x pp = GPUs (tp within a node unless ``allow_cross_node_tp``; tp divides
 heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / dp``, the pipeline schedule (GPipe,
-1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3, sequence parallelism (and with it Megatron-LM's
+1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3 (under ``fsdp`` ZeRO-2/3 also hybrid-sharded
+within each node: HSDP), sequence parallelism (and with it Megatron-LM's
 ``--tp-comm-overlap``), remat (none,
 selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce.
 
@@ -182,7 +183,7 @@ def _candidates(
 ) -> Iterator[Strategy]:
     for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         for schedule, v in _run_by(framework, pp, schedules):
-            for zero in _zero_values(dp, pp, c, framework):
+            for zero, shard in _zero_shards(dp, tp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, c, framework, model):
                     for remat in c.remat:
                         for algorithm in _algorithms(dp, zero, c):
@@ -195,6 +196,7 @@ def _candidates(
                                 schedule=schedule,
                                 virtual_stages=v,
                                 zero=zero,
+                                dp_shard=shard,
                                 sequence_parallel=sp,
                                 tp_comm_overlap=overlap,
                                 remat=remat,
@@ -218,7 +220,9 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     total = 0
     for framework in c.frameworks:
         for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
-            per_schedule = sum(len(_algorithms(dp, zero, c)) for zero in _zero_values(dp, pp, c, framework))
+            per_schedule = sum(
+                len(_algorithms(dp, zero, c)) for zero, _ in _zero_shards(dp, tp, pp, c, framework, cluster)
+            )
             sp = len(_sp_values(tp, c, framework, model))
             total += len(_run_by(framework, pp, schedules)) * per_schedule * sp * len(c.remat)
     return total
@@ -294,6 +298,22 @@ def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
         return [0] if c.zero in (None, 0) else []
     values = modelled_zero_stages(framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
+
+
+def _zero_shards(
+    dp: int, tp: int, pp: int, c: Constraints, framework: str, cluster: Cluster
+) -> list[tuple[int, int | None]]:
+    """(ZeRO stage, ``dp_shard``) pairs: each stage sharded over the whole dp group and, where the framework
+    hybrid-shards that stage (its ``hybrid_shard`` rule), over each node's data-parallel ranks (``gpus_per_node //
+    tp``, the group PyTorch's HSDP and torchtitan shard within), replicated across nodes, when that splits dp."""
+    out: list[tuple[int, int | None]] = []
+    node = cluster.gpus_per_node // tp if cluster.gpus_per_node % tp == 0 else 0
+    hybrid = load_framework(framework).rules.hybrid_shard.value
+    for zero in _zero_values(dp, pp, c, framework):
+        out.append((zero, None))
+        if zero in hybrid and 1 < node < dp and dp % node == 0:
+            out.append((zero, node))
+    return out
 
 
 def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> list[tuple[bool, bool]]:

@@ -38,7 +38,7 @@ from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.hardware.nccl import LayerCall, layer_call, ring_overhead_s, timed
-from plansim.mesh import DeviceMesh
+from plansim.mesh import DP_AXES, DeviceMesh
 from plansim.result import Result
 from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
@@ -364,7 +364,7 @@ class _Engine:
         """How a layer's collective (a mesh axis other than dp) runs with NCCL's default algorithm, as the analytic
         engine's ``comm_pricer`` asks (``plansim.hardware.nccl.layer_call``: ring, tree or NVLS); None for
         data-parallel collectives, sends, the embedding sync and ``simulate_collective``'s (its algorithm is given)."""
-        if comm.group in ("dp", "pp", "emb", "custom") or comm.algorithm != "ring" or len(members) < 2:
+        if comm.group in (*DP_AXES, "pp", "emb", "custom") or comm.algorithm != "ring" or len(members) < 2:
             return None
         key = ("layer", comm.collective, len(members), members[0], members[-1], comm.n_bytes)
         got = self.layer_calls.get(key)

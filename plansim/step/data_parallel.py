@@ -44,12 +44,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GroupCollective:
-    """One kind of collective over the ``dp`` group: its name and algorithm (keys of ``COLLECTIVES``), and the
-    node-local group size for algorithms whose entry ``reads_local`` (else None)."""
+    """One kind of collective over a data-parallel group: its name and algorithm (keys of ``COLLECTIVES``), the
+    node-local group size for algorithms whose entry ``reads_local`` (else None), and the mesh axis of its group
+    (``dp``, or under hybrid sharding ``dp_shard`` or ``dp_replicate``: ``plansim.mesh.DP_AXES``)."""
 
     collective: str
     algorithm: str
     local: int | None = None
+    axis: str = "dp"
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,9 @@ class DataParallelPlan:
     with ``per_layer`` (ZeRO-3), before each layer's forward and, with ``regather_backward``, again before its
     backward (without, FSDP's SHARD_GRAD_OP, the forward's gathered weights are kept until the layer's backward),
     gradients then reduced per layer rather than in buckets. ``grad_bytes``/``weight_bytes``: bytes per parameter of
-    a gradient and of a gathered weight.
+    a gradient and of a gathered weight. Under hybrid sharding (HSDP) ``reduce`` and ``gather`` run over the
+    ``dp_shard`` group and each reduction is followed by ``replicate``, an all-reduce of its output (1/``shard`` of
+    the bytes) over the ``dp_replicate`` group; ``shard``: the ranks the states are sharded over (``dp`` without).
     ``bucket_bytes`` and ``overlap``: gradient buckets launched as backward fills them (else one reduction after
     backward); a bucket never spans two model chunks (each chunk has buffers of its own), and where the framework
     buckets only the first pipeline stage's first model chunk (``first_chunk_buckets_only``) every other chunk is
@@ -83,6 +87,13 @@ class DataParallelPlan:
     gather_overlapped: bool = False
     first_chunk_buckets_only: bool = False
     regather_backward: bool = True
+    replicate: GroupCollective | None = None
+    shard: int = 0
+
+    @property
+    def shard_ranks(self) -> int:
+        """The ranks a reduce-scatter and a gather run over: ``shard`` under hybrid sharding, else ``dp``."""
+        return self.shard or self.dp
 
     def chunk_bucket_bytes(self, first_stage: bool, chunk: int) -> float:
         """The bucket size of model chunk ``chunk`` (forward order) of a stage: ``bucket_bytes``, or, where the
@@ -128,15 +139,16 @@ class Overlapped:
 class _Streams:
     """The compute stream and the dp stream of one rank, timed in the order the lowering issues their tasks: every
     task depends only on tasks issued before it, so each one's start and end are final once issued. Collectives run
-    one at a time in issue order (one NCCL communicator, one stream); compute runs at ``rate`` while one runs."""
+    one at a time in issue order (one NCCL communicator, one stream); compute runs at ``rate`` while one runs (or at
+    the collective's own rate, given when it is issued)."""
 
     def __init__(self, rate: float) -> None:
         self.rate = rate
         self.t = 0.0  # when the compute stream's last task ends
         self.free = 0.0  # when the dp stream's last collective ends
-        self.spans: list[tuple[float, float]] = []
+        self.spans: list[tuple[float, float, float]] = []  # (start, end, compute rate beside it)
         self.first = 0  # spans before it end before ``t``
-        self.busy = self.overlapped = 0.0
+        self.busy = self.overlapped = self.lost = 0.0
 
     def compute(self, work_s: float, blocking_s: float = 0.0, after: float = 0.0) -> None:
         """A compute task of ``work_s`` (at full rate) and ``blocking_s``, once the collective ending at ``after``
@@ -144,7 +156,7 @@ class _Streams:
         t, work = max(self.t, after), work_s
         while self.first < len(self.spans) and self.spans[self.first][1] <= t:
             self.first += 1
-        for lo, hi in self.spans[self.first :]:
+        for lo, hi, rate in self.spans[self.first :]:
             if work <= 0:
                 break
             if lo > t:  # at full rate until the collective starts
@@ -152,40 +164,41 @@ class _Streams:
                     break
                 work -= lo - t
                 t = lo
-            beside = min(work / self.rate, hi - t)
+            beside = min(work / rate, hi - t)
             self.overlapped += beside
-            work = 0.0 if beside < hi - t else work - beside * self.rate
+            self.lost += (1.0 - rate) * beside
+            work = 0.0 if beside < hi - t else work - beside * rate
             t += beside
         self.t = t + max(0.0, work) + blocking_s
         self.busy += work_s + blocking_s
 
-    def collective(self, seconds: float, ready: float) -> float:
-        """A collective of ``seconds`` that may start at ``ready``; returns when it ends."""
+    def collective(self, seconds: float, ready: float, rate: float | None = None) -> float:
+        """A collective of ``seconds`` that may start at ``ready``, compute beside it at ``rate`` (the streams'
+        by default); returns when it ends."""
         start = max(ready, self.free)
         self.free = start + seconds
-        self.spans.append((start, self.free))
+        self.spans.append((start, self.free, self.rate if rate is None else rate))
         return self.free
 
     def state(self) -> tuple[float, ...]:
         """What the next task's timing depends on, relative to the compute stream's time: the collectives not yet
-        ended (their start, end) and when the dp stream is free."""
-        pending = [(max(0.0, lo - self.t), hi - self.t) for lo, hi in self.spans[self.first :] if hi > self.t]
+        ended (their start, end, rate) and when the dp stream is free."""
+        pending = [(max(0.0, lo - self.t), hi - self.t, r) for lo, hi, r in self.spans[self.first :] if hi > self.t]
         return (self.free - self.t, *(x for span in pending for x in span))
 
-    def totals(self) -> tuple[float, float, float, float]:
-        return self.t, self.free, self.busy, self.overlapped
+    def totals(self) -> tuple[float, float, float, float, float]:
+        return self.t, self.free, self.busy, self.overlapped, self.lost
 
     def advance(self, delta: Sequence[float], times: int) -> None:
         """Repeat ``times`` more a period whose totals moved by ``delta`` and left ``state`` as it found it."""
-        self.t, self.free, self.busy, self.overlapped = (
+        self.t, self.free, self.busy, self.overlapped, self.lost = (
             x + times * d for x, d in zip(self.totals(), delta, strict=True)
         )
         self.spans, self.first = [], 0
 
     def result(self, reduce_sent: float, gather_sent: float) -> Overlapped:
-        lost = (1.0 - self.rate) * self.overlapped
-        exposed = max(self.t, self.free) - self.busy - lost
-        return Overlapped(max(0.0, exposed), self.overlapped, lost, reduce_sent, gather_sent)
+        exposed = max(self.t, self.free) - self.busy - self.lost
+        return Overlapped(max(0.0, exposed), self.overlapped, self.lost, reduce_sent, gather_sent)
 
 
 def bucket_launches(
@@ -225,6 +238,9 @@ def bucket_launches(
 
 
 Pricer = Callable[[float], tuple[float, float]]
+#: A collective that follows each gradient reduction on the dp stream: its pricer (of the reduction's bytes) and the
+#: compute stream's rate beside it.
+Followed = tuple[Pricer, float]
 
 
 #: When a weight gather is issued: at the step's start, once the gather before it has been waited for (a prefetch
@@ -350,13 +366,15 @@ def bucketed_reduction(
     price: Pricer,
     rate: float,
     chunks: Sequence[tuple[int, float]] = (),
+    then: Followed | None = None,
 ) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
     2020, PyTorch DDP, sec 3.2.3; Megatron-LM's ``register_grad_ready``/``start_grad_sync`` in
     ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order, and
     compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent) of a bucket of that many bytes;
-    ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``).
+    ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``); ``then``: a collective
+    following each reduction on the stream (hybrid sharding's all-reduce among replicas) and compute's rate beside it.
     Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
     ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
@@ -381,6 +399,10 @@ def bucketed_reduction(
             seconds, n_sent = priced[n_bytes]
             streams.collective(seconds, streams.t)
             sent += n_sent
+            if then is not None:
+                seconds, n_sent = then[0](n_bytes)
+                streams.collective(seconds, streams.t, then[1])
+                sent += n_sent
     return streams.result(sent, 0.0)
 
 
@@ -392,6 +414,7 @@ def per_layer_overlap(
     reduce: Pricer,
     rate: float,
     microbatches: int,
+    then: Followed | None = None,
 ) -> Overlapped:
     """ZeRO-3's step as the lowering issues it, micro-batch after micro-batch (pp = 1): before each layer's forward
     and backward (forward only without ``plan.regather_backward``) its weights are all-gathered, with the next
@@ -400,17 +423,19 @@ def per_layer_overlap(
     reduce-scattered once its backward ends (PyTorch FSDP's forward and backward prefetch and post-backward
     reduce-scatter, Zhao et al. 2023, sec 3.3); collectives run in issue order on the dp stream, compute at
     ``rate`` beside them. ``forward``/``backward``: the layers' passes in the order each runs them; ``gather`` and
-    ``reduce``: (seconds, bytes sent) of a layer's collective of that many bytes."""
+    ``reduce``: (seconds, bytes sent) of a layer's collective of that many bytes; ``then``: a collective following
+    each reduce-scatter (hybrid sharding's all-reduce among replicas) and compute's rate beside it."""
     streams = _Streams(rate)
     sent = {"g": 0.0, "r": 0.0}
     priced: dict[tuple[str, float], tuple[float, float]] = {}
+    pricers = {"g": gather, "r": reduce, "a": then[0] if then is not None else reduce}
 
     def issue(kind: str, n_bytes: float) -> float:
         if (kind, n_bytes) not in priced:
-            priced[kind, n_bytes] = (gather if kind == "g" else reduce)(n_bytes)
+            priced[kind, n_bytes] = pricers[kind](n_bytes)
         seconds, n_sent = priced[kind, n_bytes]
-        sent[kind] += n_sent
-        return streams.collective(seconds, streams.t)
+        sent["g" if kind == "g" else "r"] += n_sent
+        return streams.collective(seconds, streams.t, then[1] if kind == "a" and then is not None else None)
 
     previous: tuple[float, ...] | None = None
     for k in range(microbatches):
@@ -428,6 +453,8 @@ def per_layer_overlap(
                 streams.compute(layer.work_s, layer.blocking_s, after=gathered[pos])
                 if reduces and layer.params > 0:
                     issue("r", layer.params * plan.grad_bytes)
+                    if then is not None:
+                        issue("a", layer.params * plan.grad_bytes)
         state = streams.state()
         if (
             previous is not None
@@ -436,19 +463,19 @@ def per_layer_overlap(
         ):  # a micro-batch found and left the streams alike: every later one repeats it (exact, and quick)
             delta = [a - b for a, b in zip((*streams.totals(), sent["g"], sent["r"]), before, strict=True)]
             times = microbatches - k - 1
-            streams.advance(delta[:4], times)
-            sent["g"] += times * delta[4]
-            sent["r"] += times * delta[5]
+            streams.advance(delta[:5], times)
+            sent["g"] += times * delta[5]
+            sent["r"] += times * delta[6]
             break
         previous = state
     return streams.result(sent["r"], sent["g"])
 
 
-def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str) -> GroupCollective:
+def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str, axis: str = "dp") -> GroupCollective:
     local = None
     if algorithm_entry(collective, algorithm).reads_local:
-        local = mesh_of(s).local_size("dp", cluster.gpus_per_node)
-    return GroupCollective(collective, algorithm, local)
+        local = mesh_of(s).local_size(axis, cluster.gpus_per_node)
+    return GroupCollective(collective, algorithm, local, axis)
 
 
 def _framework_rules(s: Strategy) -> FrameworkRules:
@@ -462,15 +489,19 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         return None
     assert s.grad_bucket_bytes is not None and s.overlap_grad_reduce is not None, "resolve the strategy first"
     sharded = shard_algorithm(s)
+    axis = "dp_shard" if s.hybrid_shard else "dp"
+    replicate = None
     if s.zero == 0:
         reduce = _on_dp(cluster, s, "all_reduce", s.dp_algorithm)
     else:
-        reduce = _on_dp(cluster, s, "reduce_scatter", sharded)
+        reduce = _on_dp(cluster, s, "reduce_scatter", sharded, axis)
+        if s.hybrid_shard:  # HSDP: the shard's reduced gradients all-reduced among its replicas
+            replicate = _on_dp(cluster, s, "all_reduce", s.dp_algorithm, "dp_replicate")
     kept = s.weights_kept_through_step  # torchtitan's FSDP with pipelining: ZeRO-1's traffic, one layer per bucket
     return DataParallelPlan(
         dp=dp,
         reduce=reduce,
-        gather=_on_dp(cluster, s, "all_gather", sharded),
+        gather=_on_dp(cluster, s, "all_gather", sharded, axis),
         reduce_every_microbatch=(
             s.zero >= 2 and not kept and _framework_rules(s).sharded_grads_reduced_every_microbatch.value
         ),
@@ -485,6 +516,8 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         overlap=s.overlap_grad_reduce and not kept,
         gather_overlapped=kept or (s.zero in (1, 2) and not s.gathers_per_layer and bool(s.overlap_param_gather)),
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
+        replicate=replicate,
+        shard=s.shard_degree if s.hybrid_shard else 0,
     )
 
 

@@ -102,16 +102,22 @@ def _channels(cluster: Cluster) -> NcclChannels | None:
 
 
 def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list[Communicator]:
-    """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group, one
-    point-to-point pair per pipeline neighbour (interleaving wraps the last stage to the first) and, with tied
+    """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group (under
+    hybrid sharding its shard group and its replicas' group in its place), one point-to-point pair per pipeline
+    neighbour (interleaving wraps the last stage to the first) and, with tied
     embeddings (``tied``) on the first and last stage, Megatron-LM's embedding group of those two."""
     mesh = mesh_of(s)
     gpn = cluster.gpus_per_node
     first = mesh.rank(pp=stage)
-    out = [
-        Communicator("tp", s.tp, mesh.local_size("tp", gpn), all_reduce=not s.sequence_parallel),
-        Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=s.zero == 0),
-    ]
+    out = [Communicator("tp", s.tp, mesh.local_size("tp", gpn), all_reduce=not s.sequence_parallel)]
+    if s.hybrid_shard:
+        out += [
+            Communicator("dp_shard", s.shard_degree, mesh.local_size("dp_shard", gpn), all_reduce=False),
+            Communicator("dp_replicate", mesh.size("dp_replicate"), mesh.local_size("dp_replicate", gpn),
+                         all_reduce=True),
+        ]  # fmt: skip
+    else:
+        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=s.zero == 0))
     if s.pp > 1:
         wraps = s.virtual_stages > 1
         peers = {
@@ -159,7 +165,7 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     and allocates ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
     states = model_state_bytes(
         params,
-        s.dp or 1,
+        s.shard_degree,
         1 if s.weights_kept_through_step else s.zero,  # weights and gradients whole through the step
         mixed_precision=s.mixed_precision,
         fp32_grad_accum=s.grads_fp32,
@@ -179,7 +185,7 @@ def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_par
     forward until that layer's backward, so at the end of forward, where the activations peak too, the stage's
     weights are all gathered."""
     states = model_states(cluster, s, params)
-    gathering = s.gathers_per_layer and (s.dp or 1) > 1
+    gathering = s.gathers_per_layer and s.shard_degree > 1
     held = 2 * largest_layer_params if s.zero >= 3 else params
     gathered = held * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
