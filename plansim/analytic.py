@@ -169,6 +169,8 @@ class _SendsKey(StrategyProjection):
     pp: int
     virtual_stages: int
     dp: int | None
+    blocking_p2p: bool  # the framework's pipeline_sends rule
+    framework: str  # whether a blocking call ends in a host synchronisation (``step.p2p.call_overhead_s``)
 
 
 @dataclass(frozen=True)
@@ -551,7 +553,7 @@ class _Pipeline:
 
 def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: Interference) -> _Sends:
     """(seconds, pp bytes, tp bytes, sends beside compute, those sends per direction) of one micro-batch's pipeline
-    traffic on ``stage``, as Megatron-LM issues it (``plansim.step.p2p``): its activation and gradient sends, each on
+    traffic on ``stage``, as its framework issues it (``plansim.step.p2p``): its activation and gradient sends, each on
     its own boundary (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the
     last stage to the first). A blocking send is on the compute stream's critical path (the seconds), with the idle
     launch after each call; one that does not block runs beside the stage's compute (as the DES runs it on the p2p
@@ -576,11 +578,11 @@ def _p2p(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: In
         peer = mesh.shift("pp", first, steps)
         link = cluster.p2p_link(first, peer)
         transfer = transfers[steps] = link.latency_s + n_bytes / link.bandwidth_Bps
-        if sched.blocking_p2p:
+        if s.blocking_p2p:
             seconds += count * (transfer + call)
         else:
             beside += [(transfer, model.rate(send_load(cluster, first, peer)))] * count
-    overlapped = OverlappedSends() if sched.blocking_p2p else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
+    overlapped = OverlappedSends() if s.blocking_p2p else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
     gather = regather(graph, s)
     if gather is None:
         return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped

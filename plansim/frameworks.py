@@ -25,6 +25,7 @@ __all__ = [
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
+    "PipelineSends",
     "Rule",
     "TPCommOverlap",
     "framework_names",
@@ -99,6 +100,16 @@ class TPCommOverlap(_Strict):
     needs_sequence_parallel: bool
 
 
+class PipelineSends(_Strict):
+    """How a framework synchronises a pipeline stage's sends: under the schedules named in ``blocking`` the sender's
+    compute waits for each send's transfer (a blocking call, or a batch waited for before the next pass); with
+    ``host_sync`` each such call also ends in ``torch.cuda.synchronize()``, so the device idles for the next kernel's
+    launch. Under the other schedules a send runs beside the stage's compute and only its receiver waits for it."""
+
+    blocking: tuple[str, ...]
+    host_sync: bool
+
+
 class FrameworkRules(_Strict):
     """The behaviours plansim reads from a framework (docs/frameworks.md says where each is used)."""
 
@@ -117,6 +128,7 @@ class FrameworkRules(_Strict):
     sharded_weights_kept_with_pipeline: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
     hybrid_shard: Rule[list[ZeroStage]]
+    pipeline_sends: Rule[PipelineSends]
 
 
 class FrameworkProfile(_Strict):

@@ -561,7 +561,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         dp_plan=data_parallel_plan(cluster, s),
         mesh=mesh,
         regather=regather(graph, s),
-        blocking_p2p=get_schedule(s.schedule).blocking_p2p,
+        blocking_p2p=s.blocking_p2p,
         call_s=call_overhead_s(cluster.gpu, s),
     )
     milp_flops = 0.0

@@ -66,13 +66,6 @@ class PipelineSchedule:
     others it is the one point of ``in_flight``). ``model_chunks`` says whether it runs ``v >= 2`` model chunks
     per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
     multiple of ``pp`` (``plansim.strategy_checks``); the others run one chunk per stage.
-
-    ``blocking_p2p`` says how Megatron-LM issues the schedule's pipeline sends: blocking (``batch_isend_irecv``, a
-    wait on every request, then ``torch.cuda.synchronize()``: ``batch_p2p_comm`` and ``batch_p2p_sync``, both on by
-    default in ``megatron/core/model_parallel_config.py``), or as separate ``isend``/``irecv`` whose handles are
-    waited for only where the data is needed (``overlap_p2p_comm``, which ``megatron/training/arguments.py`` keeps
-    only for the interleaved schedule, where it is the default, and which turns ``batch_p2p_comm`` off:
-    ``argument_utils.py``). Both at NVIDIA/Megatron-LM d98e8a64. ``plansim.step.p2p`` prices what follows.
     """
 
     name: str
@@ -83,7 +76,6 @@ class PipelineSchedule:
     order: Callable[[int, int, int, int], list[PipeOp]]
     split_backward: bool = False
     model_chunks: bool = False
-    blocking_p2p: bool = True
     split_held: Callable[[int, int, int, int], tuple[HeldPoint, ...]] | None = None
 
     def held(self, stage: int, p: int, m: int, v: int) -> tuple[HeldPoint, ...]:
@@ -244,7 +236,6 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             "1F1B over v model chunks per stage (Megatron-LM)",
             interleaved_order,
             model_chunks=True,
-            blocking_p2p=False,
         ),
         PipelineSchedule(
             "zb-h1",

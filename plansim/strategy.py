@@ -232,6 +232,12 @@ class Strategy(BaseModel):
         return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
 
     @property
+    def blocking_p2p(self) -> bool:
+        """Whether the stage's compute waits for each of its pipeline sends under this schedule (its framework's
+        ``pipeline_sends`` rule); else a send runs beside compute and only its receiver waits for it."""
+        return self.schedule in load_framework(self.framework).rules.pipeline_sends.value.blocking
+
+    @property
     def hybrid_shard(self) -> bool:
         """Whether ZeRO's states are sharded over part of the data-parallel group and replicated across the parts
         (``dp_shard`` below ``dp``: HSDP)."""

@@ -1,8 +1,13 @@
-"""Pipeline sends as Megatron-LM issues them, defined once for both engines: what a send costs the stage that makes
-it beyond its transfer, and what a received activation costs before it can be used.
+"""Pipeline sends as the framework issues them, defined once for both engines: what a send costs the stage that
+makes it beyond its transfer, and what a received activation costs before it can be used.
 
-Blocking calls. Under the schedules whose registry entry says ``blocking_p2p`` (all but the interleaved one, see
-``plansim.schedules.PipelineSchedule``), Megatron-LM runs each pipeline send inside one ``_communicate`` call:
+Which sends block is the framework's ``pipeline_sends`` rule (``Strategy.blocking_p2p``): Megatron-LM's under 1F1B,
+with a host synchronisation after each call (below); DeepSpeed's pipeline engine's, whose blocking ``dist.send`` makes
+the compute stream wait for the transfer without one; none under torch's pipelining (``fsdp``), which waits a send
+only in a batch with the receive the next pass needs, or at the end of a phase, so its sends run beside compute as
+the overlapped ones below do.
+
+Blocking calls. Under 1F1B Megatron-LM runs each pipeline send inside one ``_communicate`` call:
 ``torch.distributed.batch_isend_irecv`` over the call's sends and receives, a ``wait()`` on every request, then
 ``torch.cuda.synchronize()`` (``batch_p2p_sync``) (NVIDIA/Megatron-LM d98e8a64,
 ``megatron/core/pipeline_parallel/p2p_communication.py``, ``_communicate`` and ``_batched_p2p_ops``). In the 1F1B
@@ -55,8 +60,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from plansim.frameworks import load_framework
 from plansim.hardware import GPUSpec
-from plansim.schedules import get_schedule
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm
 
@@ -65,8 +70,10 @@ __all__ = ["OverlappedSends", "call_overhead_s", "regather"]
 
 def call_overhead_s(gpu: GPUSpec, s: Strategy) -> float:
     """Seconds a blocking pipeline call keeps the stage's compute idle beyond its transfer: the launch of the next
-    kernel after ``torch.cuda.synchronize()`` has drained the device; 0 for schedules whose sends do not block."""
-    return gpu.kernel_launch_s if get_schedule(s.schedule).blocking_p2p else 0.0
+    kernel after ``torch.cuda.synchronize()`` has drained the device, where the framework's blocking calls end in
+    one (its ``pipeline_sends`` rule: Megatron-LM's); 0 where sends do not block or the wait is the stream's only."""
+    host_sync = load_framework(s.framework).rules.pipeline_sends.value.host_sync
+    return gpu.kernel_launch_s if s.blocking_p2p and host_sync else 0.0
 
 
 def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:
