@@ -158,6 +158,8 @@ class _PipelineKey(StrategyProjection):
     virtual_stages: int
     layer_split: tuple[int, ...] | None
     dp: int | None
+    blocking_p2p: bool  # the stages' sends (``_SendsKey``), under the framework's pipeline_sends rule
+    framework: str
 
 
 @dataclass(frozen=True)

@@ -217,11 +217,13 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     return list(_modelled(name, pp > 1))
 
 
-def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: int = 1) -> list[str]:
+def rule_differences(
+    winner: str, other: str, zero: int = 0, pp: int = 1, tp: int = 1, schedule: str = "1f1b"
+) -> list[str]:
     """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
     ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
-    ``zero``, ``pp`` pipeline stages and tensor parallelism ``tp`` (the winner's): the pipeline rules only with
-    pipelining, the parameter gather's only under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO
+    ``zero``, ``pp`` pipeline stages, tensor parallelism ``tp`` and pipeline ``schedule`` (the winner's): the pipeline
+    rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO
     rules only where ``other`` cannot run the winner's stage.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
@@ -230,6 +232,9 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: in
     no overlap of the gradient reduction with pipelining
     gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
     every pipeline stage bucketed, not only the first
+    1f1b pipeline sends blocking, not blocking with a host synchronisation
+    >>> rule_differences("megatron", "fsdp", zero=3)[-1]
+    'hybrid sharding of ZeRO-3 (HSDP)'
     >>> rule_differences("megatron", "deepspeed", zero=1)[-1]
     'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
@@ -271,6 +276,26 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: in
             if b.zero2_shards_weights.value
             else "ZeRO-2 with the weights replicated, not sharded and gathered per layer (SHARD_GRAD_OP)"
         )
+    if pp > 1:
+        blocks, host_sync = (_blocks(r, schedule) for r in (a, b)), b.pipeline_sends.value.host_sync
+        mine, theirs = blocks
+        if mine != theirs or (theirs and host_sync != a.pipeline_sends.value.host_sync):
+            out.append(
+                f"{schedule} pipeline sends "
+                + (
+                    ("blocking with a host synchronisation" if host_sync else "blocking")
+                    if theirs
+                    else "beside compute"
+                )
+                + ", not "
+                + (
+                    ("blocking with a host synchronisation" if a.pipeline_sends.value.host_sync else "blocking")
+                    if mine
+                    else "beside compute"
+                )
+            )
+    if zero >= 2 and (zero in a.hybrid_shard.value) != (zero in b.hybrid_shard.value):
+        out.append(f"{'' if zero in b.hybrid_shard.value else 'no '}hybrid sharding of ZeRO-{zero} (HSDP)")
     if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
         beside = " and ".join(c.replace("_", "-") for c in b.tp_grad_input_overlap.value) or "nothing"
         out.append(f"tensor-parallel input-gradient reduction beside the weight-gradient GEMM: {beside}")
@@ -282,6 +307,10 @@ def rule_differences(winner: str, other: str, zero: int = 0, pp: int = 1, tp: in
         else:
             out.append(f"no ZeRO-{zero}{where} (it runs ZeRO {', '.join(map(str, runs))})")
     return out
+
+
+def _blocks(rules: FrameworkRules, schedule: str) -> bool:
+    return schedule in rules.pipeline_sends.value.blocking
 
 
 def _bucket(g: GradBucket) -> str:

@@ -143,6 +143,10 @@ def _hybrid_shard_problems(s: Strategy, stages: Sequence[int], title: str) -> li
             f"dp_shard={shard} with zero={s.zero}: {title} hybrid-shards ZeRO {_stages(stages)} only "
             f"(frameworks/{s.framework}.yaml): use zero={max(stages)} or leave dp_shard out"
         ]
+    if shard is not None and shard > dp:
+        return [
+            f"dp_shard={shard} exceeds dp={dp}: use a divisor of dp (a node's data-parallel ranks shard within a node)"
+        ]
     if shard is None or dp % shard:
         return [
             f"dp_shard={shard} does not divide dp={dp}: use a divisor of dp (a node's data-parallel ranks shard "

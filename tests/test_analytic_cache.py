@@ -64,6 +64,8 @@ BASES = [
     Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=2, sequence_parallel=True, framework="fsdp"),
     Strategy(dp=4, tp=2, micro_batch=2, global_batch=32, zero=1, sequence_parallel=True, tp_comm_overlap=True),
     Strategy(dp=4, tp=1, pp=2, micro_batch=1, global_batch=16, zero=3, framework="fsdp", dp_shard=2),  # HSDP
+    # valid under every framework (1F1B, tp=1, ZeRO-0): their pipeline sends differ (rule pipeline_sends)
+    Strategy(dp=2, tp=1, pp=4, micro_batch=1, global_batch=16),
 ]
 
 

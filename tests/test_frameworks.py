@@ -379,10 +379,16 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
     assert rule_differences("megatron", "megatron") == []
     assert "no overlap of the gradient reduction with pipelining" not in rule_differences("megatron", "deepspeed")
     assert "no overlap of the gradient reduction with pipelining" in rule_differences("megatron", "deepspeed", pp=2)
-    assert rule_differences("deepspeed", "fsdp", zero=2)[-1] == (
+    assert (
         "ZeRO-2 with the weights sharded, gathered per layer in forward and kept until its backward (SHARD_GRAD_OP), "
         "not replicated"
-    )
+    ) in rule_differences("deepspeed", "fsdp", zero=2)
+    assert "hybrid sharding of ZeRO-3 (HSDP)" in rule_differences("megatron", "fsdp", zero=3)
+    assert "no hybrid sharding of ZeRO-3 (HSDP)" in rule_differences("fsdp", "deepspeed", zero=3)
+    assert not any("HSDP" in w for w in rule_differences("megatron", "fsdp", zero=1))
+    sends = "1f1b pipeline sends beside compute, not blocking with a host synchronisation"
+    assert sends in rule_differences("megatron", "fsdp", pp=2) and sends not in rule_differences("megatron", "fsdp")
+    assert not any("sends" in w for w in rule_differences("megatron", "fsdp", pp=2, schedule="interleaved"))
     assert (
         rule_differences("megatron", "fsdp", zero=2, pp=2)[-1] == "ZeRO-2 with pipelining not modelled by plansim yet"
     )

@@ -374,7 +374,8 @@ def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:
         other = min((p for p in r.outcome.fitting if p.strategy.framework == name), key=lambda p: key(p.result))
         ratio = other.result.step_time_s / best.result.step_time_s - 1
         how = f"{abs(ratio):.1%} {'slower' if ratio >= 0 else 'faster'} by the analytic engine"
-        why = rule_differences(best.strategy.framework, name, best.strategy.zero, best.strategy.pp, best.strategy.tp)
+        b = best.strategy
+        why = rule_differences(b.framework, name, b.zero, b.pp, b.tp, b.schedule)
         out.append(
             f"Best under {load_framework(name).title}: {describe(other.strategy)}, {how}"
             + (f" ({'; '.join(why)})." if why else ".")
