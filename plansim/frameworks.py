@@ -222,9 +222,10 @@ def rule_differences(
 ) -> list[str]:
     """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
     ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
-    ``zero``, ``pp`` pipeline stages, tensor parallelism ``tp`` and pipeline ``schedule`` (the winner's): the pipeline
-    rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO
-    rules only where ``other`` cannot run the winner's stage.
+    ``zero``, ``pp`` pipeline stages, tensor parallelism ``tp`` and pipeline ``schedule`` (the winner's): the
+    pipeline rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only
+    under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO rules only where ``other`` cannot run
+    the winner's stage.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
