@@ -94,7 +94,8 @@ class StageCost:
     comm_s: float
     axis_bytes: dict[str, float]
     params: int
-    largest_layer_params: float
+    #: each layer's parameters, in the stage's forward order (ZeRO-3's gathered layers: ``step.memory.static_bytes``)
+    layer_params: tuple[float, ...]
     #: parameters whose gradients backward produces last (the embedding, on the first stage): the last bucket
     tail_params: float
     activations: float
@@ -189,6 +190,7 @@ class _StatesKey(StrategyProjection):
     compute_dtype: str
     fp32_grad_accum: bool
     gathers_per_layer: bool  # the framework's ZeRO-2 may shard the weights (FSDP's SHARD_GRAD_OP)
+    framework: str  # how far ahead its ZeRO-3 gathers (param_prefetch): the layers gathered at once
 
 
 _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
@@ -368,7 +370,7 @@ class AnalyticCache:
                 sum(
                     static_bytes(
                         self.cluster, s, stage_params(layers, costs, s, self.model, idx),
-                        max(costs[i].params for i in layers if i in costs),
+                        [costs[i].params for i in layers if i in costs],
                     ).values()
                 )
                 for idx, layers in enumerate(_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
@@ -531,7 +533,7 @@ class _Pipeline:
         dp_sizes: dict[tuple[float, ...], int] = {}
         dp_first: dict[tuple[float, ...], int] = {}
         dp_of: list[int] = []
-        memory_groups: dict[tuple[float, float], int] = {}
+        memory_groups: dict[tuple[float, tuple[float, ...]], int] = {}
         representatives: list[StageCost] = []
         group_of = []
         for idx, st in enumerate(stages):
@@ -540,7 +542,7 @@ class _Pipeline:
             dp_sizes[dp_key] = dp_sizes.get(dp_key, 0) + 1
             dp_first.setdefault(dp_key, idx)
             dp_of.append(list(dp_groups).index(dp_key))
-            g = memory_groups.setdefault((st.params, st.largest_layer_params), len(representatives))
+            g = memory_groups.setdefault((st.params, st.layer_params), len(representatives))
             if g == len(representatives):
                 representatives.append(st)
             group_of.append(g)
@@ -626,7 +628,6 @@ class _StageSums:
         self.fwd_pass_s = sum(c.fwd_s + c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s for c in every)
         self.axis_bytes = _axis_sums(every, lambda a: a.fwd_bytes + a.bwd_bytes)
         self.axis_fwd_bytes_blocks = _axis_sums(self.blocks, lambda a: a.fwd_bytes)
-        self.largest_layer_params = max(c.params for c in every)
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
@@ -636,6 +637,7 @@ class _StageSums:
             LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params)
             for _, c in self.backward[::-1]
         )
+        self.layer_params = tuple(x.params for x in self.forward)  # in the stage's forward order
         self.layer_input = layer_input
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
@@ -701,7 +703,7 @@ def _stage_cost(
         comm_s=sums.comm_s + recompute_comm_s + p2p[0] + send_excess,
         axis_bytes=_plus(_rerun_bytes(sums, remat), "tp", p2p[2]),
         params=params,
-        largest_layer_params=sums.largest_layer_params,
+        layer_params=sums.layer_params,
         tail_params=sums.tail_params,
         activations=activations,
         recompute_matmul_flops=recompute_flops,
@@ -1096,7 +1098,7 @@ def _assemble(
     stages = pipe.stages
     breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe, shared)
     step = sum(breakdown.values())
-    static = [static_bytes(cluster, s, st.params, st.largest_layer_params) for st in pipe.memory_groups]
+    static = [static_bytes(cluster, s, st.params, st.layer_params) for st in pipe.memory_groups]
     totals = [sum(x.values()) for x in static]
     fixed = shared.fixed(s)
     peaks = [

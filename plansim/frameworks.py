@@ -11,6 +11,7 @@ Profiles are read once per file version (validated, frozen). ``framework_names()
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
@@ -25,6 +26,7 @@ __all__ = [
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
+    "ParamPrefetch",
     "PipelineSends",
     "Rule",
     "TPCommOverlap",
@@ -100,6 +102,50 @@ class TPCommOverlap(_Strict):
     needs_sequence_parallel: bool
 
 
+class ParamPrefetch(_Strict):
+    """How far ahead a framework all-gathers ZeRO-3's sharded layers (in forward and in backward, in the order each
+    runs them): ``layers`` ahead (FSDP's units); or, with ``elements``, the layers ahead until their parameters (one
+    rank's, after tensor parallelism) reach that many, the one crossing it included (Megatron-FSDP's window); or,
+    with ``live``, while the current layer's and theirs stay within ``elements`` (DeepSpeed's
+    ``stage3_max_live_parameters``). At least one layer ahead wherever one is left.
+
+    >>> ParamPrefetch(layers=1).ahead([5.0, 5.0, 5.0], 0), ParamPrefetch(layers=1).ahead([5.0, 5.0, 5.0], 2)
+    (1, 0)
+    >>> ParamPrefetch(elements=8).ahead([5.0] * 5, 0), ParamPrefetch(elements=12, live=True).ahead([5.0] * 5, 0)
+    (2, 1)
+    """
+
+    layers: int | None = Field(default=None, ge=1, le=10_000)
+    elements: int | None = Field(default=None, ge=1)
+    live: bool = False
+
+    @model_validator(mode="after")
+    def _one_depth(self) -> ParamPrefetch:
+        if (self.layers is None) == (self.elements is None):
+            raise ValueError("give one of layers or elements")
+        if self.live and self.elements is None:
+            raise ValueError("live needs elements")
+        return self
+
+    def ahead(self, params: Sequence[float], pos: int) -> int:
+        """How many of the layers after ``pos`` (``params``: each layer's parameters, in the order the pass runs
+        them) are gathered beside layer ``pos``'s own."""
+        rest = len(params) - pos - 1
+        if rest <= 0:
+            return 0
+        if self.layers is not None:
+            return min(self.layers, rest)
+        assert self.elements is not None
+        held, k = (params[pos] if self.live else 0.0), 0
+        for p in params[pos + 1 :]:
+            if self.live and k >= 1 and held + p > self.elements:
+                break
+            held, k = held + p, k + 1
+            if not self.live and held >= self.elements:
+                break
+        return max(1, k)
+
+
 class PipelineSends(_Strict):
     """How a framework synchronises a pipeline stage's sends: under the schedules named in ``blocking`` the sender's
     compute waits for each send's transfer (a blocking call, or a batch waited for before the next pass); with
@@ -129,6 +175,7 @@ class FrameworkRules(_Strict):
     tp_comm_overlap: Rule[TPCommOverlap | None]
     hybrid_shard: Rule[list[ZeroStage]]
     pipeline_sends: Rule[PipelineSends]
+    param_prefetch: Rule[ParamPrefetch]
 
 
 class FrameworkProfile(_Strict):

@@ -6,7 +6,7 @@ tasks (all priced by ``plansim.costs``, the analytic engine's cost model); recom
 under remat; pipeline sends follow a chunk's pass on the p2p stream and the next stage's pass waits for them;
 gradient reductions are bucketed in the order backward produces the gradients and run on the dp stream (overlapping
 backward) or, with ``overlap_grad_reduce: false``, as one collective after backward; ZeRO-3 gathers each layer's
-weights before its forward and backward with a prefetch depth of one layer; the optimizer step follows, then ZeRO-1/2's
+weights before its forward and backward, the layers its framework prefetches ahead with it; the optimizer step follows, then ZeRO-1/2's
 all-gather of the updated weights.
 
 Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static; each activation has the
@@ -128,6 +128,7 @@ class _StageLowering:
         self.bucket: list[float] = [0.0]
         self.bucket_dep = -1
         self.gathers: dict[tuple[int, int, str], int] = {}
+        self.ahead: dict[tuple[int, int, int], int] = {}  # (first, last layer of the pass, position) -> layers ahead
         # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
         # gradient is reduced with the output layer's and synchronized with stage 0's copy after backward.
         self.tied_params = tied_copy_params(ctx.model, self.s) if stage == self.s.pp - 1 else 0
@@ -439,18 +440,24 @@ class _StageLowering:
 
     # -- data parallelism --------------------------------------------------------------------------------------
     def _gather(self, mb: int, order: list[int], pos: int, phase: str) -> int:
-        """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the next
-        layer's (one layer ahead: it may start once the pass before the current one ended, so at most two layers'
-        gathered weights are live; under SHARD_GRAD_OP, which gathers in forward only, each layer's stays until its
-        backward). Returns the current layer's gather task, or -1 for a layer without weights."""
-        for i in (pos, pos + 1):
+        """ZeRO-3: the all-gather of the weights of layer ``order[pos]`` for this pass, and the prefetch of the layers
+        after it that the framework keeps ahead (``DataParallelPlan.prefetch``: they may start once the pass before the
+        current one ended, so the current layer's and theirs are live; under SHARD_GRAD_OP, which gathers in forward
+        only, each layer's stays until its backward). Returns the current layer's gather task, or -1 for a layer
+        without weights."""
+        assert self.plan is not None, "only ZeRO-3 gathers per layer"
+        key = (order[0], order[-1], pos)  # a chunk's layers, in the pass's direction
+        ahead = self.ahead.get(key)
+        if ahead is None:
+            params = [lp.params if (lp := self.ctx.programs.get(x)) is not None else 0.0 for x in order]
+            ahead = self.ahead[key] = self.plan.prefetch.ahead(params, pos)
+        for i in range(pos, pos + 1 + ahead):
             if i >= len(order) or (mb, order[i], phase) in self.gathers:
                 continue
             lp = self.ctx.programs.get(order[i])
             if lp is None or lp.params <= 0:
                 self.gathers[(mb, order[i], phase)] = -1
                 continue
-            assert self.plan is not None, "only ZeRO-3 gathers per layer"
             comm = _dp_comm(self.plan.gather, lp.params * self.plan.weight_bytes, "zero")
             deps = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
             self.gathers[(mb, order[i], phase)] = self._dp(

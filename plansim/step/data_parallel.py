@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from plansim.costs.collectives import algorithm_entry
 from plansim.costs.optimizer import grad_bytes_per_param
-from plansim.frameworks import FrameworkRules, load_framework
+from plansim.frameworks import FrameworkRules, ParamPrefetch, load_framework
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
 from plansim.step.prepare import shard_algorithm, tied_copy_params
@@ -67,6 +67,7 @@ class DataParallelPlan:
     a gradient and of a gathered weight. Under hybrid sharding (HSDP) ``reduce`` and ``gather`` run over the
     ``dp_shard`` group and each reduction is followed by ``replicate``, an all-reduce of its output (1/``shard`` of
     the bytes) over the ``dp_replicate`` group; ``shard``: the ranks the states are sharded over (``dp`` without).
+    ``prefetch``: how far ahead of a pass ZeRO-3's per-layer gathers are issued (the framework's rule).
     ``bucket_bytes`` and ``overlap``: gradient buckets launched as backward fills them (else one reduction after
     backward); a bucket never spans two model chunks (each chunk has buffers of its own), and where the framework
     buckets only the first pipeline stage's first model chunk (``first_chunk_buckets_only``) every other chunk is
@@ -89,6 +90,7 @@ class DataParallelPlan:
     regather_backward: bool = True
     replicate: GroupCollective | None = None
     shard: int = 0
+    prefetch: ParamPrefetch = field(default_factory=lambda: ParamPrefetch(layers=1))
 
     @property
     def shard_ranks(self) -> int:
@@ -417,11 +419,11 @@ def per_layer_overlap(
     then: Followed | None = None,
 ) -> Overlapped:
     """ZeRO-3's step as the lowering issues it, micro-batch after micro-batch (pp = 1): before each layer's forward
-    and backward (forward only without ``plan.regather_backward``) its weights are all-gathered, with the next
-    layer's gather issued at the same point (a prefetch of
-    one layer: it may start once the pass before the current one has ended), and each layer's gradients are
-    reduce-scattered once its backward ends (PyTorch FSDP's forward and backward prefetch and post-backward
-    reduce-scatter, Zhao et al. 2023, sec 3.3); collectives run in issue order on the dp stream, compute at
+    and backward (forward only without ``plan.regather_backward``) its weights are all-gathered, with the gathers of
+    the layers ``plan.prefetch`` keeps ahead issued at the same point (they may start once the pass before the
+    current one has ended; FSDP's prefetch of one unit, Zhao et al. 2023, sec 3.3; DeepSpeed's and Megatron-FSDP's
+    windows of elements), and each layer's gradients are reduce-scattered once its backward ends (FSDP's
+    post-backward reduce-scatter); collectives run in issue order on the dp stream, compute at
     ``rate`` beside them. ``forward``/``backward``: the layers' passes in the order each runs them; ``gather`` and
     ``reduce``: (seconds, bytes sent) of a layer's collective of that many bytes; ``then``: a collective following
     each reduce-scatter (hybrid sharding's all-reduce among replicas) and compute's rate beside it."""
@@ -438,13 +440,17 @@ def per_layer_overlap(
         return streams.collective(seconds, streams.t, then[1] if kind == "a" and then is not None else None)
 
     previous: tuple[float, ...] | None = None
+    ahead = {
+        id(layers): [plan.prefetch.ahead([x.params for x in layers], pos) for pos in range(len(layers))]
+        for layers in (forward, backward)
+    }
     for k in range(microbatches):
         before = (*streams.totals(), sent["g"], sent["r"])
         for layers, reduces in ((forward, False), (backward, True)):
             gathered: dict[int, float] = {}
             gathers = not reduces or plan.regather_backward  # SHARD_GRAD_OP's backward uses the forward's gathers
             for pos, layer in enumerate(layers):
-                for i in (pos, pos + 1):
+                for i in range(pos, pos + 1 + ahead[id(layers)][pos]):
                     if not gathers:
                         gathered[i] = 0.0
                     elif i < len(layers) and i not in gathered:
@@ -518,6 +524,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
         replicate=replicate,
         shard=s.shard_degree if s.hybrid_shard else 0,
+        prefetch=_framework_rules(s).param_prefetch.value,
     )
 
 

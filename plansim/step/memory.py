@@ -27,7 +27,7 @@ from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
-from plansim.frameworks import load_framework
+from plansim.frameworks import ParamPrefetch, load_framework
 from plansim.hardware import Cluster
 from plansim.mesh import mesh_of
 from plansim.schedules import get_schedule
@@ -179,14 +179,33 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     }
 
 
-def static_bytes(cluster: Cluster, s: Strategy, params: float, largest_layer_params: float) -> dict[str, int]:
-    """``model_states`` in whole bytes, ZeRO-3's weights with the two gathered layers in flight (the one in use and
-    the one prefetched, as the DES's gathers hold them); FSDP's SHARD_GRAD_OP keeps every layer it gathered in
-    forward until that layer's backward, so at the end of forward, where the activations peak too, the stage's
-    weights are all gathered."""
+@lru_cache(maxsize=4096)
+def gathered_at_once(prefetch: ParamPrefetch, layer_params: tuple[float, ...]) -> float:
+    """The most parameters ZeRO-3 holds gathered at once on a stage whose layers hold ``layer_params`` (forward
+    order): a layer in use with the layers ``prefetch`` keeps ahead of it, in forward or in backward order.
+
+    >>> gathered_at_once(ParamPrefetch(layers=1), (4.0, 1.0, 1.0, 3.0))
+    5.0
+    """
+    best = 0.0
+    for order in (layer_params, layer_params[::-1]):
+        for pos in range(len(order)):
+            best = max(best, sum(order[pos : pos + 1 + prefetch.ahead(order, pos)]))
+    return best
+
+
+def static_bytes(cluster: Cluster, s: Strategy, params: float, layer_params: Sequence[float]) -> dict[str, int]:
+    """``model_states`` in whole bytes, ZeRO-3's weights with the gathered layers in flight (the one in use and those
+    the framework prefetches, ``FrameworkRules.param_prefetch``, as the DES's gathers hold them: ``gathered_at_once``
+    of ``layer_params``, the stage's layers' parameters in forward order); FSDP's SHARD_GRAD_OP keeps every layer it
+    gathered in forward until that layer's backward, so at the end of forward, where the activations peak too, the
+    stage's weights are all gathered."""
     states = model_states(cluster, s, params)
     gathering = s.gathers_per_layer and s.shard_degree > 1
-    held = 2 * largest_layer_params if s.zero >= 3 else params
+    held = params
+    if s.zero >= 3:
+        prefetch = load_framework(s.framework).rules.param_prefetch.value
+        held = min(params, gathered_at_once(prefetch, tuple(layer_params)))
     gathered = held * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {
         "weights": round(states["weights"] + gathered),
@@ -216,8 +235,7 @@ def milp_stage_plans(
     for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         blocks = [i for i in layers if 0 <= i < model.layers]
         params = stage_params(layers, costs, s, model, idx)
-        largest = max(costs[i].params for i in layers if i in costs)
-        static = sum(static_bytes(cluster, s, params, largest).values())
+        static = sum(static_bytes(cluster, s, params, [costs[i].params for i in layers if i in costs]).values())
         budget = s.remat_budget
         if budget is None:
             ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
