@@ -6,8 +6,8 @@ tasks (all priced by ``plansim.costs``, the analytic engine's cost model); recom
 under remat; pipeline sends follow a chunk's pass on the p2p stream and the next stage's pass waits for them;
 gradient reductions are bucketed in the order backward produces the gradients and run on the dp stream (overlapping
 backward) or, with ``overlap_grad_reduce: false``, as one collective after backward; ZeRO-3 gathers each layer's
-weights before its forward and backward, the layers its framework prefetches ahead with it; the optimizer step follows, then ZeRO-1/2's
-all-gather of the updated weights.
+weights before its forward and backward, the layers its framework prefetches ahead with it; the optimizer step
+follows, then ZeRO-1/2's all-gather of the updated weights.
 
 Memory: model states, the workspace reserve, the CUDA context and NCCL's buffers are static; each activation has the
 caching allocator's rounding beside it (sizes from ``plansim.step.memory.layer_memory``, which the analytic engine
