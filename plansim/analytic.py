@@ -358,7 +358,7 @@ class AnalyticCache:
         return states is not None and states > self.cluster.gpu.memory_bytes
 
     def model_states_bytes(self, strategy: Strategy) -> int | None:
-        """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's two gathered layers
+        """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's gathered layers
         included); None for a strategy that cannot run."""
         s = strategy.resolve(self.cluster)
         if self.problems(s):  # before the cache: validity is not a matter of the key
@@ -882,9 +882,10 @@ def _dp_comm(
 
     Overlap: the stage's layers' passes and the dp stream walked in the lowering's issue order
     (``step.data_parallel``): gradient buckets launched once backward has completed their gradients and run one
-    after another, backward's end waiting for them (``bucketed_reduction``); ZeRO-3's gathers one layer ahead and
-    per-layer reduce-scatters (``per_layer_overlap``); compute at ``rate`` while a collective runs. Volumes are
-    ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al. 2020, sec 7).
+    after another, backward's end waiting for them (``bucketed_reduction``); ZeRO-3's gathers as far ahead as the
+    framework prefetches and per-layer reduce-scatters (``per_layer_overlap``); compute at ``rate`` while a
+    collective runs. Volumes are ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al.
+    2020, sec 7).
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)

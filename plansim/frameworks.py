@@ -281,8 +281,8 @@ def rule_differences(
     gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
     every pipeline stage bucketed, not only the first
     1f1b pipeline sends blocking, not blocking with a host synchronisation
-    >>> rule_differences("megatron", "fsdp", zero=3)[-1]
-    'hybrid sharding of ZeRO-3 (HSDP)'
+    >>> rule_differences("megatron", "fsdp", zero=3)[-2:]
+    ['ZeRO-3 gathers 1 layer ahead, not layers ahead up to 5e+08 elements', 'hybrid sharding of ZeRO-3 (HSDP)']
     >>> rule_differences("megatron", "deepspeed", zero=1)[-1]
     'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
@@ -342,6 +342,8 @@ def rule_differences(
                     else "beside compute"
                 )
             )
+    if zero == 3 and pp == 1 and a.param_prefetch.value != b.param_prefetch.value:
+        out.append(f"ZeRO-3 gathers {_prefetch(b.param_prefetch.value)}, not {_prefetch(a.param_prefetch.value)}")
     if zero >= 2 and (zero in a.hybrid_shard.value) != (zero in b.hybrid_shard.value):
         out.append(f"{'' if zero in b.hybrid_shard.value else 'no '}hybrid sharding of ZeRO-{zero} (HSDP)")
     if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
@@ -355,6 +357,12 @@ def rule_differences(
         else:
             out.append(f"no ZeRO-{zero}{where} (it runs ZeRO {', '.join(map(str, runs))})")
     return out
+
+
+def _prefetch(p: ParamPrefetch) -> str:
+    if p.layers is not None:
+        return f"{p.layers} layer{'s' if p.layers > 1 else ''} ahead"
+    return f"layers ahead {'while the live ones stay within' if p.live else 'up to'} {p.elements:.0e} elements"
 
 
 def _blocks(rules: FrameworkRules, schedule: str) -> bool:

@@ -251,8 +251,8 @@ def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
     costs = layer_costs(programs, comm_pricer(cluster, prep.strategy))
     layers = stage_layers(model.layers, s.pp, s.virtual_stages)[idx]
-    largest = max(costs[i].params for i in layers if i in costs)
-    return static_bytes(cluster, prep.strategy, stage_params(layers, costs, prep.strategy, model, idx), largest)
+    layer_params = [costs[i].params for i in layers if i in costs]
+    return static_bytes(cluster, prep.strategy, stage_params(layers, costs, prep.strategy, model, idx), layer_params)
 
 
 @pytest.mark.parametrize(
