@@ -127,6 +127,14 @@ class ParamPrefetch(_Strict):
             raise ValueError("live needs elements")
         return self
 
+    def windows(self, params: Sequence[float]) -> list[int]:
+        """``ahead`` at every position of a pass whose layers hold ``params`` (in the order it runs them).
+
+        >>> ParamPrefetch(elements=8).windows([5.0] * 4)
+        [2, 2, 1, 0]
+        """
+        return [self.ahead(params, pos) for pos in range(len(params))]
+
     def ahead(self, params: Sequence[float], pos: int) -> int:
         """How many of the layers after ``pos`` (``params``: each layer's parameters, in the order the pass runs
         them) are gathered beside layer ``pos``'s own."""
@@ -324,24 +332,8 @@ def rule_differences(
             if b.zero2_shards_weights.value
             else "ZeRO-2 with the weights replicated, not sharded and gathered per layer (SHARD_GRAD_OP)"
         )
-    if pp > 1:
-        blocks, host_sync = (_blocks(r, schedule) for r in (a, b)), b.pipeline_sends.value.host_sync
-        mine, theirs = blocks
-        if mine != theirs or (theirs and host_sync != a.pipeline_sends.value.host_sync):
-            out.append(
-                f"{schedule} pipeline sends "
-                + (
-                    ("blocking with a host synchronisation" if host_sync else "blocking")
-                    if theirs
-                    else "beside compute"
-                )
-                + ", not "
-                + (
-                    ("blocking with a host synchronisation" if a.pipeline_sends.value.host_sync else "blocking")
-                    if mine
-                    else "beside compute"
-                )
-            )
+    if pp > 1 and (theirs := _sends(b, schedule)) != (mine := _sends(a, schedule)):
+        out.append(f"{schedule} pipeline sends {theirs}, not {mine}")
     if zero == 3 and pp == 1 and a.param_prefetch.value != b.param_prefetch.value:
         out.append(f"ZeRO-3 gathers {_prefetch(b.param_prefetch.value)}, not {_prefetch(a.param_prefetch.value)}")
     if zero >= 2 and (zero in a.hybrid_shard.value) != (zero in b.hybrid_shard.value):
@@ -365,8 +357,11 @@ def _prefetch(p: ParamPrefetch) -> str:
     return f"layers ahead {'while the live ones stay within' if p.live else 'up to'} {p.elements:.0e} elements"
 
 
-def _blocks(rules: FrameworkRules, schedule: str) -> bool:
-    return schedule in rules.pipeline_sends.value.blocking
+def _sends(rules: FrameworkRules, schedule: str) -> str:
+    sends = rules.pipeline_sends.value
+    if schedule not in sends.blocking:
+        return "beside compute"
+    return "blocking with a host synchronisation" if sends.host_sync else "blocking"
 
 
 def _bucket(g: GradBucket) -> str:

@@ -128,7 +128,7 @@ class _StageLowering:
         self.bucket: list[float] = [0.0]
         self.bucket_dep = -1
         self.gathers: dict[tuple[int, int, str], int] = {}
-        self.ahead: dict[tuple[int, int, int], int] = {}  # (first, last layer of the pass, position) -> layers ahead
+        self.ahead: dict[tuple[int, int], list[int]] = {}  # (first, last layer of a pass) -> layers ahead per position
         # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
         # gradient is reduced with the output layer's and synchronized with stage 0's copy after backward.
         self.tied_params = tied_copy_params(ctx.model, self.s) if stage == self.s.pp - 1 else 0
@@ -446,12 +446,12 @@ class _StageLowering:
         only, each layer's stays until its backward). Returns the current layer's gather task, or -1 for a layer
         without weights."""
         assert self.plan is not None, "only ZeRO-3 gathers per layer"
-        key = (order[0], order[-1], pos)  # a chunk's layers, in the pass's direction
-        ahead = self.ahead.get(key)
-        if ahead is None:
+        key = (order[0], order[-1])  # a chunk's layers, in the pass's direction
+        windows = self.ahead.get(key)
+        if windows is None:
             params = [lp.params if (lp := self.ctx.programs.get(x)) is not None else 0.0 for x in order]
-            ahead = self.ahead[key] = self.plan.prefetch.ahead(params, pos)
-        for i in range(pos, pos + 1 + ahead):
+            windows = self.ahead[key] = self.plan.prefetch.windows(params)
+        for i in range(pos, pos + 1 + windows[pos]):
             if i >= len(order) or (mb, order[i], phase) in self.gathers:
                 continue
             lp = self.ctx.programs.get(order[i])

@@ -143,14 +143,11 @@ def _hybrid_shard_problems(s: Strategy, stages: Sequence[int], title: str) -> li
             f"dp_shard={shard} with zero={s.zero}: {title} hybrid-shards ZeRO {_stages(stages)} only "
             f"(frameworks/{s.framework}.yaml): use zero={max(stages)} or leave dp_shard out"
         ]
-    if shard is not None and shard > dp:
+    assert shard is not None, "called for a dp_shard given"
+    if shard > dp or dp % shard:
+        how = "exceeds" if shard > dp else "does not divide"
         return [
-            f"dp_shard={shard} exceeds dp={dp}: use a divisor of dp (a node's data-parallel ranks shard within a node)"
-        ]
-    if shard is None or dp % shard:
-        return [
-            f"dp_shard={shard} does not divide dp={dp}: use a divisor of dp (a node's data-parallel ranks shard "
-            "within a node)"
+            f"dp_shard={shard} {how} dp={dp}: use a divisor of dp (a node's data-parallel ranks shard within a node)"
         ]
     if shard == 1:
         return ["dp_shard=1 shards nothing: use zero=0 for plain replicas, or dp_shard > 1"]

@@ -440,10 +440,7 @@ def per_layer_overlap(
         return streams.collective(seconds, streams.t, then[1] if kind == "a" and then is not None else None)
 
     previous: tuple[float, ...] | None = None
-    ahead = {
-        id(layers): [plan.prefetch.ahead([x.params for x in layers], pos) for pos in range(len(layers))]
-        for layers in (forward, backward)
-    }
+    ahead = {id(layers): plan.prefetch.windows([x.params for x in layers]) for layers in (forward, backward)}
     for k in range(microbatches):
         before = (*streams.totals(), sent["g"], sent["r"])
         for layers, reduces in ((forward, False), (backward, True)):

@@ -187,11 +187,14 @@ def gathered_at_once(prefetch: ParamPrefetch, layer_params: tuple[float, ...]) -
     >>> gathered_at_once(ParamPrefetch(layers=1), (4.0, 1.0, 1.0, 3.0))
     5.0
     """
-    best = 0.0
-    for order in (layer_params, layer_params[::-1]):
-        for pos in range(len(order)):
-            best = max(best, sum(order[pos : pos + 1 + prefetch.ahead(order, pos)]))
-    return best
+    return max(
+        (
+            sum(order[pos : pos + 1 + ahead])
+            for order in (layer_params, layer_params[::-1])
+            for pos, ahead in enumerate(prefetch.windows(order))
+        ),
+        default=0.0,
+    )
 
 
 def static_bytes(cluster: Cluster, s: Strategy, params: float, layer_params: Sequence[float]) -> dict[str, int]:
