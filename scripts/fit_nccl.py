@@ -20,7 +20,7 @@ import math
 import sys
 from pathlib import Path
 
-from plansim.costs.nccl import PROTOCOLS, NcclComm, NcclTuning, NvlsTuning, choose, nccl_call, ring_call
+from plansim.costs.nccl import PROTOCOLS, NcclComm, NcclTuning, NvlsTuning, choose, tuned_call
 from plansim.hardware import load_hardware
 from plansim.hardware.nccl import nccl_comm
 from plansim.yamlfile import parse_yaml, read_text
@@ -33,7 +33,7 @@ def load_curve(path: Path) -> dict:
 
 
 def _default_comm(curve: dict) -> tuple[NcclComm, NvlsTuning | None]:
-    """The curve's communicator as ``nccl_call`` sees it (NVLS with the node's NVLS graph and fit where it has one)."""
+    """The curve's communicator as NCCL sees it (NVLS with the node's NVLS graph and fit where it has one)."""
     cluster = load_hardware(curve["node"], gpus=curve["ranks"])
     section = cluster.node.nccl
     comm = nccl_comm(cluster, curve["ranks"], curve["nodes"], cpu=curve.get("cpu"))
@@ -52,9 +52,9 @@ def errors(curve: dict, tuning: NcclTuning) -> dict[int, tuple[str, float, float
     ring_comm = NcclComm(**{**comm.__dict__, "nvls_channels": 0})
     out = {}
     for size, measured in curve["busbw_GBps"].items():
-        if nvls is not None and nccl_call(comm, curve["collective"], float(size), tuning, nvls).algorithm != "ring":
+        if nvls is not None and tuned_call(comm, curve["collective"], float(size), tuning, nvls).algorithm != "ring":
             continue
-        call = ring_call(ring_comm, curve["collective"], float(size), tuning)
+        call = tuned_call(ring_comm, curve["collective"], float(size), tuning, algorithms=("ring",))
         out[int(size)] = (call.protocol, call.busbw_GBps, measured)
     return out
 
@@ -135,7 +135,7 @@ def nvls_errors(curve: dict, tuning: NvlsTuning) -> dict[int, tuple[str, float, 
     comm, ring = _nvls_setup(curve)
     out = {}
     for size, measured in curve["busbw_GBps"].items():
-        call = nccl_call(comm, curve["collective"], float(size), ring, tuning)
+        call = tuned_call(comm, curve["collective"], float(size), ring, tuning)
         out[int(size)] = (call.algorithm, call.busbw_GBps, measured)
     return out
 

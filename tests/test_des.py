@@ -270,10 +270,11 @@ def test_whole_vector_all_reduces_across_two_nodes_match(algorithm: str, tp: int
 
 @pytest.mark.parametrize("dp", [16, 32])
 def test_nccl_choice_in_both_engines(dp: int) -> None:
-    """dp_algorithm=nccl over 2 and 4 DGX A100 nodes with overlapped gradient buckets (one 16 MB layer each):
-    NCCL's tuner picks the ring on 2 nodes (the same step as dp_algorithm=ring) and the tree on 4 (another step).
-    Both engines read the one call time (``ring_call_s``) and agree as closely as the ring does on the same
-    strategy (overlapped buckets: within 5 %, the bound of the small uncontended cases below)."""
+    """dp_algorithm=nccl over 2 and 4 DGX A100 nodes with overlapped gradient buckets (one 16 MB layer each): NCCL
+    runs its fastest pair, the ring on 2 nodes (the same step as dp_algorithm=ring), and never a slower step than the
+    ring alone on 4, since it weighs the ring too. Both engines read the one call time (``ring_call_s``) and agree as
+    closely as the ring does on the same strategy (overlapped buckets: within 5 %, the bound of the small
+    uncontended cases below)."""
     base = f"dp={dp},micro_batch=1,global_batch={dp},overlap_grad_reduce=true,grad_bucket_bytes=1000000"
     steps = {}
     for algorithm in ("ring", "nccl"):
@@ -286,11 +287,7 @@ def test_nccl_choice_in_both_engines(dp: int) -> None:
     if dp == 16:
         assert steps["nccl"] == steps["ring"]
     else:
-        # the tree's buckets: a different step from the ring's. It was shorter until the ring's LL128 steps
-        # overlapped their syncs with their data (NVIDIA/nccl src/device/prims_ll128.h): the 16 MB LL128 ring over 4
-        # nodes is now data-bound at NCCL's LL128 bandwidth, which the A100 curve says is too fast at mid sizes (the
-        # LL128 known gap, docs/network-model.md), so the ordering is not asserted
-        assert steps["nccl"][0] != steps["ring"][0] and steps["nccl"][1] != steps["ring"][1]
+        assert steps["nccl"][0] <= steps["ring"][0] and steps["nccl"][1] <= steps["ring"][1]
 
 
 @pytest.mark.parametrize(

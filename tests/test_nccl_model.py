@@ -485,13 +485,20 @@ def test_nccl_call_is_the_ring_call_wherever_the_tuner_picks_the_ring() -> None:
     ],
 )  # fmt: skip
 def test_nccl_call_time_does_not_fall_as_ranks_grow(n_bytes: int) -> None:
-    """From 8 to 4,096 ranks (1 to 512 DGX A100 nodes) the call NCCL picks never gets faster with more ranks (the
-    ring alone does: 1 MiB is 2.74 ms at 32 nodes with LL128, 2.01 ms at 64 with LL). At 256 KiB NCCL's tuner flips
-    the tree from LL128 to LL at 128 nodes, and the as-run LL tree is slower (309 -> 1096 us)."""
-    from plansim.costs.nccl import nccl_call
+    """From 8 to 4,096 ranks (1 to 512 DGX A100 nodes) the call as NCCL runs it (its fastest pair) never gets faster
+    with more ranks (the ring alone does: 1 MiB is 2.74 ms at 32 nodes with LL128, 2.01 ms at 64 with LL), but
+    where NCCL's own chunking changes with the node count: at 1 GiB the LL128 tree's chunk halves at 256 nodes
+    (``calcCollChunking``: fewer than (1 + log2 nodes + 0.8) x 8 chunks per channel), which shortens the
+    pipeline's fill, 16.26 ms at 128 nodes (Simple tree) -> 15.37 ms."""
+    from plansim.costs.nccl import _tree_channels_used, _tree_chunk_bytes, nccl_call
 
-    times = []
+    times, chunks = [], []
     for nodes in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         comm, t = _dgx_a100(nodes)
-        times.append(nccl_call(comm, "all_reduce", n_bytes, t).time_us)
-    assert all(a <= b for a, b in pairwise(times)), times
+        call = nccl_call(comm, "all_reduce", n_bytes, t)
+        times.append(call.time_us)
+        per_channel = n_bytes / _tree_channels_used(comm, call.protocol, n_bytes)
+        chunks.append((call.algorithm, call.protocol, _tree_chunk_bytes(comm, call.protocol, per_channel)))
+    for (a, b), (was, now) in zip(pairwise(times), pairwise(chunks), strict=True):
+        rechunked = now[0] == "tree" and (now[:2] != was[:2] or now[2] != was[2])
+        assert a <= b or (rechunked and b >= 0.9 * a), (times, chunks)

@@ -49,6 +49,7 @@ __all__ = [
     "ring_time_us",
     "step_rounds_bytes",
     "tree_time_us",
+    "tuned_call",
 ]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -514,12 +515,9 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
 
 
 def ring_call(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning) -> NcclChoice:
-    """One ring call as NCCL runs it (``NCCL_ALGO=Ring``): the protocol NCCL's own model picks (``choose``), timed
-    by ``ring_time_us``; the bus bandwidth in the nccl-tests sense."""
-    pick = choose(c, collective, n_bytes, algorithms=("ring",))
-    us = ring_time_us(c, collective, pick.protocol, n_bytes, t)
-    factor = _steps(collective, c.ranks) / c.ranks
-    return NcclChoice("ring", pick.protocol, us, n_bytes * factor / (1000 * us) if us > 0 else math.inf)
+    """One ring call (``NCCL_ALGO=Ring``) on its fastest protocol as it runs (``nccl_call`` over the ring alone);
+    the bus bandwidth in the nccl-tests sense."""
+    return nccl_call(c, collective, n_bytes, t, algorithms=("ring",))
 
 
 def ring_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, busbw_GBps: float) -> float:
@@ -701,30 +699,97 @@ def tree_time_us(c: NcclComm, protocol: str, n_bytes: float, t: NcclTuning) -> f
     return t.call_us + base + stages * stage + 2 * depth * net_extra
 
 
-def nccl_call(
-    c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, nvls: NvlsTuning | None = None
-) -> NcclChoice:
-    """One call as NCCL runs it with ``NCCL_ALGO`` and ``NCCL_PROTO`` unset: the algorithm and protocol NCCL's own
-    model picks among those it weighs for the collective (``NCCL_DEFAULT_ALGORITHMS``; NVLS too for an all-reduce on
-    one node where ``nvls`` times NVLS calls; ``choose``), timed as it runs: ``ring_time_us``, ``tree_time_us`` or
-    ``nvls_time_us``. PAT (all-gather and reduce-scatter with one GPU per node) has no as-run model here: it is timed
-    by NCCL's own prediction plus the call's fixed ``call_us`` (an assumption). NVLS all-gather and reduce-scatter
-    are not timed as they run: not offered."""
-    algorithms: tuple[str, ...] = NCCL_DEFAULT_ALGORITHMS[collective]
-    if nvls is not None and collective == "all_reduce" and c.nodes == 1:
-        algorithms = (*algorithms, "nvls")
-    pick = choose(c, collective, n_bytes, algorithms=algorithms)
-    if pick.algorithm == "tree":
-        us = tree_time_us(c, pick.protocol, n_bytes, t)
-    elif pick.algorithm == "ring":
-        us = ring_time_us(c, collective, pick.protocol, n_bytes, t)
-    elif pick.algorithm == "nvls":
-        assert nvls is not None
-        us = nvls_time_us(c, n_bytes, nvls)
-    else:
-        us = pick.time_us + t.call_us
+def _as_run_us(
+    c: NcclComm, collective: str, algorithm: str, protocol: str, n_bytes: float, t: NcclTuning, nvls: NvlsTuning | None
+) -> float | None:
+    """The time of one call of an (algorithm, protocol) pair NCCL enables, as it runs (us); None where the pair is
+    not enabled, or has no as-run model here (NVLS without the node's NVLS timing, an NVLS all-gather or
+    reduce-scatter). PAT has none either: NCCL's own prediction plus the call's fixed ``call_us`` (an assumption)."""
+    if bandwidth_GBps(c, collective, algorithm, protocol) <= 0:
+        return None
+    if algorithm == "ring":
+        return ring_time_us(c, collective, protocol, n_bytes, t)
+    if algorithm == "tree":
+        return tree_time_us(c, protocol, n_bytes, t)
+    if algorithm == "nvls":
+        return nvls_time_us(c, n_bytes, nvls) if nvls is not None and collective == "all_reduce" else None
+    if algorithm == "pat":
+        predicted = algorithm_time_us(c, collective, algorithm, protocol, n_bytes)
+        return None if predicted is None else predicted + t.call_us
+    return None
+
+
+def _timed(c: NcclComm, collective: str, algorithm: str, protocol: str, us: float, n_bytes: float) -> NcclChoice:
     factor = _steps(collective, c.ranks) / c.ranks
-    return NcclChoice(pick.algorithm, pick.protocol, us, n_bytes * factor / (1000 * us) if us > 0 else math.inf)
+    return NcclChoice(algorithm, protocol, us, n_bytes * factor / (1000 * us) if us > 0 else math.inf)
+
+
+def nccl_call(
+    c: NcclComm,
+    collective: str,
+    n_bytes: float,
+    t: NcclTuning,
+    nvls: NvlsTuning | None = None,
+    *,
+    algorithms: tuple[str, ...] | None = None,
+) -> NcclChoice:
+    """One call as NCCL runs it with ``NCCL_ALGO`` and ``NCCL_PROTO`` unset: the fastest, as they run
+    (``ring_time_us``, ``tree_time_us``, ``nvls_time_us``; PAT at NCCL's prediction plus ``call_us``), of the pairs
+    NCCL weighs for the collective (``NCCL_DEFAULT_ALGORITHMS``; NVLS too for an all-reduce on one node where
+    ``nvls`` times NVLS calls; ``algorithms`` restricts them as ``NCCL_ALGO`` does). Ties go to NCCL's order.
+
+    Not NCCL's own pick (``choose``, which ``tuned_call`` times): NCCL's tuner weighs the pairs by its model,
+    whose per-architecture constants NVIDIA sets so that its picks track the measured fastest on the systems it
+    ships for, and the as-run times are this model's estimate of what each pair measures; where the two disagree the
+    tuner's pick can run much slower than another pair as timed here (up to 3.6x on two DGX A100 nodes at 128 KiB),
+    and it flips as a bandwidth grows (a TP all-gather of 8 MiB on 8 A100s at 30 GB/s per channel: LL128 102 us ->
+    Simple 127 us), so that more bandwidth would make a step slower. The fastest pair is monotone: every pair's
+    as-run time falls as any bandwidth grows. On the published A100 curve the two agree but at 32 MiB (NCCL ran
+    Simple, 442 us measured; LL128 here 400 us, Simple 457 us)."""
+    names = _weighed(c, collective, nvls, algorithms)
+    best: tuple[float, str, str] | None = None
+    for algorithm in ALGORITHMS:
+        if algorithm not in names:
+            continue
+        for protocol in PROTOCOLS:
+            us = _as_run_us(c, collective, algorithm, protocol, n_bytes, t, nvls)
+            if us is not None and (best is None or us < best[0]):
+                best = (us, algorithm, protocol)
+    if best is None:
+        raise ValueError(f"no algorithm and protocol enabled for {collective} among {names} on {c}")
+    return _timed(c, collective, best[1], best[2], best[0], n_bytes)
+
+
+def tuned_call(
+    c: NcclComm,
+    collective: str,
+    n_bytes: float,
+    t: NcclTuning,
+    nvls: NvlsTuning | None = None,
+    *,
+    algorithms: tuple[str, ...] | None = None,
+) -> NcclChoice:
+    """One call on the pair NCCL's own model picks (``choose``) among those ``nccl_call`` weighs, timed as it runs:
+    what a measured curve ran, so ``scripts/fit_nccl.py`` fits each measured size with it."""
+    names = _weighed(c, collective, nvls, algorithms)
+    pick = choose(c, collective, n_bytes, algorithms=names)
+    us = _as_run_us(c, collective, pick.algorithm, pick.protocol, n_bytes, t, nvls)
+    if us is None:
+        raise ValueError(f"NCCL's pick {pick.algorithm}/{pick.protocol} has no as-run time on {c}")
+    return _timed(c, collective, pick.algorithm, pick.protocol, us, n_bytes)
+
+
+def _weighed(
+    c: NcclComm, collective: str, nvls: NvlsTuning | None, algorithms: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    """The algorithms NCCL weighs for a call: ``NCCL_DEFAULT_ALGORITHMS``, NVLS too for an all-reduce on one node
+    where ``nvls`` times NVLS calls; ``algorithms`` (``NCCL_ALGO``) instead where given."""
+    if algorithms is not None:
+        return algorithms
+    names: tuple[str, ...] = NCCL_DEFAULT_ALGORITHMS[collective]
+    if nvls is not None and collective == "all_reduce" and c.nodes == 1:
+        names = (*names, "nvls")
+    return names
 
 
 def nccl_overhead_s(c: NcclComm, collective: str, n_bytes: float, t: NcclTuning, busbw_GBps: float) -> float:
