@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
-from plansim.costs.interference import Interference, collective_load, interference_model, overlap_cost, send_load
+from plansim.costs.interference import Beside, Interference, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
-from plansim.mesh import DP_PARTS, mesh_of
+from plansim.mesh import mesh_of
 from plansim.result import Result
 from plansim.schedules import get_schedule
 from plansim.stages import chunk_layers, stage_layers
@@ -60,6 +60,7 @@ from plansim.step.memory import (
 from plansim.step.p2p import OverlappedSends, call_overhead_s, regather
 from plansim.step.prepare import (
     PreparedStep,
+    beside,
     comm_pricer,
     p2p_message_bytes,
     prepare_step,
@@ -199,6 +200,9 @@ _Sent = tuple[float, float]  # (seconds, bytes this rank sends)
 _Sends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 _DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 _DpPricer = Callable[[GroupCollective, float], _Sent]
+#: What the data-parallel plan's reduction, gather and replicas' all-reduce take from compute beside them (None: the
+#: plan has no such collective)
+_DpBesides = tuple["Beside | None", "Beside | None", "Beside | None"]
 #: ``AnalyticCache.dp_comms``: (rate, micro-batches, pipeline stages, passes per model chunk, params, passes by
 #: identity) -> (the passes, their result)
 _DpMemo = dict[tuple[Any, ...], tuple[Any, Any, "DataParallelComm"]]
@@ -324,21 +328,21 @@ class AnalyticCache:
         s: Strategy,
         dp: tuple[DataParallelPlan | None, _DpPricer, _DpMemo],
         stages: list[StageCost],
-        rates: tuple[float, float],
+        besides: _DpBesides,
     ) -> list[DataParallelComm]:
         """``_dp_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the data-parallel key
-        (``rates`` follow from it and the cluster), the micro-batches, the pipeline's stages and the stage's parameters
-        and passes (per model chunk: the interleaved cooldown's walk, ``_last_backwards``)."""
+        (``besides`` follow from it and the cluster), the micro-batches, the pipeline's stages and the stage's
+        parameters and passes (per model chunk: the interleaved cooldown's walk, ``_last_backwards``)."""
         plan, price, memo = dp
         out = []
         for stage in stages:
             # the passes by identity (built once per layer list and remat: ``_backward_layers``); the entry keeps
             # them alive, so an identity is not reused while it is a key
-            key = (rates, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
+            key = (besides, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
                    id(stage.backward_layers), stage.first_stage)  # fmt: skip
             hit = memo.get(key)
             if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
-                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, rates)
+                comm = _dp_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides)
                 hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
             out.append(hit[2])
         return out
@@ -872,13 +876,13 @@ def _dp_comm(
     stage: StageCost,
     backward_s: float,
     fwd_s: float,
-    rates: tuple[float, float] = (1.0, 1.0),
+    besides: _DpBesides = (None, None, None),
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
     gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``_price_dp``
-    of a collective of ``plan``, ``rates`` the compute stream's rate while one runs (``plansim.costs.interference``):
-    beside the reductions and gathers, and beside hybrid sharding's all-reduce among replicas that follows each
-    reduction (``DataParallelPlan.replicate``).
+    of a collective of ``plan``, ``besides`` what the reductions, the gathers and hybrid sharding's all-reduce among
+    replicas that follows each reduction (``DataParallelPlan.replicate``) take from compute beside them
+    (``plansim.costs.interference``: the compute stream's rate beside each call, at its own pace).
 
     Overlap: the stage's layers' passes and the dp stream walked in the lowering's issue order
     (``step.data_parallel``): gradient buckets launched once backward has completed their gradients and run one
@@ -890,19 +894,18 @@ def _dp_comm(
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    rate = rates[0]
+    reduce, gather = _rated(price, plan.reduce, besides[0]), _rated(price, plan.gather, besides[1])
     then = None
     if plan.replicate is not None:
-        replicate = plan.replicate
-        then = (lambda n_bytes: price(replicate, n_bytes / plan.shard_ranks)), rates[1]
+        replicated = _rated(price, plan.replicate, besides[2])
+        then = lambda n_bytes: replicated(n_bytes / plan.shard_ranks)  # noqa: E731
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
         z = per_layer_overlap(
             plan,
             stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),),
             stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),),
-            lambda n_bytes: price(plan.gather, n_bytes),
-            lambda n_bytes: price(plan.reduce, n_bytes),
-            rate,
+            gather,
+            reduce,
             m,
             then,
         )
@@ -914,10 +917,10 @@ def _dp_comm(
         # a later stage's first forward waits for the pipeline's fill: at least the stage before it running its
         # first chunk's forward (taken as this stage's own), which the gathers may use
         idle = 0.0 if stage.first_stage else fwd_s / max(1, len(stage.backward_chunks))
-        lead = prefetched_gathers(walk, gathers, lambda n_bytes: price(plan.gather, n_bytes), rate, idle)
+        lead = prefetched_gathers(walk, gathers, gather, idle)
         ag_sent = lead.gather_sent
     elif plan.gather_after_step:
-        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)
+        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)  # exposed: nothing beside it
     layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
     sizes = stage.backward_chunks if len(stage.backward_chunks) > 1 else (len(layers),)
     if not plan.reduce_every_microbatch:  # the last micro-batch's backward, chunk by chunk with interleaving
@@ -925,7 +928,7 @@ def _dp_comm(
     else:
         sizes = (len(layers),)
     chunks = _chunk_ends(plan, stage.first_stage, sizes)
-    r = bucketed_reduction(plan, layers, lambda n_bytes: price(plan.reduce, n_bytes), rate, chunks, then)
+    r = bucketed_reduction(plan, layers, reduce, chunks, then)
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     out = DataParallelComm(
@@ -984,17 +987,28 @@ def _first_forwards(
     return tuple(walk), gathers
 
 
-def _dp_rate(cluster: Cluster, s: Strategy, model: Interference) -> tuple[float, float]:
-    """The compute stream's rate while one of the data-parallel group's collectives runs beside it: beside the
-    reductions and gathers (under hybrid sharding over the shard group), and beside hybrid sharding's all-reduce
-    among replicas (the first again without)."""
+def _rated(
+    price: _DpPricer, c: GroupCollective | None, beside: Beside | None
+) -> Callable[[float], tuple[float, float, float]]:
+    """``price`` of collective ``c`` with the compute stream's rate beside each call (``Beside.rate``)."""
+
+    def priced(n_bytes: float) -> tuple[float, float, float]:
+        assert c is not None and beside is not None, "a collective the plan issues"
+        seconds, sent = price(c, n_bytes)
+        return seconds, sent, beside.rate(seconds, sent)
+
+    return priced
+
+
+def _dp_besides(cluster: Cluster, s: Strategy, plan: DataParallelPlan, model: Interference) -> _DpBesides:
+    """What the plan's reduction, gather and replicas' all-reduce take from compute beside them, each on its own
+    group (``plansim.step.prepare.beside``; under hybrid sharding the shard group's and the replicas')."""
     mesh = mesh_of(s)
-    if not s.hybrid_shard:
-        rate = model.rate(collective_load(cluster, mesh.size("dp"), mesh.stride("dp")))
-        return rate, rate
-    return tuple(  # type: ignore[return-value]
-        model.rate(collective_load(cluster, mesh.size(axis), mesh.stride(axis))) for axis in DP_PARTS
-    )
+
+    def of(c: GroupCollective | None) -> Beside | None:
+        return None if c is None else beside(cluster, mesh, model, c.axis, c.collective, c.algorithm, "nccl")
+
+    return of(plan.reduce), of(plan.gather), of(plan.replicate)
 
 
 def _embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:
@@ -1022,8 +1036,8 @@ def _time_breakdown(
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
     dp = shared.data_parallel(s)
-    rates = _dp_rate(cluster, s, _interference(cluster, kernels)) if dp[0] is not None else (1.0, 1.0)
-    comms = shared.dp_comms(s, dp, pipe.dp_groups, rates)
+    besides = (None, None, None) if dp[0] is None else _dp_besides(cluster, s, dp[0], _interference(cluster, kernels))
+    comms = shared.dp_comms(s, dp, pipe.dp_groups, besides)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
     # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first); and
     # the step's start as late as the stage whose first forwards an overlapped ZeRO-1/2 gather delays most (waits

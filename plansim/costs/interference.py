@@ -22,7 +22,9 @@ profile's published ``overlap`` (A100-SXM4-80GB: a GEMM 1.18 -> 2.08 ms beside a
 
 A collective's load: ``c`` is NCCL's channel count for the group (the node profile's ``nccl`` channels, inside a
 node or across nodes; two per NIC without one: issue #689 gives 2 SMs for one NIC and 16 for 8); ``H`` is its bus
-rate (the group's effective link, ``Cluster.group_link``) times the HBM bytes per bus byte of its data movement:
+rate (the group's effective link, ``Cluster.group_link``; for an NCCL call the rate it actually moves its bytes at,
+``paced``: a call whose per-call costs or channel rates hold it below the link moves as many bytes over a longer
+time) times the HBM bytes per bus byte of its data movement:
 ``HBM_PER_BUS_BYTE`` for a ring collective; a pipeline send touches the sender's memory once inside a node and three
 times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels. A tensor-parallel collective that
 Transformer Engine's userbuffers move instead of NCCL (``engine_load``) takes no SM from the compute beside it (the
@@ -59,6 +61,7 @@ __all__ = [
     "memory_sensitivity",
     "node_channels",
     "overlap_cost",
+    "paced",
     "send_load",
 ]
 
@@ -95,6 +98,20 @@ class Load:
 IDLE = Load(0, 0.0)
 
 
+def paced(load: Load, wire_s: float, seconds: float) -> Load:
+    """``load``, computed at its group's link rate, for a call that takes ``seconds`` where its bytes alone take
+    ``wire_s`` at that rate: its HBM traffic is its bytes' (so many HBM bytes per byte it moves), spread over the
+    time the call runs, so a call held back by NCCL's per-call costs or its channels' rates loads HBM at its own
+    pace, not the link's; its SMs are held all along.
+
+    >>> paced(Load(24, 600e9), 1e-3, 4e-3)  # a call four times its bytes' time at the link rate
+    Load(channels=24, hbm_Bps=150000000000.0)
+    """
+    if seconds <= wire_s or wire_s <= 0:
+        return load
+    return Load(load.channels, load.hbm_Bps * wire_s / seconds)
+
+
 def memory_sensitivity(m: OverlapMeasurement, sm_count: int | None, hbm_Bps: float) -> float:
     """``k`` of the module's formula from one measurement on a GPU of ``sm_count`` SMs and ``hbm_Bps``: the measured
     slowdown with its SM-share part (at the measured channels) taken out, per unit of HBM share the load took."""
@@ -124,6 +141,28 @@ class Interference:
         if load.channels <= 0 and load.hbm_Bps <= 0:
             return 1.0
         return 1.0 / self.slowdown(load.channels, load.hbm_Bps)
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What one group's collectives take from the compute beside them: the GPU's ``model``, the group's ``load`` at
+    its link's rate ``link_Bps``, and whether its calls are NCCL's timed calls (``nccl_paced``), whose HBM load
+    follows their own pace (``paced``); the course's algorithms move at the link's rate."""
+
+    model: Interference
+    load: Load
+    link_Bps: float
+    nccl_paced: bool
+
+    def load_at(self, seconds: float, sent_bytes: float) -> Load:
+        """The load of one call of ``seconds`` that sends ``sent_bytes`` per rank."""
+        if self.nccl_paced and sent_bytes > 0 and self.link_Bps > 0:
+            return paced(self.load, sent_bytes / self.link_Bps, seconds)
+        return self.load
+
+    def rate(self, seconds: float, sent_bytes: float) -> float:
+        """The compute stream's rate beside one call of ``seconds`` that sends ``sent_bytes`` per rank."""
+        return self.model.rate(self.load_at(seconds, sent_bytes))
 
 
 @lru_cache(maxsize=64)
@@ -167,13 +206,14 @@ def overlap_cost(work_s: float, comm_s: float, rate: float) -> tuple[float, floa
 
 def node_channels(node: NodeSpec, within_node: bool) -> int:
     """NCCL's channels for a collective inside one node (the node profile's ``nccl.channels``) or across nodes
-    (``nccl.channels_across_nodes``); ``CHANNELS_PER_NIC`` per NIC without the profile's figure."""
+    (``nccl.channels_across_nodes``, else its collective channels: the profile's NCCL section, which times the
+    calls, says how many SMs they hold, so more NICs than it was written for hold no more of them while its calls
+    run no faster); ``CHANNELS_PER_NIC`` per NIC without an NCCL section."""
     section = node.nccl
     if section is not None:
-        if within_node:
+        if within_node or section.channels_across_nodes is None:
             return section.channels
-        if section.channels_across_nodes is not None:
-            return section.channels_across_nodes
+        return section.channels_across_nodes
     return CHANNELS_PER_NIC * node.nics.count
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
-from plansim.costs.interference import IDLE, Interference, Load, engine_load, interference_model, send_load
+from plansim.costs.interference import IDLE, Interference, Load, interference_model, send_load
 from plansim.costs.kernels import cost_provenance, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
@@ -44,6 +44,7 @@ from plansim.sim.memory import MemoryTracker
 from plansim.sim.network import FlowNetwork, LinkId, Route
 from plansim.sim.routing import Fabric
 from plansim.sim.size import sized_lowering
+from plansim.step.prepare import beside
 from plansim.step.result import COMM_KINDS, TIME_PARTS, overlap_figures, step_result
 from plansim.strategy import Strategy
 from plansim.taskgraph import Comm, StageProgram, TaskGraph
@@ -377,10 +378,21 @@ class _Engine:
 
     def _load_of(self, dev: _Device, comm: Comm, members: tuple[int, ...]) -> Load:
         """What a collective beside compute takes from each member's compute (``plansim.costs.interference``): a
-        send's or a pair's from the link between the two, a group's from its size and stride on the mesh."""
+        send's or a pair's from the link between the two; a group's from its size and stride on the mesh, at the
+        call's own pace where NCCL runs it (``plansim.step.prepare.beside``: its bytes at the group's link rate plus
+        what NCCL adds, ``_nccl_extra``, as the analytic engine prices it)."""
         if comm.group in ("pp", "emb"):
             return send_load(self.cluster, members[0], members[-1], comm.collective)
-        return engine_load(self.cluster, len(members), self.mesh.stride(comm.group), comm.engine)
+        group = beside(self.cluster, self.mesh, self.interference, comm.group, comm.collective, comm.algorithm,
+                       comm.engine)  # fmt: skip
+        if not group.nccl_paced:
+            return group.load
+        call = self._layer_call(comm, members)
+        if call is not None:
+            sent = call.sent_factor * comm.n_bytes
+        else:
+            sent = bytes_sent_per_rank(comm.collective, comm.algorithm, len(members), comm.n_bytes)
+        return group.load_at(sent / group.link_Bps + self._nccl_extra(comm, members), sent)
 
     def _load(self, devices: tuple[_Device, ...], load: Load, done: simpy.Event) -> None:
         """Add ``load`` to each device's running collectives until ``done`` fires, updating its compute rate."""

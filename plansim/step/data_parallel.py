@@ -141,11 +141,10 @@ class Overlapped:
 class _Streams:
     """The compute stream and the dp stream of one rank, timed in the order the lowering issues their tasks: every
     task depends only on tasks issued before it, so each one's start and end are final once issued. Collectives run
-    one at a time in issue order (one NCCL communicator, one stream); compute runs at ``rate`` while one runs (or at
-    the collective's own rate, given when it is issued)."""
+    one at a time in issue order (one NCCL communicator, one stream); compute runs at each collective's own rate
+    while it runs."""
 
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
+    def __init__(self) -> None:
         self.t = 0.0  # when the compute stream's last task ends
         self.free = 0.0  # when the dp stream's last collective ends
         self.spans: list[tuple[float, float, float]] = []  # (start, end, compute rate beside it)
@@ -174,12 +173,12 @@ class _Streams:
         self.t = t + max(0.0, work) + blocking_s
         self.busy += work_s + blocking_s
 
-    def collective(self, seconds: float, ready: float, rate: float | None = None) -> float:
-        """A collective of ``seconds`` that may start at ``ready``, compute beside it at ``rate`` (the streams'
-        by default); returns when it ends."""
+    def collective(self, seconds: float, ready: float, rate: float) -> float:
+        """A collective of ``seconds`` that may start at ``ready``, compute beside it at ``rate``; returns when it
+        ends."""
         start = max(ready, self.free)
         self.free = start + seconds
-        self.spans.append((start, self.free, self.rate if rate is None else rate))
+        self.spans.append((start, self.free, rate))
         return self.free
 
     def state(self) -> tuple[float, ...]:
@@ -239,10 +238,9 @@ def bucket_launches(
     return launches
 
 
-Pricer = Callable[[float], tuple[float, float]]
-#: A collective that follows each gradient reduction on the dp stream: its pricer (of the reduction's bytes) and the
-#: compute stream's rate beside it.
-Followed = tuple[Pricer, float]
+#: A collective of that many bytes -> (its seconds, the bytes one rank sends, the compute stream's rate beside it:
+#: ``plansim.costs.interference``, at the call's own pace).
+Pricer = Callable[[float], tuple[float, float, float]]
 
 
 #: When a weight gather is issued: at the step's start, once the gather before it has been waited for (a prefetch
@@ -309,31 +307,30 @@ def prefetched_gathers(
     walk: Sequence[LayerPass],
     gathers: Sequence[tuple[int, float, int | None]],
     gather: Pricer,
-    rate: float,
     idle_s: float = 0.0,
 ) -> Overlapped:
     """A stage's first forward beside its overlapped ZeRO-1/2 weight gathers (``weight_gathers``), as the lowering
     issues them: ``walk``, the passes from the step's start until its first micro-batch has been through every model
     chunk; ``gathers`` in issue order, each (the walk index of the first pass that waits for it, its bytes, the walk
     index at whose start it is issued: -1 the step's start, None once the gather before it has been waited for);
-    collectives one at a time on the dp stream, compute at ``rate`` beside them; ``idle_s``: the pipeline's fill
+    collectives one at a time on the dp stream, compute at each one's rate beside it; ``idle_s``: the pipeline's fill
     before the stage's first forward, which the gathers may use. ``exposed_s`` is what the passes are delayed by:
     the step's too, as every later pass of the stage follows them.
 
     >>> layers = [LayerPass(1.0, 0.0, 10.0), LayerPass(1.0, 0.0, 10.0)]  # two buckets, a gather 1.5 s each
-    >>> r = prefetched_gathers(layers, [(0, 20.0, -1), (1, 20.0, None)], lambda n: (1.5, n), 1.0)
+    >>> r = prefetched_gathers(layers, [(0, 20.0, -1), (1, 20.0, None)], lambda n: (1.5, n, 1.0))
     >>> r.exposed_s, r.gather_sent  # layer 1 waits 1.5 s, layer 2 until its gather (issued at 1.5) ends at 3.0
     (2.0, 40.0)
     """
-    streams = _Streams(rate)
+    streams = _Streams()
     ends: list[float | None] = [None] * len(gathers)
     sent = 0.0
 
     def issue(k: int, ready: float) -> None:
         nonlocal sent
-        seconds, n_sent = gather(gathers[k][1])
+        seconds, n_sent, rate = gather(gathers[k][1])
         sent += n_sent
-        ends[k] = streams.collective(seconds, ready)
+        ends[k] = streams.collective(seconds, ready, rate)
 
     for k, (_, _, at) in enumerate(gathers):
         if at is not None and at < 0:
@@ -366,29 +363,29 @@ def bucketed_reduction(
     plan: DataParallelPlan,
     layers: Sequence[LayerPass],
     price: Pricer,
-    rate: float,
     chunks: Sequence[tuple[int, float]] = (),
-    then: Followed | None = None,
+    then: Pricer | None = None,
 ) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
     2020, PyTorch DDP, sec 3.2.3; Megatron-LM's ``register_grad_ready``/``start_grad_sync`` in
     ``megatron/core/distributed/param_and_grad_buffer.py``), buckets run one after another in launch order, and
-    compute runs at ``rate`` while one runs. ``price``: (seconds, bytes sent) of a bucket of that many bytes;
-    ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``); ``then``: a collective
-    following each reduction on the stream (hybrid sharding's all-reduce among replicas) and compute's rate beside it.
+    compute runs at each one's rate while it runs. ``price``: (seconds, bytes sent, compute's rate beside it) of a
+    bucket of that many bytes; ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``);
+    ``then``: the price of a collective following each reduction on the stream (hybrid sharding's all-reduce among
+    replicas).
     Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
     ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
     >>> p = DataParallelPlan(2, *[GroupCollective("all_reduce", "ring")] * 2, False, False, False, 4, 2, 1.0, True)
     >>> layers = [LayerPass(2.0, 0.0, 1.0), LayerPass(2.0, 0.0, 1.0)]
-    >>> r = bucketed_reduction(p, layers, lambda n: (3.0, n), 0.5)
+    >>> r = bucketed_reduction(p, layers, lambda n: (3.0, n, 0.5))
     >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
     (3.0, 3.0, 1.5)
     """
     launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers], chunks))
-    priced: dict[float, tuple[float, float]] = {}
-    streams, sent, work = _Streams(rate), 0.0, 0.0
+    priced: dict[float, tuple[float, float, float]] = {}
+    streams, sent, work = _Streams(), 0.0, 0.0
     for i, layer in enumerate(layers):
         work += layer.work_s  # layers between launches with nothing blocking run as one span of work
         n_bytes = launches.get(i)
@@ -398,12 +395,12 @@ def bucketed_reduction(
         if n_bytes is not None:
             if n_bytes not in priced:
                 priced[n_bytes] = price(n_bytes)
-            seconds, n_sent = priced[n_bytes]
-            streams.collective(seconds, streams.t)
+            seconds, n_sent, rate = priced[n_bytes]
+            streams.collective(seconds, streams.t, rate)
             sent += n_sent
             if then is not None:
-                seconds, n_sent = then[0](n_bytes)
-                streams.collective(seconds, streams.t, then[1])
+                seconds, n_sent, rate = then(n_bytes)
+                streams.collective(seconds, streams.t, rate)
                 sent += n_sent
     return streams.result(sent, 0.0)
 
@@ -414,30 +411,29 @@ def per_layer_overlap(
     backward: Sequence[LayerPass],
     gather: Pricer,
     reduce: Pricer,
-    rate: float,
     microbatches: int,
-    then: Followed | None = None,
+    then: Pricer | None = None,
 ) -> Overlapped:
     """ZeRO-3's step as the lowering issues it, micro-batch after micro-batch (pp = 1): before each layer's forward
     and backward (forward only without ``plan.regather_backward``) its weights are all-gathered, with the gathers of
     the layers ``plan.prefetch`` keeps ahead issued at the same point (they may start once the pass before the
     current one has ended; FSDP's prefetch of one unit, Zhao et al. 2023, sec 3.3; DeepSpeed's and Megatron-FSDP's
     windows of elements), and each layer's gradients are reduce-scattered once its backward ends (FSDP's
-    post-backward reduce-scatter); collectives run in issue order on the dp stream, compute at
-    ``rate`` beside them. ``forward``/``backward``: the layers' passes in the order each runs them; ``gather`` and
-    ``reduce``: (seconds, bytes sent) of a layer's collective of that many bytes; ``then``: a collective following
-    each reduce-scatter (hybrid sharding's all-reduce among replicas) and compute's rate beside it."""
-    streams = _Streams(rate)
+    post-backward reduce-scatter); collectives run in issue order on the dp stream, compute at each one's rate
+    beside it. ``forward``/``backward``: the layers' passes in the order each runs them; ``gather`` and ``reduce``:
+    (seconds, bytes sent, compute's rate beside it) of a layer's collective of that many bytes; ``then``: the price
+    of a collective following each reduce-scatter (hybrid sharding's all-reduce among replicas)."""
+    streams = _Streams()
     sent = {"g": 0.0, "r": 0.0}
-    priced: dict[tuple[str, float], tuple[float, float]] = {}
-    pricers = {"g": gather, "r": reduce, "a": then[0] if then is not None else reduce}
+    priced: dict[tuple[str, float], tuple[float, float, float]] = {}
+    pricers = {"g": gather, "r": reduce, "a": then if then is not None else reduce}
 
     def issue(kind: str, n_bytes: float) -> float:
         if (kind, n_bytes) not in priced:
             priced[kind, n_bytes] = pricers[kind](n_bytes)
-        seconds, n_sent = priced[kind, n_bytes]
+        seconds, n_sent, rate = priced[kind, n_bytes]
         sent["g" if kind == "g" else "r"] += n_sent
-        return streams.collective(seconds, streams.t, then[1] if kind == "a" and then is not None else None)
+        return streams.collective(seconds, streams.t, rate)
 
     previous: tuple[float, ...] | None = None
     ahead = {id(layers): plan.prefetch.windows([x.params for x in layers]) for layers in (forward, backward)}

@@ -51,9 +51,10 @@ __all__ = [
 
 #: (mesh axis, collective name, message bytes) -> (seconds, bytes this rank sends)
 CommPricer = Callable[[str, str, float], tuple[float, float]]
-#: an asynchronous collective -> the compute stream's rate (1: full speed) while it runs beside it
+#: an asynchronous collective, its seconds and the bytes this rank sends -> the compute stream's rate (1: full speed)
+#: while it runs beside it
 #: (``plansim.costs.interference``)
-RateBeside = Callable[[Comm], float]
+RateBeside = Callable[[Comm, float, float], float]
 
 
 @dataclass(frozen=True)
@@ -484,7 +485,7 @@ def _priced(
             seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
             exposed = seconds
             if seg.hidden_s > 0:
-                ran, cost = overlap_cost(seg.hidden_s, seconds, rate(seg.comm))
+                ran, cost = overlap_cost(seg.hidden_s, seconds, rate(seg.comm, seconds, sent))
                 lost += cost
                 overlapped += ran
                 exposed = max(0.0, seconds - seg.hidden_s - cost)
@@ -493,7 +494,7 @@ def _priced(
     return out, lost, overlapped
 
 
-def _full_speed(comm: Comm) -> float:
+def _full_speed(comm: Comm, seconds: float, sent: float) -> float:
     return 1.0
 
 

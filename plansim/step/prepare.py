@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import networkx as nx
 
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, algorithm_entry, bytes_sent_per_rank, collective_time
-from plansim.costs.interference import engine_load, interference_model
+from plansim.costs.interference import Beside, Interference, engine_load, interference_model
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
 from plansim.errors import PlansimError
 from plansim.frameworks import load_framework
 from plansim.hardware import Cluster, Link
-from plansim.hardware.nccl import layer_call, ring_overhead_s
-from plansim.mesh import mesh_of
+from plansim.hardware.nccl import layer_call, ring_overhead_s, timed
+from plansim.mesh import DeviceMesh, mesh_of
 from plansim.step.layers import CommPricer, RateBeside, TPOverlap
 from plansim.strategy import Strategy
 from plansim.strategy_checks import check_strategy
@@ -32,6 +32,7 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
+    "beside",
     "comm_pricer",
     "p2p_message_bytes",
     "prepare_step",
@@ -156,14 +157,29 @@ def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
     )
 
 
+def beside(
+    cluster: Cluster, mesh: DeviceMesh, model: Interference, axis: str, collective: str, algorithm: str, engine: str
+) -> Beside:
+    """What a collective of ``algorithm`` on ``mesh``'s ``axis``, moved by ``engine`` (``Comm.engine``), takes from
+    the compute beside it (``plansim.costs.interference``): the engine's load on the axis's group at the group's link
+    rate, paced by each call's own time where the node times NCCL's calls and NCCL runs it (an entry with an
+    ``nccl`` mode; a layer's collective, a ``ring`` NCCL runs as it picks). Both engines ask it."""
+    size, stride = mesh.size(axis), mesh.stride(axis)
+    load = engine_load(cluster, size, stride, engine)
+    if size <= 1:
+        return Beside(model, load, 0.0, False)
+    nccl = engine == "nccl" and timed(cluster) and algorithm_entry(collective, algorithm).nccl is not None
+    return Beside(model, load, mesh.link(axis, cluster).bandwidth_Bps, nccl)
+
+
 def rate_beside(cluster: Cluster, s: Strategy, kernels: KernelCostModel) -> RateBeside:
-    """The compute stream's rate beside a layer's asynchronous collective under ``s`` (``plansim.costs.interference``:
-    what its engine takes on its mesh axis's group), as the discrete-event engine slows compute beside its ``tp``
-    stream."""
+    """The compute stream's rate beside a layer's asynchronous collective under ``s`` of ``seconds`` that sends
+    ``sent`` bytes (``beside``), as the discrete-event engine slows compute beside its ``tp`` stream."""
     mesh = mesh_of(s)
     model = interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
 
-    def rate(comm: Comm) -> float:
-        return model.rate(engine_load(cluster, mesh.size(comm.group), mesh.stride(comm.group), comm.engine))
+    def rate(comm: Comm, seconds: float, sent: float) -> float:
+        group = beside(cluster, mesh, model, comm.group, comm.collective, comm.algorithm, comm.engine)
+        return group.rate(seconds, sent)
 
     return rate
