@@ -16,11 +16,11 @@ sections, from the spread of the cited micro-benchmark sources):
 An input that a measured kernel profile (``hardware_profiles/measured/``) prices instead of the GPU profile (its GEMM
 table, its overlap section) is left out: the measurement replaces the published spread. A profile without a range
 for an input holds it at the profile's value. Every input moves the step time one way (``worse``: lower or higher
-values slow it) but one: a faster network finishes a collective sooner but loads HBM harder while it overlaps compute
-(``plansim.costs.interference``), so a step whose communication is hidden can be slower with the higher
-inter-node efficiency. The worst case over the box is therefore its maximum over ``worst_corners``: the monotone
-inputs at their worse end, inter-node efficiency at both; ``tests/test_robust.py`` checks that against every
-corner.
+values slow it): a faster network finishes a collective sooner, and the HBM its bytes load beside compute is spread
+over the time the call runs (``plansim.costs.interference.paced``), so no step is slower with the higher inter-node
+efficiency (``tests/test_monotone.py``). The worst case over the box is therefore its value at ``worst_corners``,
+every input at its worse end; ``tests/test_robust.py`` checks that against every corner. An input could be marked
+not ``monotone``, and the worst case would try both its ends.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ INPUTS: dict[str, UncertainInput] = {
     u.name: u
     for u in (
         UncertainInput(
-            "inter_node_efficiency", "inter-node efficiency", -1, False, (0.05, 1.0), _percent,
+            "inter_node_efficiency", "inter-node efficiency", -1, True, (0.05, 1.0), _percent,
             _inter_value, _inter_apply, _inter_range, _inter_applies,
         ),
         UncertainInput(

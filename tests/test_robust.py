@@ -88,17 +88,18 @@ def _small_space():  # type: ignore[no-untyped-def]
 
 
 def test_the_worst_case_is_among_the_worst_corners_by_brute_force() -> None:
-    """Every candidate's step time at every corner of the box (2^4 = 16): the largest is the largest over
-    ``worst_corners`` (the monotone inputs pinned at their worse end: 2 corners), and inter-node efficiency is
-    indeed not monotone for some candidate (a hidden all-reduce interferes more when the network is faster)."""
+    """Every candidate's step time at every corner of the box (2^4 = 16): the largest is the one at
+    ``worst_corners``, every input at its worse end (one corner: each input is monotone, inter-node efficiency too
+    since an NCCL call loads HBM at its own pace), and no input's better end is ever the slower one."""
     model, cluster, space = _small_space()
     assert 20 <= len(space) <= 400
     box = list(corners(cluster))
     assert len(box) == 16
     caches = {tuple(v.items()): AnalyticCache(model, perturbed(cluster, v)) for v in box}
     pinned = [tuple(v.items()) for v in worst_corners(cluster)]
-    assert len(pinned) == 2 and all(k in caches for k in pinned)
-    checked = non_monotone = 0
+    assert len(pinned) == 1 and pinned[0] in caches
+    worst_ends = dict(pinned[0])
+    checked = 0
     for s in space:
         try:
             times = {
@@ -106,10 +107,14 @@ def test_the_worst_case_is_among_the_worst_corners_by_brute_force() -> None:
             }
         except PlansimError:
             continue
-        assert max(times.values()) == pytest.approx(max(times[k] for k in pinned), rel=1e-12), s
-        non_monotone += times[pinned[1]] > times[pinned[0]]  # the higher efficiency's corner slower
+        assert max(times.values()) == pytest.approx(times[pinned[0]], rel=1e-12), s
+        for corner, t in times.items():  # moving any one input from its worse end to the other never slows the step
+            for name, value in corner:
+                if value != worst_ends[name]:
+                    worse = tuple((n, worst_ends[name] if n == name else v) for n, v in corner)
+                    assert t <= times[worse] * (1 + 1e-12), (s, name)
         checked += 1
-    assert checked >= 20 and non_monotone >= 1
+    assert checked >= 20
 
 
 def test_robust_ranks_by_the_brute_force_worst_case() -> None:

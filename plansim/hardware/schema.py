@@ -335,8 +335,21 @@ class IntraNode(_Strict):
 
     @property
     def efficiency(self) -> float:
-        """Measured bus bandwidth over line rate."""
-        return self.allreduce_busbw_Bps / self.bandwidth_per_gpu_Bps
+        """Measured bus bandwidth over line rate: a GPU's line rate into the fabric, which in an ``nvlink_mesh`` is
+        what its links carry (the most any GPU has), whatever ``bandwidth_per_gpu_Bps`` says."""
+        return self.allreduce_busbw_Bps / self.line_rate_Bps
+
+    @property
+    def line_rate_Bps(self) -> float:
+        """A GPU's line rate into the fabric: ``bandwidth_per_gpu_Bps``, or in an ``nvlink_mesh`` the most link
+        bandwidth one GPU has (its links' counts x ``link_bandwidth_Bps``), at least the measured bus bandwidth."""
+        if self.links is None or self.link_bandwidth_Bps is None:
+            return self.bandwidth_per_gpu_Bps
+        per_gpu: dict[int, int] = {}
+        for a, b, count in self.links:
+            per_gpu[a] = per_gpu.get(a, 0) + count
+            per_gpu[b] = per_gpu.get(b, 0) + count
+        return max(self.allreduce_busbw_Bps, max(per_gpu.values(), default=0) * self.link_bandwidth_Bps)
 
 
 class Nics(_Strict):
@@ -488,8 +501,13 @@ class NodeSpec(_Strict):
 
     @property
     def nic_share_Bps(self) -> float:
-        """Line-rate NIC bandwidth per GPU: ``count * bandwidth / gpus_per_node``."""
-        return self.nics.count * self.nics.bandwidth_Bps / self.gpus_per_node
+        """Line-rate bandwidth into the fabric per GPU: ``count * port / gpus_per_node``, each NIC's port the slower
+        of the NIC and the first fabric tier's switch port it plugs into (``topology``: the NIC -> leaf edge), so a
+        NIC faster than its switch port moves no more than the port does, as the discrete-event network routes it.
+        A GPU sends through one NIC (``topology`` attaches each GPU to one): NICs beyond one per GPU are counted
+        once per GPU."""
+        port = min(self.nics.bandwidth_Bps, self.fabric[0].bandwidth_Bps)
+        return min(self.nics.count, self.gpus_per_node) * port / self.gpus_per_node
 
     @property
     def max_nodes(self) -> float:
