@@ -500,16 +500,18 @@ def ring_time_us(c: NcclComm, collective: str, protocol: str, n_bytes: float, t:
     per_channel = min(bus / nc, own, t.channel_cap_GBps(protocol)) * 1000.0  # bytes per us
     loop = c.ranks * CHUNK_BYTES[protocol]
     full = int(per_ch // loop)
-    chunks = [CHUNK_BYTES[protocol]] * full + ([(per_ch - full * loop) / c.ranks] if per_ch > full * loop else [])
     intra, s_intra, inter, s_inter = _ring_step_sync_us(c, collective, protocol, t)
     threads = _ring_threads(c, protocol, n_bytes)
-    total = 0.0
-    for chunk in chunks:
+
+    def one_loop(chunk: float) -> float:  # one loop of ``ranks`` steps of ``chunk`` bytes
         data = step_rounds_bytes(protocol, chunk, threads) / per_channel
         if protocol in LINE_FLAGGED:
-            total += intra * max(s_intra, data) + inter * max(s_inter, data)
-        else:
-            total += intra * (s_intra + data) + inter * (s_inter + data)
+            return intra * max(s_intra, data) + inter * max(s_inter, data)
+        return intra * (s_intra + data) + inter * (s_inter + data)
+
+    total = full * one_loop(CHUNK_BYTES[protocol]) if full else 0.0  # the full loops are alike
+    if per_ch > full * loop:
+        total += one_loop((per_ch - full * loop) / c.ranks)
     base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
     return t.call_us + base + total
 
