@@ -6,12 +6,15 @@ heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / d
 1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3 (under ``fsdp`` ZeRO-2/3 also hybrid-sharded
 within each node: HSDP), sequence parallelism (and with it Megatron-LM's
 ``--tp-comm-overlap``), remat (none,
-selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce.
+selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce among
+those the framework's library runs (its ``collective_library`` rule: NCCL's entries of the registry; by default
+NCCL's own pick, ``nccl``). The course's algorithms (tree, butterfly, naive, parameter server, hierarchical) run in
+no framework: ``simulate`` and ``compare`` price them as what-ifs, and asking the planner for one is refused.
 
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
 the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and under ZeRO >= 1 the gradient
-reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring; butterflies beside
-a butterfly; NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
+reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring beside ``ring``,
+NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
 ``check_strategy`` stays the judge.
 """
 
