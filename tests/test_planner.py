@@ -521,3 +521,17 @@ def test_gains_are_said_as_percentages_when_small_and_ratios_when_large() -> Non
     assert compare_sentence(R(step_time_s=10.0, time_breakdown_s=parts, peak_memory_bytes=1e9), big, "B").startswith(
         "It is 3.3x as fast as B"
     )
+
+
+def test_a_milp_finalist_is_budgeted_to_leave_the_headroom() -> None:
+    """``remat: milp`` fills what a stage leaves; under the headroom its finalist runs on an explicit budget that
+    leaves it free, and the strategy alone (as winner.yaml holds it) prices the same."""
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=1)
+    c = Constraints(micro_batch=64, remat=("full",))
+    r = plan(model, cluster, global_batch=64, constraints=c, des=False, top_k=3)
+    (milp,) = [f for f in r.outcome.finalists if f.priced.strategy.remat == "milp"]
+    s = milp.priced.strategy
+    assert s.remat_budget is not None and milp.result.memory_margin >= c.headroom
+    unbudgeted = simulate_analytic(model, cluster, s.model_copy(update={"remat_budget": None}))
+    assert unbudgeted.memory_margin < c.headroom  # without the budget it would have been rejected
+    assert simulate_analytic(model, cluster, s).to_dict() == milp.result.to_dict()

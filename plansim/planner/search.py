@@ -2,7 +2,8 @@
 objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Three refinements
 are priced for the finalists only: Megatron-LM's ``--tp-comm-overlap`` where their framework runs it (unless the
 constraints fix it: ``Constraints.tp_comm_overlap``), the layer split that balances the pipeline stages' time
-(``split``), and ``remat: milp`` for those that recompute.
+(``split``), and ``remat: milp`` for those that recompute (where its schedule would fill what the stage leaves, on an
+explicit ``remat_budget`` that leaves the headroom free: ``_within_headroom``).
 
 Ranking (``ranked``): by the objective; plans within ``TIE`` of each other tie, and between them the one with the
 lower peak memory ranks first, then the earlier in ``space.candidates`` order. A candidate that leaves less of the
@@ -479,12 +480,46 @@ def _with_milp(
         seen.add(s)
         try:
             r, corner = pricing.price(s)
+            if r.fits and not meets_headroom(r, headroom):  # the schedule filled what the stage leaves
+                s, (r, corner) = _within_headroom(pricing, s, r, headroom)
         except PlansimError:
             continue
         if meets_headroom(r, headroom):
             out.append(Priced(p.index, s, r, corner))
             refined.append(out[-1])
     return _without_twins(ranked(out, key, lambda q: q.result, lambda q: (q.index, q.strategy.remat == "milp")), top_k)
+
+
+def _within_headroom(
+    pricing: _Pricing, s: Strategy, r: Result, headroom: float
+) -> tuple[Strategy, tuple[Result, Cluster | None]]:
+    """``s`` (``remat: milp`` on its default budget, what each stage leaves, whose peak ``r`` leaves less than
+    ``headroom`` free) again on an explicit activation budget (``remat_budget``, every stage's) short by the missing
+    bytes of what its schedule held: the held bytes are its activations less those of a schedule with no budget
+    (everything recomputed that can be), and each try lowers the budget by what is still missing, at most
+    ``_HEADROOM_TRIES`` times; the caller checks the last result. Written into the strategy, the budget makes the
+    winner reproducible."""
+    capacity = r.peak_memory_bytes / (1 - r.memory_margin)
+
+    def missing(x: Result) -> float:
+        return x.peak_memory_bytes - capacity * (1 - headroom)
+
+    floor, _ = pricing.price(s.model_copy(update={"remat_budget": 0.0}))
+    held = float(r.memory_breakdown_bytes.get("activations", 0) - floor.memory_breakdown_bytes.get("activations", 0))
+    budget, t = held, s
+    priced: tuple[Result, Cluster | None] = (r, None)
+    for _ in range(_HEADROOM_TRIES):
+        budget = float(math.floor(max(0.0, budget - missing(priced[0]))))
+        t = s.model_copy(update={"remat_budget": budget})
+        priced = pricing.price(t)
+        if meets_headroom(priced[0], headroom) or budget == 0.0:
+            break
+    return t, priced
+
+
+#: Tries at a ``remat: milp`` budget that leaves the headroom free (``_within_headroom``): each is a MILP solve per
+#: stage, and the held bytes fall about as the budget does, so one usually suffices.
+_HEADROOM_TRIES = 3
 
 
 def _with_tp_comm_overlap(
