@@ -259,6 +259,22 @@ def plan(
             help="Megatron-LM's --tp-comm-overlap: search only it, or never (default: tried on the finalists)",
         ),
     ] = None,
+    headroom: Annotated[
+        float | None,
+        typer.Option(
+            "--headroom",
+            help="fraction of GPU memory a plan must leave free at its peak (default 0.05 = 5%, where plansim warns "
+            "of a thin margin; 0 lets a plan fill the GPU)",
+        ),
+    ] = None,
+    dp_algorithms: Annotated[
+        str | None,
+        typer.Option(
+            "--dp-algorithms",
+            help="all-reduce algorithms to search, comma-separated, among those the framework's library runs "
+            "(default: nccl, NCCL's own pick; ring forces NCCL's ring)",
+        ),
+    ] = None,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -267,6 +283,7 @@ def plan(
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
+    from plansim.step.result import THIN_MARGIN
 
     check_output_folder(out)  # before the search, not after it
     policies = tuple(p.strip() for p in remat.split(",") if p.strip())
@@ -274,9 +291,11 @@ def plan(
     if bad or not policies:
         raise PlansimError(f"--remat {shown(remat)}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
     searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
+    algorithms = None if dp_algorithms is None else tuple(a.strip() for a in dp_algorithms.split(",") if a.strip())
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
+        dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")
@@ -425,16 +444,23 @@ def sweep(
     top: Annotated[int, typer.Option("--top", help="finalists per point (re-simulated with --des)")] = 10,
     objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
+    headroom: Annotated[
+        float | None,
+        typer.Option("--headroom", help="fraction of GPU memory each point's plan must leave free (as plan's)"),
+    ] = None,
 ) -> None:
     """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
     from plansim.outputs import check_output_folder
+    from plansim.step.result import THIN_MARGIN
     from plansim.sweep import SweepSettings, grid_from_options
     from plansim.sweep import sweep as run_sweep
     from plansim.sweep.output import print_sweep, sweep_summary, write_sweep
 
     check_output_folder(out)  # before the points run, not after them
     the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
-    settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective)
+    settings = SweepSettings(
+        des=des, milp=milp, top_k=top, objective=objective, headroom=THIN_MARGIN if headroom is None else headroom
+    )
     # Dask's own log lines would tear a live bar: plain lines with a scheduler
     with _progress("sweep: points planned", len(the_grid), live=False if scheduler is not None else None) as bar:
         result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=bar.counter())

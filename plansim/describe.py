@@ -12,7 +12,15 @@ from plansim.units import GB
 if TYPE_CHECKING:
     from plansim.result import Result
 
-__all__ = ["compare_sentence", "describe", "objective_sentence"]
+__all__ = ["RATIO_FROM", "compare_sentence", "describe", "objective_sentence", "pace", "times"]
+
+#: From this ratio on a gain is said as a ratio ("3.3x as fast as", "2.0x the tokens/s of"), below it as a
+#: percentage ("12.0% faster than"): a percentage past 50 % reads badly ("225.6% faster" is 3.3x as fast), and one
+#: below it says more than "1.1x" does.
+RATIO_FROM = 1.5
+
+#: Within this fraction two figures are said to be the same ("as fast as"): below what one decimal of a percent shows.
+_SAME = 5e-4
 
 _PARTS = {
     "compute": "compute",
@@ -56,6 +64,37 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     return " ".join(parts)
 
 
+def times(ratio: float) -> str:
+    """A ratio as the sentences say it: one decimal below 10, whole above.
+
+    >>> times(3.256), times(12.4)
+    ('3.3x', '12x')
+    """
+    return f"{ratio:.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
+def pace(mine_s: float, other_s: float) -> str:
+    """How a step of ``mine_s`` seconds compares with one of ``other_s``, as a verb phrase that the other's name
+    follows: speeds compared (``other_s / mine_s``), a large gain as a ratio (``RATIO_FROM``), a small one or a loss
+    as a percentage, a large loss as how many times as long it takes.
+
+    >>> pace(1.0, 3.256), pace(1.0, 1.2), pace(1.0, 1.0002)
+    ('is 3.3x as fast as', 'is 20.0% faster than', 'is as fast as')
+    >>> pace(1.25, 1.0), pace(3.0, 1.0)
+    ('is 20.0% slower than', 'takes 3.0x as long as')
+    """
+    speed = other_s / mine_s  # the other's time over mine: my speed over the other's
+    if speed >= RATIO_FROM:
+        return f"is {times(speed)} as fast as"
+    if speed > 1 + _SAME:
+        return f"is {speed - 1:.1%} faster than"
+    if speed >= 1 - _SAME:
+        return "is as fast as"
+    if speed > 1 / RATIO_FROM:
+        return f"is {1 - speed:.1%} slower than"
+    return f"takes {times(1 / speed)} as long as"
+
+
 def compare_sentence(winner: Result, other: Result, name: str) -> str:
     """One sentence: how much faster the winner is than ``other``, the (at most two) parts of the step it spends
     less on, the largest one it spends more on, and both peaks.
@@ -68,12 +107,17 @@ def compare_sentence(winner: Result, other: Result, name: str) -> str:
     >>> print(textwrap.fill(compare_sentence(w, o, "B"), 100))
     It is 20.0% faster than B: less exposed communication (2,000.0 ms) and less compute (500.0 ms),
     despite more pipeline bubble (500.0 ms); peak memory 60.0 vs 50.0 GB.
+    >>> o = R(step_time_s=32.56, time_breakdown_s=parts(30.0, 2.0, 0.56), peak_memory_bytes=50e9)
+    >>> compare_sentence(w, o, "B").split(":")[0]   # 225.6% faster, said as a ratio
+    'It is 3.3x as fast as B'
     """
-    if other.step_time_s <= 0:
+    if other.step_time_s <= 0 or winner.step_time_s <= 0:
         return ""
     gain = other.step_time_s / winner.step_time_s - 1
-    pace = f"{gain:.1%} faster than" if gain > 5e-4 else "as fast as" if gain > -5e-4 else f"{-gain:.1%} slower than"
-    return f"It is {pace} {name}{_because(winner, other, gain, 1.0)}{_memory(winner, other)}."
+    return (
+        f"It {pace(winner.step_time_s, other.step_time_s)} {name}{_because(winner, other, gain, 1.0)}"
+        f"{_memory(winner, other)}."
+    )
 
 
 def objective_sentence(
@@ -93,7 +137,7 @@ def objective_sentence(
     >>> o = R(step_time_s=1.0, tokens_per_s=500.0, gpus=8, time_breakdown_s=parts(0.5, 0.5, 0.0),
     ...       peak_memory_bytes=50e9, strategy={"global_batch": 1})
     >>> print(textwrap.fill(objective_sentence(w, o, "B", "tokens_per_s"), 100))
-    It gives 100.0% more tokens/s than B (global batch 4 vs 1): for the same 4,000 tokens, less exposed
+    It gives 2.0x the tokens/s of B (global batch 4 vs 1): for the same 4,000 tokens, less exposed
     communication (3,500.0 ms) and less compute (1,000.0 ms), despite more pipeline bubble (500.0 ms);
     peak memory 60.0 vs 50.0 GB.
     >>> o = R(**{**vars(o), "gpus": 32})   # 4x the GPU-seconds per token of the above
@@ -115,28 +159,32 @@ def objective_sentence(
         gain = other_cost / own_cost - 1
         if other.gpus != winner.gpus:
             setting = f" ({winner.gpus:,} vs {other.gpus:,} GPUs" + (f", {setting[2:]}" if setting else ")")
-        pace = (
-            f"It needs {1 - own_cost / other_cost:.1%} fewer GPU-hours per token than"
-            if gain > 5e-4
-            else "It needs as many GPU-hours per token as"
-            if gain > -5e-4
-            else f"It needs {own_cost / other_cost - 1:.1%} more GPU-hours per token than"
-        )
+        more = own_cost / other_cost  # a saving is at most 100 %: said as a percentage; a large excess as a ratio
+        if gain > _SAME:
+            phrase = f"It needs {1 - more:.1%} fewer GPU-hours per token than"
+        elif gain >= -_SAME:
+            phrase = "It needs as many GPU-hours per token as"
+        elif more < RATIO_FROM:
+            phrase = f"It needs {more - 1:.1%} more GPU-hours per token than"
+        else:
+            phrase = f"It needs {times(more)} the GPU-hours per token of"
         same = f"for the same {tokens:,.0f} tokens on {winner.gpus:,} GPUs, "
     else:
-        gain = winner.tokens_per_s / other.tokens_per_s - 1
-        pace = (
-            f"It gives {gain:.1%} more tokens/s than"
-            if gain > 5e-4
-            else "It gives as many tokens/s as"
-            if gain > -5e-4
-            else f"It gives {-gain:.1%} fewer tokens/s than"
-        )
+        ratio = winner.tokens_per_s / other.tokens_per_s
+        gain = ratio - 1
+        if ratio >= RATIO_FROM:
+            phrase = f"It gives {times(ratio)} the tokens/s of"
+        elif gain > _SAME:
+            phrase = f"It gives {gain:.1%} more tokens/s than"
+        elif gain >= -_SAME:
+            phrase = "It gives as many tokens/s as"
+        else:  # fewer is at most 100 %: a percentage
+            phrase = f"It gives {-gain:.1%} fewer tokens/s than"
         same = f"for the same {tokens:,.0f} tokens, "
     because = _because(winner, other, gain, scale, floor_s=5e-5)  # none that would print as 0.0 ms
     if because and abs(scale - 1) > 1e-9:
         because = ": " + same + because[2:]
-    return f"{pace} {name}{setting}{because}{_memory(winner, other)}."
+    return f"{phrase} {name}{setting}{because}{_memory(winner, other)}."
 
 
 def _because(winner: Result, other: Result, gain: float, scale: float, floor_s: float = 1e-6) -> str:
@@ -146,7 +194,7 @@ def _because(winner: Result, other: Result, gain: float, scale: float, floor_s: 
     diffs = [(other.time_breakdown_s.get(k, 0.0) * scale - winner.time_breakdown_s.get(k, 0.0), k) for k in _PARTS]
     less = sorted((d for d in diffs if d[0] > floor_s), key=lambda d: -d[0])[:2]
     more = sorted((d for d in diffs if d[0] < -floor_s), key=lambda d: d[0])[:1]
-    if not less or gain <= 5e-4:
+    if not less or gain <= _SAME:
         return ""
     because = ": " + " and ".join(f"less {_PARTS[k]} ({d * 1e3:,.1f} ms)" for d, k in less)
     return because + "".join(f", despite more {_PARTS[k]} ({-d * 1e3:,.1f} ms)" for d, k in more)

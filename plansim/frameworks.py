@@ -32,6 +32,7 @@ __all__ = [
     "TPCommOverlap",
     "framework_names",
     "is_framework",
+    "library_algorithms",
     "load_framework",
     "modelled_zero_stages",
     "rule_differences",
@@ -184,6 +185,9 @@ class FrameworkRules(_Strict):
     hybrid_shard: Rule[list[ZeroStage]]
     pipeline_sends: Rule[PipelineSends]
     param_prefetch: Rule[ParamPrefetch]
+    #: the communication library its collectives run in (all three: NCCL, through torch.distributed); the planner
+    #: searches only the algorithms whose registry entry that library runs (``library_algorithms``)
+    collective_library: Rule[Literal["nccl"]]
 
 
 class FrameworkProfile(_Strict):
@@ -272,6 +276,19 @@ def modelled_zero_stages(name: str, pp: int) -> list[int]:
     return list(_modelled(name, pp > 1))
 
 
+def library_algorithms(name: str) -> tuple[str, ...]:
+    """The data-parallel all-reduce algorithms framework ``name`` can run: those whose registry entry
+    (``plansim.costs.collectives.ALLREDUCE_ALGORITHMS``) its ``collective_library`` runs, in registry order.
+
+    >>> library_algorithms("megatron")
+    ('nccl', 'ring')
+    """
+    from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
+
+    library = load_framework(name).rules.collective_library.value
+    return tuple(a for a, entry in ALLREDUCE_ALGORITHMS.items() if entry.library == library)
+
+
 def rule_differences(
     winner: str, other: str, zero: int = 0, pp: int = 1, tp: int = 1, schedule: str = "1f1b"
 ) -> list[str]:
@@ -300,6 +317,8 @@ def rule_differences(
     """
     a, b = load_framework(winner).rules, load_framework(other).rules
     out = []
+    if a.collective_library.value != b.collective_library.value:
+        out.append(f"collectives in {b.collective_library.value}, not {a.collective_library.value}")
     if a.grad_reduce_fp32.value != b.grad_reduce_fp32.value:
         out.append("gradients reduced in " + ("fp32, not bf16" if b.grad_reduce_fp32.value else "bf16, not fp32"))
     if pp > 1 and a.grad_reduce_overlap_with_pipeline.value != b.grad_reduce_overlap_with_pipeline.value:

@@ -159,6 +159,9 @@ LIMITS: dict[str, Limit] = {
     "repeats": Limit(1, 100_000, "runs", "timed runs whose median is kept"),
     "in_flight": Limit(1, 2**24, "micro-batches", "at most the micro-batches of a step", integer=False),
     "gap": Limit(0, 1, "", "a relative gap below 1, e.g. 0.01 for 1%", integer=False),
+    "headroom": Limit(
+        0, 0.9, "", "a fraction of the GPU's memory left free at the peak: 0.05 for 5%; 0 lets a plan fill it", False
+    ),
 }
 
 

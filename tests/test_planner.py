@@ -60,7 +60,7 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
             continue
         pipelines = [(x, 1) for x in SCHEDULES] + [("interleaved", v) for v in range(2, model.layers + 1)]
         for (schedule, v), zero, sp, overlap, alg in itertools.product(
-            pipelines, (0, 1, 2, 3), (False, True), (False,), Constraints().dp_algorithms
+            pipelines, (0, 1, 2, 3), (False, True), (False,), ALLREDUCE_ALGORITHMS
         ):  # tp_comm_overlap is tried on the finalists, not searched (test_frameworks)
             if sp and tp == 1:
                 continue
@@ -71,9 +71,9 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
             )  # fmt: skip
             if not check_strategy(s, model, cluster):
                 want.add(_canonical(s))
-    # a ZeRO class whose sharded collectives are an all-reduce the search leaves out (ring) is left out too
-    searched = Constraints().dp_algorithms
-    want = {s for s in want if s.zero == 0 or s.dp == 1 or s.dp_algorithm in searched}
+    # under Megatron-LM (NCCL) the search's all-reduce is NCCL's own pick, nccl: not NCCL_ALGO=Ring forced, not the
+    # course's algorithms (no framework's library runs them)
+    want = {s for s in want if s.dp_algorithm == "nccl"}
     assert set(got) == want
 
 
@@ -82,7 +82,7 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
 # --------------------------------------------------------------------------------------------------------------------
 
 CASES = [
-    ("gpt3-125m", 8, 16, Constraints(dp_algorithms=("ring", "tree"), remat=("none",))),
+    ("gpt3-125m", 8, 16, Constraints(dp_algorithms=("ring", "nccl"), remat=("none",))),
     ("gpt3-1.3b", 16, 16, Constraints(dp_algorithms=("ring",), remat=("selective",), max_micro_batch=2)),
     ("llama2-7b", 32, 32, Constraints(dp_algorithms=("ring",), remat=("selective",), max_micro_batch=1)),
     (
@@ -102,7 +102,7 @@ def test_winner_is_the_des_best_of_every_candidate(name: str, gpus: int, batch: 
     r = plan(model, cluster, global_batch=batch, constraints=constraints, milp=False, splits=False)
     assert r.winner_result is not None and r.winner_result.engine == "des"
     every = [simulate_des(model, cluster, s) for s in candidates(model, cluster, batch, constraints)]
-    best = min(x.step_time_s for x in every if x.fits)
+    best = min(x.step_time_s for x in every if x.fits and x.memory_margin >= constraints.headroom)
     assert r.winner_result.step_time_s == pytest.approx(best, rel=1e-9)
 
 
@@ -113,20 +113,22 @@ def test_winner_is_the_des_best_of_every_candidate(name: str, gpus: int, batch: 
 
 @pytest.mark.parametrize("name,gpus,batch", [("gpt3-1.3b", 8, 64), ("llama2-7b", 16, 32)])
 def test_fit_verdicts_match_the_memory_model(name: str, gpus: int, batch: int) -> None:
-    """Every candidate is counted once, as fitting or rejected; a fitting one's peak is within the device and a
-    rejected one's is not; and the planner's (cached) pricing equals a fresh ``simulate_analytic`` call."""
+    """Every candidate is counted once, as fitting or rejected; a fitting one's peak is within the device, less the
+    headroom, and a rejected one's is not (beyond the device, or within it but inside the headroom); and the
+    planner's (cached) pricing equals a fresh ``simulate_analytic`` call."""
     model, cluster = load_model(name), load_hardware("dgx-a100", gpus=gpus)
     c = Constraints(dp_algorithms=("ring",))
     out = search(model, cluster, batch, c, des=False, milp=False, top_k=3)
     capacity = cluster.gpu.memory_bytes
     assert len(out.fitting) + sum(out.rejected.values()) == out.candidates
-    assert all(p.result.peak_memory_bytes <= capacity for p in out.fitting)
+    assert all(p.result.peak_memory_bytes <= capacity * (1 - c.headroom) * (1 + 1e-12) for p in out.fitting)
     fitting = {p.strategy for p in out.fitting}
     rejected = [s for s in candidates(model, cluster, batch, c) if s not in fitting]
     assert len(rejected) == sum(out.rejected.values())
     for s in rejected[:: max(1, len(rejected) // 25)]:
         fresh = simulate_analytic(model, cluster, s)
-        assert not fresh.fits and fresh.peak_memory_bytes > capacity
+        assert fresh.peak_memory_bytes > capacity * (1 - c.headroom)
+        assert fresh.fits == (fresh.peak_memory_bytes <= capacity)
     for p in out.fitting[:: max(1, len(out.fitting) // 25)]:
         assert simulate_analytic(model, cluster, p.strategy).to_dict() == p.result.to_dict()
 
@@ -290,3 +292,246 @@ def test_finalists_leave_out_twins_that_price_alike() -> None:
     got = _without_twins([Priced(0, s, r), twin_ring, twin_milp, other], top_k=10)
     assert [p.index for p in got] == [0, 3]
     assert [p.index for p in _without_twins([Priced(0, s, r), twin_ring, other], top_k=2)] == [0, 3]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# plans a framework runs: its library's collectives, ties toward less memory, twins counted, headroom, wording
+# --------------------------------------------------------------------------------------------------------------------
+
+#: NCCL's registry entries by what they say of themselves: NCCL's own pick, or NCCL_ALGO=Ring
+NCCL_ENTRIES = {a for a, e in ALLREDUCE_ALGORITHMS.items() if e.nccl in ("auto", "ring")}
+COURSE = sorted(set(ALLREDUCE_ALGORITHMS) - NCCL_ENTRIES)
+
+
+def test_nccl_runs_the_nccl_entries_and_no_course_algorithm() -> None:
+    """The registry's library property against NCCL's two modes; every framework's rule names NCCL."""
+    from plansim.frameworks import framework_names, library_algorithms, load_framework
+
+    assert {a for a, e in ALLREDUCE_ALGORITHMS.items() if e.library == "nccl"} == NCCL_ENTRIES == {"nccl", "ring"}
+    assert all(ALLREDUCE_ALGORITHMS[a].library is None for a in COURSE) and len(COURSE) == 5
+    for name in framework_names():
+        assert load_framework(name).rules.collective_library.value == "nccl"
+        assert set(library_algorithms(name)) == NCCL_ENTRIES
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp", "all"])
+def test_a_frameworks_planner_never_proposes_an_algorithm_its_library_does_not_run(framework: str) -> None:
+    """Every candidate, asked for or not, is one NCCL runs; by default NCCL's own pick only (the forced ring prices as
+    it wherever NCCL picks the ring)."""
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    default = list(candidates(model, cluster, 16, Constraints(framework=framework, remat=("none",))))
+    assert default and {s.dp_algorithm for s in default} == {"nccl"}
+    both = Constraints(framework=framework, remat=("none",), dp_algorithms=("nccl", "ring"))
+    assert {s.dp_algorithm for s in candidates(model, cluster, 16, both)} == NCCL_ENTRIES
+    r = plan(model, cluster, global_batch=16, constraints=both, des=False, milp=False, top_k=5)
+    proposed = [f.priced.strategy for f in r.outcome.finalists] + [p.strategy for p in r.outcome.fitting]
+    assert proposed and all(s.dp_algorithm in NCCL_ENTRIES for s in proposed)
+
+
+@pytest.mark.parametrize("algorithm", COURSE)
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp", "all"])
+def test_asking_the_planner_for_a_course_algorithm_is_refused_in_one_line(algorithm: str, framework: str) -> None:
+    from plansim.errors import PlansimError
+
+    with pytest.raises(PlansimError) as err:
+        Constraints(framework=framework, dp_algorithms=("nccl", algorithm))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"--dp-algorithms {algorithm}: ")
+    assert (
+        "NCCL" in message
+        and "does not run it" in message
+        and f"plansim compare -s '...,dp_algorithm={algorithm}'" in message
+    )
+
+
+def test_cli_plan_dp_algorithms() -> None:
+    bad = runner.invoke(app, [*SMALL, "--dp-algorithms", "butterfly", "--no-des"])
+    assert bad.exit_code == 2
+    lines = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Megatron-LM runs its collectives in NCCL" in lines[0], bad.stderr
+    ok = runner.invoke(app, [*SMALL, "--dp-algorithms", "ring", "--no-des", "--format", "json", "--top", "2"])
+    assert ok.exit_code == 0, ok.output
+    assert all(f["analytic"]["strategy"]["dp_algorithm"] == "ring" for f in json.loads(ok.stdout)["finalists"])
+
+
+def _priced(index: int, s: Strategy, r, **changes):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from plansim.planner.search import Priced
+
+    return Priced(index, s, replace(r, **changes) if changes else r)
+
+
+def test_equal_times_rank_the_lower_memory_first() -> None:
+    """Two candidates whose step times differ by less than the tolerance: the one with the lower peak ranks first,
+    though it is the slower and the later enumerated; just past the tolerance, time decides again."""
+    from plansim.planner.search import OBJECTIVES, TIE, _ranked_priced
+
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    s = Strategy.parse("dp=8,micro_batch=1,global_batch=16,zero=1")
+    r = simulate_analytic(model, cluster, s)
+    for objective in OBJECTIVES:
+        key = OBJECTIVES[objective]
+        fat = _priced(0, s, r, peak_memory_bytes=26.3e9)
+        lean = _priced(1, s.model_copy(update={"zero": 2}), r, step_time_s=r.step_time_s * (1 + TIE / 2),
+                       tokens_per_s=r.tokens_per_s / (1 + TIE / 2), peak_memory_bytes=21.4e9)  # fmt: skip
+        assert [p.index for p in _ranked_priced([fat, lean], key)] == [1, 0], objective
+        slow = _priced(1, lean.strategy, r, step_time_s=r.step_time_s * (1 + 2 * TIE),
+                       tokens_per_s=r.tokens_per_s / (1 + 2 * TIE), peak_memory_bytes=21.4e9)  # fmt: skip
+        assert [p.index for p in _ranked_priced([slow, fat], key)] == [0, 1], objective
+
+
+def test_twins_are_collapsed_into_the_best_ranked_and_counted() -> None:
+    """A candidate that differs from a better one only in settings and prices alike (within the tolerance, time and
+    memory) is left out and counted for it; a different placement, or a different memory, is a finalist of its
+    own."""
+    from plansim.planner.search import TIE, _twins_of, _without_twins, differing_settings
+
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    s = Strategy.parse("dp=8,micro_batch=1,global_batch=16,zero=1,remat=none")
+    r = simulate_analytic(model, cluster, s)
+    best = _priced(0, s, r)
+    zero0 = _priced(1, s.model_copy(update={"zero": 0}), r, step_time_s=r.step_time_s * (1 + TIE / 3),
+                    peak_memory_bytes=r.peak_memory_bytes * (1 + TIE / 3))  # fmt: skip
+    ring = _priced(2, s.model_copy(update={"dp_algorithm": "ring"}), r)
+    placed = _priced(3, s.model_copy(update={"micro_batch": 2}), r)  # same figures, another placement
+    leaner = _priced(4, s.model_copy(update={"zero": 2}), r, peak_memory_bytes=r.peak_memory_bytes * (1 - 3 * TIE))
+    pool = [best, zero0, ring, placed, leaner]
+    chosen = _without_twins(pool, top_k=10)
+    assert [p.index for p in chosen] == [0, 3, 4]
+    twins = _twins_of(chosen, pool)
+    assert [p.index for p in twins[s]] == [1, 2] and placed.strategy not in twins and leaner.strategy not in twins
+    assert differing_settings(s, [p.strategy for p in twins[s]]) == "zero=1/0, dp_algorithm=nccl/ring"
+
+
+def test_a_plans_finalists_are_distinct_and_their_twins_counted_by_brute_force() -> None:
+    """Over every candidate that fits: each counted twin is one by the definition (same placement, alike) of its
+    finalist and of no better one; every candidate that is a twin of a finalist is counted; no two finalists are
+    twins; the table, the JSON and the explanation carry the counts."""
+    from plansim.planner.output import plan_summary
+    from plansim.planner.search import SETTINGS, alike
+
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    c = Constraints(remat=("none",), dp_algorithms=("nccl", "ring"))
+    r = plan(model, cluster, global_batch=16, constraints=c, des=False, milp=False, top_k=6)
+    finalists = [f.priced for f in r.outcome.finalists]
+
+    def placement(s: Strategy) -> dict:
+        return s.model_dump(exclude=set(SETTINGS))
+
+    def twin(a, b) -> bool:  # type: ignore[no-untyped-def]
+        return placement(a.strategy) == placement(b.strategy) and alike(a.result, b.result)
+
+    assert not any(twin(a, b) for a, b in itertools.combinations(finalists, 2))
+    counted = 0
+    for q in r.outcome.fitting:
+        if q.strategy in {p.strategy for p in finalists}:
+            continue
+        owner = next((p for p in finalists if twin(q, p)), None)
+        listed = [p for p in finalists if q.strategy in {t.strategy for t in r.outcome.equivalent_to(p.strategy)}]
+        assert listed == ([] if owner is None else [owner])
+        counted += owner is not None
+    assert counted == sum(len(v) for v in r.outcome.equivalents.values()) > 0  # NCCL picks the ring here: twins
+    frame = r.frame()
+    assert frame["equivalent"].sum() == counted
+    data = plan_summary(r)
+    assert sum(f["equivalent"]["count"] for f in data["finalists"]) == counted
+    winner_twins = r.outcome.equivalent_to(finalists[0].strategy)
+    if winner_twins:
+        assert f"It stands for {len(winner_twins)} equivalent candidate" in r.explanation
+
+
+@pytest.mark.parametrize("name,headroom", [("gpt3-125m", 0.0), ("gpt3-125m", 0.9), ("gpt3-1.3b", 0.835)])
+def test_headroom_rejects_exactly_the_candidates_under_it(name: str, headroom: float) -> None:
+    """Brute force over the priced candidates: those that fit with less than the headroom free are rejected, with
+    their own reason, and only those; the winner has the headroom; the explanation says how many were ruled out."""
+    from plansim.planner.search import headroom_reason
+
+    model, cluster = load_model(name), load_hardware("dgx-a100", gpus=8)
+    c = Constraints(remat=("none",), headroom=headroom)
+    r = plan(model, cluster, global_batch=16, constraints=c, des=False, milp=False, top_k=3)
+    every = {s: simulate_analytic(model, cluster, s) for s in candidates(model, cluster, 16, c)}
+    under = {
+        s for s, x in every.items() if x.fits and (x.peak_memory_bytes > cluster.gpu.memory_bytes * (1 - headroom))
+    }
+    kept = {s for s, x in every.items() if x.fits} - under
+    assert {p.strategy for p in r.outcome.tight} == under
+    assert {p.strategy for p in r.outcome.fitting} == kept
+    assert r.outcome.rejected.get(headroom_reason(headroom), 0) == len(under)
+    assert r.winner_result is not None and r.winner_result.memory_margin >= headroom
+    if under:
+        assert f"--headroom {headroom:g} ruled out {len(under):,} candidates" in r.explanation
+        best_under = min(every[s].step_time_s for s in under)
+        assert ("and would have won" in r.explanation) == (best_under < r.winner_result.step_time_s * (1 - 1e-3))
+    else:
+        assert "--headroom" not in r.explanation
+
+
+def test_headroom_bad_values_are_one_line_and_the_sweep_holds_it() -> None:
+    from plansim.errors import PlansimError
+    from plansim.sweep.grid import SweepGrid
+    from plansim.sweep.point import SweepSettings, run_point
+
+    for bad in (-0.1, 0.95, float("nan"), "5%", True):
+        with pytest.raises(PlansimError, match=r"^--headroom ") as err:
+            Constraints(headroom=bad)
+        assert "\n" not in str(err.value)
+    res = runner.invoke(app, [*SMALL, "--headroom", "5", "--no-des"])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "--headroom 5" in lines[0] and "0.05 for 5%" in lines[0]
+    (point,) = SweepGrid(("gpt3-125m",), ("dgx-a100",), (8,), (16,)).points()
+    _, row = run_point(point, SweepSettings(headroom=0.9))
+    assert row["fits"] and row["peak_memory_bytes"] <= 0.1 * row["memory_capacity_bytes"]
+
+
+def test_gains_are_said_as_percentages_when_small_and_ratios_when_large() -> None:
+    """Over a range of speed ratios, the planner's and compare's phrases: the number said reads back to the ratio
+    (to its rounding), a percentage of gain only below 50 % and a ratio from 1.5x on."""
+    import re
+    from types import SimpleNamespace as R
+
+    from plansim.describe import RATIO_FROM, compare_sentence, objective_sentence, pace
+
+    parts = {"compute": 1.0, "recompute": 0.0, "exposed_comm": 0.0, "bubble": 0.0, "optimizer": 0.0}
+    for speed in (1.0001, 1.003, 1.2, 1.49, 1.5, 2.0, 3.256, 11.7, 0.999, 0.8, 0.67, 0.5, 0.1):
+        mine, other = 1.0, speed  # seconds: the other's step takes `speed` times mine
+        phrase = pace(mine, other)
+        if (m := re.fullmatch(r"is ([\d.]+)% faster than", phrase)) is not None:
+            assert speed < RATIO_FROM and float(m[1]) / 100 == pytest.approx(speed - 1, abs=5e-4)
+        elif (m := re.fullmatch(r"is ([\d.]+)x as fast as|is (\d+)x as fast as", phrase)) is not None:
+            assert speed >= RATIO_FROM and float(m[1] or m[2]) == pytest.approx(speed, rel=0.05)
+        elif (m := re.fullmatch(r"is ([\d.]+)% slower than", phrase)) is not None:
+            assert 1 / speed < RATIO_FROM and float(m[1]) / 100 == pytest.approx(1 - speed, abs=5e-4)
+        elif (m := re.fullmatch(r"takes ([\d.]+)x as long as", phrase)) is not None:
+            assert 1 / speed >= RATIO_FROM and float(m[1]) == pytest.approx(1 / speed, rel=0.05)
+        else:
+            assert phrase == "is as fast as" and abs(speed - 1) <= 5e-4, phrase
+        w = R(step_time_s=mine, tokens_per_s=1000.0 * speed, gpus=8, time_breakdown_s=parts, peak_memory_bytes=1e9,
+              strategy={"global_batch": 8})  # fmt: skip
+        o = R(step_time_s=other, tokens_per_s=1000.0, gpus=8, time_breakdown_s={k: v * speed for k, v in parts.items()},
+              peak_memory_bytes=1e9, strategy={"global_batch": 8})  # fmt: skip
+        for sentence in (
+            compare_sentence(w, o, "B"),
+            *(objective_sentence(w, o, "B", x) for x in ("tokens_per_s", "cost")),
+        ):
+            for number, _ in re.findall(r"([\d.]+)% (faster|more)", sentence):
+                assert float(number) < 50, sentence
+            assert "225.6%" not in sentence
+    big = R(step_time_s=32.56, time_breakdown_s=parts, peak_memory_bytes=1e9)
+    assert compare_sentence(R(step_time_s=10.0, time_breakdown_s=parts, peak_memory_bytes=1e9), big, "B").startswith(
+        "It is 3.3x as fast as B"
+    )
+
+
+def test_a_milp_finalist_is_budgeted_to_leave_the_headroom() -> None:
+    """``remat: milp`` fills what a stage leaves; under the headroom its finalist runs on an explicit budget that
+    leaves it free, and the strategy alone (as winner.yaml holds it) prices the same."""
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=1)
+    c = Constraints(micro_batch=64, remat=("full",))
+    r = plan(model, cluster, global_batch=64, constraints=c, des=False, top_k=3)
+    (milp,) = [f for f in r.outcome.finalists if f.priced.strategy.remat == "milp"]
+    s = milp.priced.strategy
+    assert s.remat_budget is not None and milp.result.memory_margin >= c.headroom
+    unbudgeted = simulate_analytic(model, cluster, s.model_copy(update={"remat_budget": None}))
+    assert unbudgeted.memory_margin < c.headroom  # without the budget it would have been rejected
+    assert simulate_analytic(model, cluster, s).to_dict() == milp.result.to_dict()

@@ -258,7 +258,7 @@ def test_cli_json_from_a_grid_file(tmp_path: Path) -> None:
     summary = json.loads(res.stdout)
     assert summary["points"] == 2 and summary["fitting_points"] == 1 and summary["executor"] == "serial"
     assert summary["settings"] == {"des": False, "milp": False, "splits": True, "top_k": 10,
-                                   "objective": "step_time"}  # fmt: skip
+                                   "objective": "step_time", "headroom": 0.05}  # fmt: skip
     fits, cannot = summary["rows"]
     assert fits["gpus"] == 8 and fits["dp"] * fits["tp"] * fits["pp"] == 8
     assert cannot["dp"] is None and cannot["step_time_s"] is None and "whole number of nodes" in cannot["reason"]

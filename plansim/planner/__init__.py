@@ -16,12 +16,23 @@ from typing import Any
 
 from plansim.api import as_cluster, as_model
 from plansim.arguments import callback, choice, flag
+from plansim.describe import pace
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
 from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, robust_report
-from plansim.planner.search import OBJECTIVES, Finalist, Priced, SearchOutcome, des_figures, search
+from plansim.planner.search import (
+    OBJECTIVES,
+    Finalist,
+    Priced,
+    SearchOutcome,
+    des_figures,
+    differing_settings,
+    meets_headroom,
+    search,
+)
+from plansim.planner.search import TIE as TIE_REL
 from plansim.planner.space import Constraints, candidates, count_candidates, divisors
 from plansim.result import Result
 from plansim.strategy import Strategy
@@ -103,10 +114,23 @@ class PlanResult:
             "fits": r.fits,
             "peak_memory_bytes": r.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
+            "memory_margin": r.memory_margin,
+            "equivalent": len(self.outcome.equivalent_to(f.priced.strategy)),
+            "equivalent_settings": self.equivalent_settings(f.priced.strategy),
             **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
             **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
             **{f"strategy.{k}": v for k, v in f.priced.strategy.model_dump().items()},
         }
+
+    def equivalent_settings(self, s: Strategy) -> str:
+        """The settings in which finalist ``s``'s twins (left out, ``SearchOutcome.equivalents``) differ from it:
+        ``zero=1/0``; empty where it has none."""
+        return differing_settings(s, [p.strategy for p in self.outcome.equivalent_to(s)])
+
+    def equivalent_note(self, s: Strategy) -> str:
+        """``+2 equivalent: zero=1/0`` for finalist ``s`` (empty where it has no twins)."""
+        n = len(self.outcome.equivalent_to(s))
+        return f"+{n} equivalent: {self.equivalent_settings(s)}" if n else ""
 
     def rejected_summary(self) -> list[tuple[str, int]]:
         """Rejected candidates by reason, most frequent first."""
@@ -212,8 +236,11 @@ def plan(
         if phase:
             phase("nothing fits: looking for the smallest change that does")
         result.suggestion = _smallest_change(spec, cluster, global_batch, c)
-        result.explanation = f"No strategy fits {spec.name} on {cluster.num_gpus} x {cluster.gpu.name}. " + (
-            result.suggestion
+        result.explanation = (
+            f"No strategy fits {spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
+            + _tight_only(outcome)
+            + ". "
+            + result.suggestion
         )
         return result
     excluded = (
@@ -296,21 +323,48 @@ def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
     return max(ok, default=1)
 
 
+def _percent(fraction: float) -> str:
+    """A headroom as the sentences say it: ``5%``, ``2.5%``."""
+    return f"{fraction:.1%}".replace(".0%", "%")
+
+
+def _tight_only(outcome: SearchOutcome) -> str:
+    """Where nothing meets the headroom but some candidates fit with less: how many, and the headroom that would
+    admit the best of them (its free fraction, rounded down to 0.1 %)."""
+    if not outcome.tight:
+        return ""
+    best = outcome.tight[0]
+    admits = math.floor(max(best.result.memory_margin, 0.0) * 1000) / 1000
+    return (
+        f" with {_percent(outcome.headroom)} of its memory free at the peak (--headroom {outcome.headroom:g}): "
+        f"{len(outcome.tight):,} fit with less, the best of them {describe(best.strategy)} with "
+        f"{best.result.memory_margin:.1%} free (--headroom {admits:g} admits it, at the risk the headroom guards "
+        "against)"
+    )
+
+
 def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) -> str:
     finalists = [f for f in r.outcome.finalists if f.result.fits]
     best = finalists[0]
     w = best.result
     engine = "the discrete-event engine" if best.des is not None else "the analytic engine"
+    room = f" with {_percent(r.outcome.headroom)} of memory free" if r.outcome.headroom > 0 else ""
     text = [
-        f"Best of {r.outcome.candidates:,} candidates ({len(r.outcome.fitting):,} fit) by {engine}: "
+        f"Best of {r.outcome.candidates:,} candidates ({len(r.outcome.fitting):,} fit{room}) by {engine}: "
         f"{describe(best.priced.strategy)}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s, "
         f"MFU {w.mfu:.1%}, peak memory {w.peak_memory_bytes / GB:.1f} of {r.memory_capacity_bytes / GB:.1f} GB."
     ]
+    text += _equivalent_sentences(r, best.priced.strategy)
     if len(finalists) > 1:
         runner = finalists[1]
         text.append(
             "Runner-up " + describe(runner.priced.strategy) + ". " + compare_sentence(w, runner.result, "the runner-up")
         )
+        if _ties_in_time(r.objective, w, runner.result) and w.peak_memory_bytes < runner.result.peak_memory_bytes:
+            text.append(
+                f"The two tie within {TIE_REL:.1%} in step time, and the winner needs less memory: ties break toward "
+                "the lower peak."
+            )
     if r.megatron is not None:
         if r.megatron.priced.strategy == best.priced.strategy:
             text.append("It is the Megatron-style configuration (tp within a node, pp to fit, mb 1, selective).")
@@ -329,7 +383,48 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
     text += _overlap_sentences(r, best.priced)
     text += _framework_sentences(r, best.priced)
+    text += _headroom_sentences(r, best.priced)
     return " ".join(text)
+
+
+def _ties_in_time(objective: str, a: Result, b: Result) -> bool:
+    """Whether ``a`` and ``b`` tie on ``objective`` (within ``search.TIE``), as the ranking judges."""
+    x, y = OBJECTIVES[objective](a), OBJECTIVES[objective](b)
+    return abs(x - y) <= TIE_REL * max(abs(x), abs(y))
+
+
+def _equivalent_sentences(r: PlanResult, s: Strategy) -> list[str]:
+    """How many candidates price as the winner and differ from it only in settings (its twins, left out)."""
+    twins = r.outcome.equivalent_to(s)
+    if not twins:
+        return []
+    n = len(twins)
+    return [
+        f"It stands for {n} equivalent candidate{'s' if n > 1 else ''} ({r.equivalent_settings(s)}) that differ from "
+        f"it only there and price alike, within {TIE_REL:.1%} in step time and peak memory."
+    ]
+
+
+def _headroom_sentences(r: PlanResult, best: Priced) -> list[str]:
+    """What the headroom did: how many candidates it ruled out, and whether the best of them, by the analytic engine
+    as the search ranked them, would have beaten the winner (and by how much)."""
+    tight = r.outcome.tight
+    if not tight:
+        return []
+    h = r.outcome.headroom
+    first = tight[0]
+    head = (
+        f"--headroom {h:g} ruled out {len(tight):,} candidate{'s' if len(tight) > 1 else ''} that fit with less than "
+        f"{_percent(h)} of memory free at the peak"
+    )
+    key = OBJECTIVES[r.objective]
+    if key(first.result) < key(best.result) and not _ties_in_time(r.objective, first.result, best.result):
+        phrase = pace(first.result.step_time_s, best.result.step_time_s)
+        return [
+            f"{head}; the best of them, {describe(first.strategy)} with {first.result.memory_margin:.1%} free, "
+            f"{phrase} the winner by the analytic engine and would have won."
+        ]
+    return [f"{head}; none of them would have won."]
 
 
 def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
@@ -345,7 +440,7 @@ def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
         ours, theirs = best.result.step_time_s, twin.result.step_time_s
         return [
             f"Megatron-LM's --tp-comm-overlap decides: without it the same configuration takes {theirs:.3f} s by the "
-            f"analytic engine, {theirs / ours - 1:.1%} slower."
+            f"analytic engine: it {pace(theirs, ours)} the winner."
         ]
     twin = next(
         (p for p in r.outcome.overlap_tried if p.strategy == s.model_copy(update={"tp_comm_overlap": True})), None
@@ -356,8 +451,8 @@ def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
     fits = "" if twin.result.fits else ", and does not fit"
     return [
         "With Megatron-LM's --tp-comm-overlap (tried on each finalist) the winner's configuration takes "
-        f"{theirs:.3f} s by the analytic engine against {mine:.3f} s without: {abs(theirs / mine - 1):.1%} "
-        f"{'slower' if theirs > mine else 'faster'}{fits}."
+        f"{theirs:.3f} s by the analytic engine against {mine:.3f} s without: it {pace(theirs, mine)} the winner"
+        f"{fits}."
     ]
 
 
@@ -372,8 +467,7 @@ def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:
     out = []
     for name in names:
         other = min((p for p in r.outcome.fitting if p.strategy.framework == name), key=lambda p: key(p.result))
-        ratio = other.result.step_time_s / best.result.step_time_s - 1
-        how = f"{abs(ratio):.1%} {'slower' if ratio >= 0 else 'faster'} by the analytic engine"
+        how = f"which {pace(other.result.step_time_s, best.result.step_time_s)} the winner by the analytic engine"
         b = best.strategy
         why = rule_differences(b.framework, name, b.zero, b.pp, b.tp, b.schedule)
         out.append(
@@ -396,7 +490,7 @@ def _megatron_excluded(
     max_tp = _megatron_tp(model, cluster)
     recipe = Constraints(
         tp=max_tp, micro_batch=1, remat=("selective",), dp_algorithms=("nccl",),
-        allow_cross_node_tp=c.allow_cross_node_tp, dtype=c.dtype,
+        allow_cross_node_tp=c.allow_cross_node_tp, dtype=c.dtype, headroom=c.headroom,
     )  # fmt: skip
     cache = AnalyticCache(model, cluster)
     fitting = []
@@ -407,7 +501,7 @@ def _megatron_excluded(
             r = simulate_analytic(model, cluster, s, cache=cache)
         except PlansimError:
             continue
-        if r.fits:
+        if meets_headroom(r, c.headroom):
             fitting.append(Priced(k, s, r))
     found = megatron_style(fitting, max_tp, OBJECTIVES["step_time"])
     if found is None:
@@ -428,8 +522,8 @@ def _megatron_excluded(
         options.append(f"sequence_parallel={c.sequence_parallel}")
     if c.tp_comm_overlap is not None and c.tp_comm_overlap != s.tp_comm_overlap:
         options.append(f"tp_comm_overlap={c.tp_comm_overlap}")
-    if "nccl" not in c.dp_algorithms:
-        options.append(f"dp algorithms {','.join(c.dp_algorithms)}")
+    if c.dp_algorithms is not None and "nccl" not in c.dp_algorithms:
+        options.append(f"--dp-algorithms {','.join(c.dp_algorithms)}")
     return (s, options) if options else None
 
 
@@ -468,8 +562,10 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
         tries.append(("allow ZeRO-3 (--zero 3)", dataclasses.replace(lenient, zero=3), cluster))
     if "full" not in c.remat:
         tries.append(("allow full recomputation (remat=full)", lenient, cluster))
-    everything = Constraints(remat=("full",), dp_algorithms=("nccl",), allow_cross_node_tp=c.allow_cross_node_tp)
-    if _set_constraints(c).keys() - {"remat", "dp_algorithms"}:
+    everything = Constraints(
+        remat=("full",), dp_algorithms=("nccl",), allow_cross_node_tp=c.allow_cross_node_tp, headroom=c.headroom
+    )
+    if _set_constraints(c).keys() - {"remat", "dp_algorithms", "headroom"}:
         tries.append(("drop the --tp/--pp/--zero/--micro-batch limits", everything, cluster))
     for factor in (2, 4, 8, 16):
         if cluster.num_gpus * factor > LIMITS["gpus"].high:  # beyond the largest cluster plansim takes
@@ -488,7 +584,7 @@ def _any_fits(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constrai
     cache = AnalyticCache(model, cluster)
     for s in candidates(model, cluster, global_batch, c):
         try:
-            if simulate_analytic(model, cluster, s, cache=cache).fits:
+            if meets_headroom(simulate_analytic(model, cluster, s, cache=cache), c.headroom):
                 return True
         except PlansimError:
             continue

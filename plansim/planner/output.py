@@ -1,5 +1,6 @@
-"""What ``plansim plan --out DIR`` writes: results.csv (the finalists, ranked), candidates.csv (every candidate that
-fits, analytic figures), results.json (the summary, the explanation, the rejected candidates; with ``--robust`` the
+"""What ``plansim plan --out DIR`` writes: results.csv (the finalists, ranked, each with its count of equivalent
+candidates left out), candidates.csv (every candidate that fits with the headroom, analytic figures), results.json
+(the summary, the explanation, the rejected candidates, each finalist's equivalents; with ``--robust`` the
 robustness report), winner.yaml (a strategy file ``plansim simulate --strategy`` loads) and the charts
 (``report.plan_charts``; with ``--robust`` the tornado chart, ``report.robust_chart``)."""
 
@@ -29,6 +30,7 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
         "gpus": r.gpus,
         "global_batch": r.global_batch,
         "objective": r.objective,
+        "headroom": r.outcome.headroom,
         "candidates": r.outcome.candidates,
         "fitting": len(r.outcome.fitting),
         "winner": None if r.winner is None else _strategy_fields(r.winner),
@@ -42,6 +44,11 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
                 "strategy": describe(f.priced.strategy),
                 "analytic": f.priced.result.to_dict(),
                 "des": None if f.des is None else f.des.to_dict(),
+                "equivalent": {
+                    "count": len(r.outcome.equivalent_to(f.priced.strategy)),
+                    "settings": r.equivalent_settings(f.priced.strategy),
+                    "strategies": [describe(p.strategy) for p in r.outcome.equivalent_to(f.priced.strategy)],
+                },
             }
             for k, f in enumerate(r.outcome.finalists, start=1)
         ],

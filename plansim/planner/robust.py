@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plansim.analytic import AnalyticCache, simulate_analytic
-from plansim.describe import describe
+from plansim.describe import RATIO_FROM, describe, times
 from plansim.hardware import Cluster
 from plansim.strategy import Strategy
 from plansim.uncertainty import INPUTS, nominal, perturbed, ranges, search_bounds, worst_corners
@@ -111,8 +111,9 @@ class RobustReport:
             gap = next(b.gap_below for _, b in evens if b.already)
             if abs(gap) <= TIE:
                 return f"{head}: the two price alike by the analytic engine at the profiles' values."
+            faster = f"{gap:.2%} faster" if 1 + gap < RATIO_FROM else f"{times(1 + gap)} as fast"  # describe.pace
             return (
-                f"{head}: at the profiles' values the analytic engine prices it {gap:.2%} faster; the winner leads "
+                f"{head}: at the profiles' values the analytic engine prices it {faster}; the winner leads "
                 "in the worst case the plan is ranked by."
             )
         clauses, steady = [], []

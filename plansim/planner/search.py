@@ -2,7 +2,16 @@
 objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Three refinements
 are priced for the finalists only: Megatron-LM's ``--tp-comm-overlap`` where their framework runs it (unless the
 constraints fix it: ``Constraints.tp_comm_overlap``), the layer split that balances the pipeline stages' time
-(``split``), and ``remat: milp`` for those that recompute.
+(``split``), and ``remat: milp`` for those that recompute (where its schedule would fill what the stage leaves, on an
+explicit ``remat_budget`` that leaves the headroom free: ``_within_headroom``).
+
+Ranking (``ranked``): by the objective; plans within ``TIE`` of each other tie, and between them the one with the
+lower peak memory ranks first, then the earlier in ``space.candidates`` order. A candidate that leaves less of the
+GPU's memory free at its peak than ``Constraints.headroom`` is rejected with its own reason (kept in
+``SearchOutcome.tight`` for the explanation). Finalists are distinct in what matters: a candidate that differs from
+a better-ranked one only in its settings (``SETTINGS``: ZeRO stage, sequence parallelism, recomputation, the
+all-reduce, ...) and prices alike within ``TIE`` in both step time and peak memory is its twin, left out and counted
+(``SearchOutcome.equivalents``).
 
 Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
 prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
@@ -15,9 +24,10 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
@@ -35,14 +45,22 @@ from plansim.workload import ModelSpec
 __all__ = [
     "ACTIVATIONS_EXCEED",
     "OBJECTIVES",
+    "SETTINGS",
     "STATES_EXCEED",
+    "TIE",
     "Finalist",
     "Priced",
     "SearchOutcome",
+    "alike",
     "des_figures",
     "des_result",
+    "differing_settings",
+    "headroom_reason",
+    "ranked",
     "search",
 ]
+
+T = TypeVar("T")
 
 #: Objective name -> sort key of a Result (smaller is better). With the GPU count and batch fixed, step time,
 #: tokens/s and cost per token order candidates alike; they differ when plans are compared across clusters.
@@ -51,6 +69,83 @@ OBJECTIVES: dict[str, Callable[[Result], float]] = {
     "tokens_per_s": lambda r: -r.tokens_per_s,
     "cost": lambda r: r.step_time_s * r.gpus / max(r.tokens_per_s * r.step_time_s, 1e-300),
 }
+
+
+#: Two plans tie when their objectives (step time, or what ranks as it) differ by at most this fraction; between
+#: them the lower peak memory ranks first, and two that also peak within it price alike (twins, when they differ only
+#: in ``SETTINGS``). Why 0.1 %: it is an order of magnitude inside the 1 % within which the analytic engine and the
+#: discrete-event engine, both exact models of the same step, are held to agree (ARCHITECTURE.md), so a smaller gain
+#: is not one this model can tell from its own approximations; it is also the resolution the explanation states a
+#: gain at (one decimal of a percent). At 1 s per step it is 1 ms; of 80 GB it is 80 MB.
+TIE = 1e-3
+
+#: Strategy fields that leave a plan's placement (the parallel degrees, micro-batch, schedule, layer split and
+#: framework) as it is: candidates that differ only in these and price alike are twins.
+SETTINGS = (
+    "zero", "dp_shard", "sequence_parallel", "tp_comm_overlap", "remat", "remat_budget", "remat_granularity",
+    "remat_time_limit_s", "dp_algorithm",
+)  # fmt: skip
+
+#: The settings a twin's description names (the remat solver's own knobs go with ``remat``).
+_NAMED = ("zero", "dp_shard", "sequence_parallel", "tp_comm_overlap", "remat", "dp_algorithm")
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= TIE * max(abs(a), abs(b))
+
+
+def alike(a: Result, b: Result) -> bool:
+    """Whether two results price alike: step times and peak memories each within ``TIE`` of each other.
+
+    >>> from types import SimpleNamespace as R
+    >>> alike(R(step_time_s=1.0, peak_memory_bytes=50e9), R(step_time_s=1.0009, peak_memory_bytes=50.04e9))
+    True
+    >>> alike(R(step_time_s=1.0, peak_memory_bytes=50e9), R(step_time_s=1.0, peak_memory_bytes=45e9))
+    False
+    """
+    return _close(a.step_time_s, b.step_time_s) and _close(a.peak_memory_bytes, b.peak_memory_bytes)
+
+
+def ranked(items: Iterable[T], key: Callable[[Result], float], result: Callable[[T], Result],
+           later: Callable[[T], tuple[object, ...]]) -> list[T]:  # fmt: skip
+    """``items`` best first: by ``key`` of their ``result``; those within ``TIE`` of the best of their run (each
+    run begins at the best item not yet placed) by lower peak memory, then by ``key``, then ``later`` (the
+    enumeration order and whatever else breaks a tie).
+
+    >>> from types import SimpleNamespace as R
+    >>> plans = [R(step_time_s=t, peak_memory_bytes=m, name=n)
+    ...          for t, m, n in [(1.0, 26e9, "zero1"), (1.0004, 21e9, "zero2"), (1.01, 10e9, "slower")]]
+    >>> [p.name for p in ranked(plans, lambda r: r.step_time_s, lambda p: p, lambda p: ())]
+    ['zero2', 'zero1', 'slower']
+    """
+    ordered = sorted(items, key=lambda x: (key(result(x)), later(x)))
+    out: list[T] = []
+    i = 0
+    while i < len(ordered):
+        anchor = key(result(ordered[i]))
+        j = i + 1
+        while j < len(ordered) and key(result(ordered[j])) - anchor <= TIE * abs(anchor):
+            j += 1
+        run = ordered[i:j]
+        out += sorted(run, key=lambda x: (result(x).peak_memory_bytes, key(result(x)), later(x)))
+        i = j
+    return out
+
+
+def headroom_reason(headroom: float) -> str:
+    """The rejection reason of a candidate that fits with less than ``headroom`` of memory free at its peak.
+
+    >>> headroom_reason(0.05)
+    'fits, but leaves less than 5% of memory free at the peak (--headroom 0.05)'
+    """
+    return f"fits, but leaves less than {headroom:.1%} of memory free at the peak (--headroom {headroom:g})".replace(
+        ".0%", "%"
+    )
+
+
+def meets_headroom(r: Result, headroom: float) -> bool:
+    """Whether ``r`` fits and leaves at least ``headroom`` of the GPU's memory free at its peak."""
+    return r.fits and r.memory_margin >= headroom
 
 
 @dataclass(frozen=True)
@@ -110,6 +205,17 @@ class SearchOutcome:
     phase_s: dict[str, float] = field(default_factory=dict)
     #: the finalists' ``tp_comm_overlap`` twins the search priced (``_with_tp_comm_overlap``), fitting or not
     overlap_tried: list[Priced] = field(default_factory=list)
+    #: the headroom the candidates were held to (``Constraints.headroom``)
+    headroom: float = 0.0
+    #: candidates that fit but leave less than ``headroom`` free at their peak, ranked (rejected: ``headroom_reason``)
+    tight: list[Priced] = field(default_factory=list)
+    #: a finalist's strategy -> the candidates that differ from it only in ``SETTINGS`` and price alike (its twins,
+    #: left out), in rank order
+    equivalents: dict[Strategy, list[Priced]] = field(default_factory=dict)
+
+    def equivalent_to(self, s: Strategy) -> list[Priced]:
+        """The twins left out for finalist ``s`` (empty for any other strategy)."""
+        return self.equivalents.get(s, [])
 
 
 #: The two reasons a candidate does not fit: ``AnalyticCache.model_states_exceed`` (some stage's model states
@@ -144,40 +250,51 @@ def search(
     if top_k < 1:
         raise PlansimError(f"--top {top_k}: at least one finalist")
     key = OBJECTIVES[objective]
+    c = constraints or Constraints()
     began = time.perf_counter()
-    space = list(candidates(model, cluster, global_batch, constraints or Constraints()))
+    space = list(candidates(model, cluster, global_batch, c))
     enumerated = time.perf_counter()
     clusters = tuple(corners) or (cluster,)
     robust = bool(corners)
     priced, errors = _price_all(model, clusters, robust, space, jobs, progress)
     analytic = time.perf_counter()
     rejected: Counter[str] = Counter(errors)
-    fitting = []
+    fitting, tight = [], []
     for p in priced:
-        if p.result.fits:
+        if not p.result.fits:
+            rejected[ACTIVATIONS_EXCEED] += 1
+        elif meets_headroom(p.result, c.headroom):
             fitting.append(p)
         else:
-            rejected[ACTIVATIONS_EXCEED] += 1
-    fitting.sort(key=lambda p: (key(p.result), p.index))
+            tight.append(p)
+    if tight:
+        rejected[headroom_reason(c.headroom)] += len(tight)
+    fitting = _ranked_priced(fitting, key)
     chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
     tried: list[Priced] = []
-    if (constraints or Constraints()).tp_comm_overlap is None and any(_overlappable(p.strategy) for p in chosen):
+    refined: list[Priced] = []  # the variants the refinements priced that meet the headroom
+    if c.tp_comm_overlap is None and any(_overlappable(p.strategy) for p in chosen):
         say("trying --tp-comm-overlap on the finalists")
-        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k, tried)
+        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k, tried, c.headroom)
+        refined += [p for p in tried if meets_headroom(p.result, c.headroom)]
     if splits and chosen:
         say("balancing the finalists' layer splits")
-        chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k)
+        chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom)
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k)
+        chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom, refined)
     milp_done = time.perf_counter()
     if des and chosen:
         say(f"re-simulating the {len(chosen)} finalists with the DES")
     des_results = _des_all(model, cluster, chosen, des, jobs, progress)
     finalists = [Finalist(p, r) for p, r in zip(chosen, des_results, strict=True)]
-    finalists.sort(key=lambda f: (not f.result.fits, key(f.result), f.priced.index))
+    finalists = [
+        *ranked((f for f in finalists if f.result.fits), key, lambda f: f.result, lambda f: (f.priced.index,)),
+        *ranked((f for f in finalists if not f.result.fits), key, lambda f: f.result, lambda f: (f.priced.index,)),
+    ]
+    equivalents = _twins_of([f.priced for f in finalists], [*fitting, *refined])
     done = time.perf_counter()
     return SearchOutcome(
         finalists,
@@ -192,7 +309,16 @@ def search(
             "des": done - milp_done,
         },
         tried,
+        c.headroom,
+        _ranked_priced(tight, key),
+        equivalents,
     )
+
+
+def _ranked_priced(items: Iterable[Priced], key: Callable[[Result], float], *flags: str) -> list[Priced]:
+    """``ranked`` for priced candidates: ties broken by the enumeration order, then by each strategy field in
+    ``flags`` (False, the candidate as enumerated, before its refinement)."""
+    return ranked(items, key, lambda p: p.result, lambda p: (p.index, *(bool(getattr(p.strategy, f)) for f in flags)))
 
 
 def _price_all(
@@ -255,32 +381,71 @@ def _price_strategies(
     return priced, errors
 
 
-def _twin_key(p: Priced) -> tuple[object, ...]:
-    """A candidate's strategy less its all-reduce algorithm and recomputation, with what it priced at."""
-    rest = p.strategy.model_dump(
-        exclude={"dp_algorithm", "remat", "remat_budget", "remat_granularity", "remat_time_limit_s"}
-    )
-    fields = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(rest.items()))
-    return (fields, p.result.step_time_s, p.result.peak_memory_bytes)
+def _placement(s: Strategy) -> tuple[object, ...]:
+    """A strategy less its ``SETTINGS``: what twins share."""
+    rest = s.model_dump(exclude=set(SETTINGS))
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(rest.items()))
 
 
 def _without_twins(fitting: list[Priced], top_k: int) -> list[Priced]:
-    """The best ``top_k`` of ``fitting`` (in order), leaving out a candidate that differs from an earlier one only in
-    its all-reduce algorithm or recomputation and prices the same to the last bit (``nccl`` where NCCL's tuner picks
-    the ring for every call is ``ring``; a ``remat: milp`` schedule that recomputes nothing is ``remat: none``): the
-    DES would re-simulate one configuration twice and the runner-up would be the winner again. The earlier one
-    stays."""
+    """The best ``top_k`` of ``fitting`` (ranked), leaving out each twin of an earlier one: a candidate that differs
+    from it only in ``SETTINGS`` and prices alike (``alike``: ZeRO-0 beside ZeRO-1 where sharding the optimizer
+    states saves nothing that matters; ``ring`` beside ``nccl`` where NCCL picks the ring; a ``remat: milp`` schedule
+    that recomputes nothing beside ``remat: none``): the DES would re-simulate one plan twice and the runner-up would
+    be the winner again. The earlier one stays."""
     chosen: list[Priced] = []
-    seen: set[tuple[object, ...]] = set()
+    by_placement: dict[tuple[object, ...], list[Priced]] = {}
     for p in fitting:
         if len(chosen) == top_k:
             break
-        twin = _twin_key(p)
-        if twin in seen:
+        same = by_placement.setdefault(_placement(p.strategy), [])
+        if any(alike(p.result, q.result) for q in same):
             continue
-        seen.add(twin)
+        same.append(p)
         chosen.append(p)
     return chosen
+
+
+def _twins_of(finalists: Sequence[Priced], pool: Iterable[Priced]) -> dict[Strategy, list[Priced]]:
+    """Each finalist's twins in ``pool`` (every candidate that fits, and the refinements' variants), each counted for
+    the first finalist it is a twin of; only candidates whose step time lies within ``TIE`` of a finalist's are
+    compared field by field."""
+    out: dict[Strategy, list[Priced]] = {}
+    mine = {p.strategy for p in finalists}
+    times = [p.result.step_time_s for p in finalists]
+    places: list[tuple[object, ...] | None] = [None] * len(finalists)
+    for q in pool:
+        if q.strategy in mine or not any(_close(q.result.step_time_s, t) for t in times):
+            continue
+        where = _placement(q.strategy)
+        for k, p in enumerate(finalists):
+            if places[k] is None:
+                places[k] = _placement(p.strategy)
+            if places[k] == where and alike(q.result, p.result):
+                twins = out.setdefault(p.strategy, [])
+                if all(t.strategy != q.strategy for t in twins):
+                    twins.append(q)
+                break
+    return out
+
+
+def differing_settings(s: Strategy, twins: Sequence[Strategy]) -> str:
+    """The settings in which ``twins`` differ from ``s``, each with ``s``'s value first: ``zero=0/1``.
+
+    >>> s = Strategy(dp=8, zero=1)
+    >>> twins = [s.model_copy(update={"zero": 0}), s.model_copy(update={"zero": 0, "dp_algorithm": "ring"})]
+    >>> differing_settings(s, twins)
+    'zero=1/0, dp_algorithm=nccl/ring'
+    """
+    parts = []
+    for name in _NAMED:
+        values = [getattr(s, name)]
+        for t in twins:
+            if getattr(t, name) not in values:
+                values.append(getattr(t, name))
+        if len(values) > 1:
+            parts.append(f"{name}={'/'.join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)}")
+    return ", ".join(parts)
 
 
 #: ``remat: milp`` is tried for this many of the best finalists that recompute, whose stages hold at most
@@ -291,12 +456,18 @@ MILP_MAX_BLOCKS = 12
 
 
 def _with_milp(
-    model: ModelSpec, pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec,
+    pricing: _Pricing,
+    chosen: list[Priced],
+    key: Callable[[Result], float],
+    top_k: int,
+    headroom: float,
+    refined: list[Priced],
 ) -> list[Priced]:
     """The finalists plus, for the best ``MILP_FINALISTS`` that recompute (stages of at most ``MILP_MAX_BLOCKS``
     blocks), the same strategy with ``remat: milp`` (the Checkmate MILP per stage within the memory the stage
-    leaves), kept when it fits; the best ``top_k`` of all, a schedule that recomputes nothing left out as the twin of
-    ``remat: none`` (``_without_twins``)."""
+    leaves), kept when it fits with ``headroom`` (appended to ``refined``); the best ``top_k`` of all, a schedule
+    that recomputes nothing left out as the twin of ``remat: none`` (``_without_twins``)."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     eligible = [p for p in chosen if p.strategy.remat != "none" and _most_blocks(model, p.strategy) <= MILP_MAX_BLOCKS][
@@ -309,22 +480,61 @@ def _with_milp(
         seen.add(s)
         try:
             r, corner = pricing.price(s)
+            if r.fits and not meets_headroom(r, headroom):  # the schedule filled what the stage leaves
+                s, (r, corner) = _within_headroom(pricing, s, r, headroom)
         except PlansimError:
             continue
-        if r.fits:
+        if meets_headroom(r, headroom):
             out.append(Priced(p.index, s, r, corner))
-    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.remat == "milp"))
-    return _without_twins(out, top_k)
+            refined.append(out[-1])
+    return _without_twins(ranked(out, key, lambda q: q.result, lambda q: (q.index, q.strategy.remat == "milp")), top_k)
+
+
+def _within_headroom(
+    pricing: _Pricing, s: Strategy, r: Result, headroom: float
+) -> tuple[Strategy, tuple[Result, Cluster | None]]:
+    """``s`` (``remat: milp`` on its default budget, what each stage leaves, whose peak ``r`` leaves less than
+    ``headroom`` free) again on an explicit activation budget (``remat_budget``, every stage's) short by the missing
+    bytes of what its schedule held: the held bytes are its activations less those of a schedule with no budget
+    (everything recomputed that can be), and each try lowers the budget by what is still missing, at most
+    ``_HEADROOM_TRIES`` times; the caller checks the last result. Written into the strategy, the budget makes the
+    winner reproducible."""
+    capacity = r.peak_memory_bytes / (1 - r.memory_margin)
+
+    def missing(x: Result) -> float:
+        return x.peak_memory_bytes - capacity * (1 - headroom)
+
+    floor, _ = pricing.price(s.model_copy(update={"remat_budget": 0.0}))
+    held = float(r.memory_breakdown_bytes.get("activations", 0) - floor.memory_breakdown_bytes.get("activations", 0))
+    budget, t = held, s
+    priced: tuple[Result, Cluster | None] = (r, None)
+    for _ in range(_HEADROOM_TRIES):
+        budget = float(math.floor(max(0.0, budget - missing(priced[0]))))
+        t = s.model_copy(update={"remat_budget": budget})
+        priced = pricing.price(t)
+        if meets_headroom(priced[0], headroom) or budget == 0.0:
+            break
+    return t, priced
+
+
+#: Tries at a ``remat: milp`` budget that leaves the headroom free (``_within_headroom``): each is a MILP solve per
+#: stage, and the held bytes fall about as the budget does, so one usually suffices.
+_HEADROOM_TRIES = 3
 
 
 def _with_tp_comm_overlap(
-    pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int, tried: list[Priced]
+    pricing: _Pricing,
+    chosen: list[Priced],
+    key: Callable[[Result], float],
+    top_k: int,
+    tried: list[Priced],
+    headroom: float,
 ) -> list[Priced]:
     """The finalists plus, for each with sequence parallelism under a framework that pipelines GEMMs with their
     tensor-parallel collectives (its ``tp_comm_overlap`` rule: Megatron-LM), the same strategy with
-    ``tp_comm_overlap``, kept when it fits; the best ``top_k`` of all. Searching it over the whole space would price
-    every sequence-parallel candidate twice for a choice that changes only the blocks' tensor-parallel overlap. Each
-    twin priced is appended to ``tried``."""
+    ``tp_comm_overlap``, kept when it fits with ``headroom``; the best ``top_k`` of all, twins left out. Searching it
+    over the whole space would price every sequence-parallel candidate twice for a choice that changes only the
+    blocks' tensor-parallel overlap. Each twin priced is appended to ``tried``."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     for p in chosen:
@@ -339,10 +549,9 @@ def _with_tp_comm_overlap(
         except PlansimError:  # a model whose blocks Megatron-LM does not overlap (check_strategy says so)
             continue
         tried.append(Priced(p.index, t, r, corner))
-        if r.fits:
+        if meets_headroom(r, headroom):
             out.append(tried[-1])
-    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.tp_comm_overlap))
-    return out[:top_k]
+    return _without_twins(_ranked_priced(out, key, "tp_comm_overlap"), top_k)
 
 
 def _overlappable(s: Strategy) -> bool:
@@ -353,12 +562,17 @@ def _overlappable(s: Strategy) -> bool:
 
 
 def _with_balanced_splits(
-    model: ModelSpec, pricing: _Pricing, chosen: list[Priced], key: Callable[[Result], float], top_k: int
+    model: ModelSpec,
+    pricing: _Pricing,
+    chosen: list[Priced],
+    key: Callable[[Result], float],
+    top_k: int,
+    headroom: float,
 ) -> list[Priced]:
     """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
     that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
-    the output layer on the last counted), where that split is not the even one and the result fits; the best
-    ``top_k`` of all."""
+    the output layer on the last counted), where that split is not the even one and the result fits with
+    ``headroom``; the best ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     for p in chosen:
@@ -373,10 +587,9 @@ def _with_balanced_splits(
             continue
         seen.add(t)
         r, corner = pricing.price(t)
-        if r.fits:
+        if meets_headroom(r, headroom):
             out.append(Priced(p.index, t, r, corner))
-    out.sort(key=lambda q: (key(q.result), q.index, q.strategy.layer_split is not None))
-    return out[:top_k]
+    return _without_twins(_ranked_priced(out, key, "layer_split"), top_k)
 
 
 def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int, ...] | None:

@@ -6,12 +6,15 @@ heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / d
 1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3 (under ``fsdp`` ZeRO-2/3 also hybrid-sharded
 within each node: HSDP), sequence parallelism (and with it Megatron-LM's
 ``--tp-comm-overlap``), remat (none,
-selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce.
+selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce among
+those the framework's library runs (its ``collective_library`` rule: NCCL's entries of the registry; by default
+NCCL's own pick, ``nccl``). The course's algorithms (tree, butterfly, naive, parameter server, hierarchical) run in
+no framework: ``simulate`` and ``compare`` price them as what-ifs, and asking the planner for one is refused.
 
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
 the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and under ZeRO >= 1 the gradient
-reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring; butterflies beside
-a butterfly; NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
+reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring beside ``ring``,
+NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
 ``check_strategy`` stays the judge.
 """
 
@@ -25,10 +28,11 @@ from plansim.arguments import choice, flag, names, type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
-from plansim.frameworks import framework_names, load_framework, modelled_zero_stages
+from plansim.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.hardware import Cluster
-from plansim.limits import whole
+from plansim.limits import number, whole
 from plansim.schedules import SCHEDULES
+from plansim.step.result import THIN_MARGIN
 from plansim.strategy import DTYPES, Strategy
 from plansim.workload import ModelSpec
 
@@ -56,13 +60,21 @@ class Constraints:
     #: searches the space without it and tries it on the finalists (``search``)
     tp_comm_overlap: bool | None = None
     remat: tuple[str, ...] = SEARCH_REMAT
-    #: every all-reduce but ``ring``: it is ``nccl`` with NCCL's choice forced to the ring, which prices as ``nccl``
-    #: wherever NCCL picks the ring, so searching both would price most configurations twice; pass it to compare
-    dp_algorithms: tuple[str, ...] = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "ring")
+    #: the all-reduce algorithms to search, each one the framework's library runs (``frameworks.library_algorithms``:
+    #: NCCL's); None: those of them that are not ``pinned`` (``nccl``, NCCL's own pick per call; ``ring``,
+    #: NCCL_ALGO=Ring, prices as ``nccl`` wherever NCCL picks the ring, so searching both would price most
+    #: configurations twice: name it to search it too). The course's algorithms run in no framework: ``compare``
+    #: prices them as what-ifs
+    dp_algorithms: tuple[str, ...] | None = None
     allow_cross_node_tp: bool = False
     dtype: str | None = None
     #: the training framework whose rules the candidates follow (``plansim.frameworks``), or ``all`` to search each
     framework: str = "megatron"
+    #: the fraction of the GPU's memory a plan must leave free at its peak (``Result.memory_margin``); a candidate
+    #: that fits with less is rejected. Default ``THIN_MARGIN`` (5 %): what the memory model leaves out (the CUDA
+    #: context's lazily loaded kernels, the framework's other communicators, fragmentation) is of that order on an
+    #: 80 GB GPU (``plansim.step.result``)
+    headroom: float = THIN_MARGIN
 
     def __post_init__(self) -> None:
         """Check every field at the boundary (``plansim.limits`` for the numbers); a single string is accepted
@@ -103,15 +115,40 @@ class Constraints:
                 f"{' or '.join(runs)}, or leave --tp-comm-overlap out"
             )
         object.__setattr__(self, "remat", names(self.remat, "--remat"))
-        object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
         if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in self.remat):
             raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
         wrong = [r for r in self.remat if r not in REMAT_POLICIES]
         if wrong or not self.remat:
             raise PlansimError(f"remat policies {wrong or '(none)'}: choose among {', '.join(SEARCH_REMAT)}, or sqrt")
-        bad = [a for a in self.dp_algorithms if a not in ALLREDUCE_ALGORITHMS]
-        if bad or not self.dp_algorithms:
+        if self.dp_algorithms is not None:
+            object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
+            self._check_algorithms(self.dp_algorithms)
+        object.__setattr__(self, "headroom", number(self.headroom, "headroom", "--headroom"))
+
+    def _check_algorithms(self, wanted: tuple[str, ...]) -> None:
+        """Each requested all-reduce is a registry entry that every searched framework's library runs."""
+        bad = [a for a in wanted if a not in ALLREDUCE_ALGORITHMS]
+        if bad or not wanted:
             raise PlansimError(f"dp algorithms {bad or '(none)'}: choose among {', '.join(ALLREDUCE_ALGORITHMS)}")
+        for name in self.frameworks:
+            runs = library_algorithms(name)
+            foreign = [a for a in wanted if a not in runs]
+            if foreign:
+                profile = load_framework(name)
+                library = profile.rules.collective_library.value.upper()
+                raise PlansimError(
+                    f"--dp-algorithms {shown(foreign[0])}: {profile.title} runs its collectives in {library} "
+                    f"(frameworks/{name}.yaml: collective_library), which does not run it: search "
+                    f"{' or '.join(runs)}, or price it as a what-if with plansim compare -s '...,dp_algorithm="
+                    f"{shown(foreign[0])}'"
+                )
+
+    def algorithms(self, framework: str) -> tuple[str, ...]:
+        """The all-reduce algorithms searched under ``framework``: ``dp_algorithms``, or (None) those its library
+        runs that are not ``pinned`` (see the field)."""
+        if self.dp_algorithms is not None:
+            return self.dp_algorithms
+        return tuple(a for a in library_algorithms(framework) if not ALLREDUCE_ALGORITHMS[a].pinned)
 
     @property
     def frameworks(self) -> tuple[str, ...]:
@@ -186,7 +223,7 @@ def _candidates(
             for zero, shard in _zero_shards(dp, tp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, c, framework, model):
                     for remat in c.remat:
-                        for algorithm in _algorithms(dp, zero, c):
+                        for algorithm in _algorithms(dp, zero, c, framework):
                             yield Strategy(
                                 dp=dp,
                                 tp=tp,
@@ -221,7 +258,7 @@ def count_candidates(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
     for framework in c.frameworks:
         for tp, pp, dp, _, schedules in _placements(model, cluster, global_batch, c):
             per_schedule = sum(
-                len(_algorithms(dp, zero, c)) for zero, _ in _zero_shards(dp, tp, pp, c, framework, cluster)
+                len(_algorithms(dp, zero, c, framework)) for zero, _ in _zero_shards(dp, tp, pp, c, framework, cluster)
             )
             sp = len(_sp_values(tp, c, framework, model))
             total += len(_run_by(framework, pp, schedules)) * per_schedule * sp * len(c.remat)
@@ -333,10 +370,13 @@ def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> lis
     ]
 
 
-def _algorithms(dp: int, zero: int, c: Constraints) -> list[str]:
+def _algorithms(dp: int, zero: int, c: Constraints, framework: str) -> list[str]:
+    """The all-reduce algorithms searched at ``dp`` and ``zero`` under ``framework`` (``Constraints.algorithms``):
+    one where nothing is reduced, one per sharded class under ZeRO >= 1."""
+    searched = c.algorithms(framework)
     if dp == 1:
-        return [c.dp_algorithms[0]]
-    wanted = [a for a in c.dp_algorithms if not ALLREDUCE_ALGORITHMS[a].power_of_two or dp & (dp - 1) == 0]
+        return [searched[0]]
+    wanted = [a for a in searched if not ALLREDUCE_ALGORITHMS[a].power_of_two or dp & (dp - 1) == 0]
     if zero >= 1:  # sharded collectives run as the entry's sharded_with (ring, butterfly, nccl): one of each
         firsts: dict[str, str] = {}
         for a in wanted:

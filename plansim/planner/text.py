@@ -4,7 +4,7 @@ candidates by reason, time to train, and the files written."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -17,13 +17,19 @@ if TYPE_CHECKING:
 __all__ = ["print_plan"]
 
 
+def _with_twins(row: dict[str, Any]) -> str:
+    """A finalist's strategy cell: its description, and the count of its equivalents left out (``+2: zero=1/0``)."""
+    n = row.get("equivalent") or 0
+    return f"{row['strategy']} (+{n}: {row['equivalent_settings']})" if n else str(row["strategy"])
+
+
 def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     """Print ``r`` for a terminal."""
     console = terminal_console()
     frame = r.frame()
     rows = (
         (
-            [str(int(row["rank"])) if row["role"] == "finalist" else "M", row["strategy"]],
+            [str(int(row["rank"])) if row["role"] == "finalist" else "M", _with_twins(row)],
             row,
             "" if row["engine"] == "des" else "*",
         )
@@ -34,6 +40,10 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
     print_fitted(console, table, elastic="strategy", optional=OPTIONAL_COLUMNS)
     if len(frame) and (frame["engine"] != "des").any():
         console.print("* analytic engine (the discrete-event re-simulation was skipped)")
+    if len(frame) and (frame["equivalent"] > 0).any():
+        console.print(
+            "(+N: ...) N equivalent candidates left out: they differ only in the settings named and price alike"
+        )
     if len(frame) and (frame["role"] != "finalist").any():
         console.print(
             "M: the Megatron-style configuration (tp within a node, pp to fit, mb 1, selective), for reference"

@@ -27,9 +27,10 @@ from plansim.arguments import choice, flag
 from plansim.describe import describe
 from plansim.errors import PlansimError
 from plansim.hardware import resize
-from plansim.limits import whole
-from plansim.planner import plan
+from plansim.limits import number, whole
+from plansim.planner import Constraints, plan
 from plansim.planner.search import OBJECTIVES
+from plansim.step.result import THIN_MARGIN
 from plansim.sweep.grid import Point
 
 __all__ = ["COLUMNS", "SweepSettings", "rows_frame", "run_point"]
@@ -44,12 +45,15 @@ class SweepSettings:
     splits: bool = True
     top_k: int = 10
     objective: str = "step_time"
+    #: the fraction of GPU memory each point's plan must leave free at its peak (``Constraints.headroom``)
+    headroom: float = THIN_MARGIN
 
     def __post_init__(self) -> None:
         for name in ("des", "milp", "splits"):
             flag(getattr(self, name), f"--{name}")
         whole(self.top_k, "top_k", "--top")
         choice(self.objective, OBJECTIVES, "--objective")
+        object.__setattr__(self, "headroom", number(self.headroom, "headroom", "--headroom"))
         if self.objective == "cost":  # a point's plan fixes its GPUs and batch: GPU-hours per token order as step time
             raise PlansimError(
                 "--objective cost: a sweep has no price per GPU-hour, and within a point cost ranks as step_time: "
@@ -59,7 +63,7 @@ class SweepSettings:
     def as_dict(self) -> dict[str, Any]:
         """The settings as plain data."""
         return {"des": self.des, "milp": self.milp, "splits": self.splits, "top_k": self.top_k,
-                "objective": self.objective}  # fmt: skip
+                "objective": self.objective, "headroom": self.headroom}  # fmt: skip
 
 
 #: Column -> pandas dtype of the sweep's DataFrame, in order. Nullable dtypes (``Int64``, ``boolean``) keep whole
@@ -123,6 +127,7 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
         result = plan(
             point.model, cluster, global_batch=point.global_batch, objective=settings.objective,
             top_k=settings.top_k, des=settings.des, milp=settings.milp, splits=settings.splits,
+            constraints=Constraints(headroom=settings.headroom),
         )  # fmt: skip
     except PlansimError as err:
         return point.index, _complete({**row, "fits": False, "candidates": 0, "fitting": 0, "reason": str(err)})

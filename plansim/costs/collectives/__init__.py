@@ -95,6 +95,21 @@ class Algorithm:
     sharded_with: str = "ring"
     nccl: str | None = None
 
+    @property
+    def library(self) -> str | None:
+        """The communication library that runs this algorithm as one of its calls: ``"nccl"`` for NCCL's entries
+        (those with an ``nccl`` mode: its tuner's pick, or ``NCCL_ALGO=Ring``); None for the textbook algorithms
+        (the course's tree, butterfly, naive, parameter server, hierarchical), which no framework's library runs:
+        what-ifs for ``simulate`` and ``compare``, never searched by the planner (``plansim.frameworks``'
+        ``collective_library`` rule)."""
+        return None if self.nccl is None else "nccl"
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the entry forces a choice its library's tuner makes per call itself (``NCCL_ALGO=Ring``): it then
+        prices as the tuner's entry wherever the tuner picks the same, so the planner searches it only on request."""
+        return self.nccl not in (None, "auto")
+
 
 def _butterfly(build: Builder) -> Algorithm:
     """Recursive halving/doubling (Thakur et al. 2005, sec 4): a power-of-two group; its long-distance steps cross
