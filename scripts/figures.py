@@ -3,11 +3,11 @@ command.
 
 A quoted figure is marked where it stands, invisibly in the rendered page::
 
-    the even split takes <!-- fig split_even des.step_time_s s.3 -->0.569<!-- /fig --> s
+    the even split takes <!-- fig split_even step_time_s s.3 -->0.569<!-- /fig --> s
 
 ``split_even`` names a run of ``docs/figures.yaml`` (a plansim command line whose ``--format json`` output the figure
-is read from, or Python code that leaves a table's text or data in ``result``), ``des.step_time_s`` the path into that JSON (keys and list indexes, dot-separated) and ``s.3`` how it
-is written (``UNIT.DECIMALS``, ``FORMATS``). A run's ``cost`` says where it is checked: ``suite`` runs are cheap
+is read from, or Python code that leaves a table's text or data in ``result``), ``step_time_s`` the path into that
+output (keys and list indexes, dot-separated) and ``s.3`` how it is written (``UNIT.DECIMALS``, ``FORMATS``). A run's ``cost`` says where it is checked: ``suite`` runs are cheap
 and ``tests/test_figures.py`` checks their figures in every test run; ``release`` runs (the README's main plan of
 GPT-3 175B on 1,024 GPUs takes about 40 s) are checked by this script before a release.
 
@@ -43,9 +43,9 @@ RUNS_FILE = ROOT / "docs" / "figures.yaml"
 MARKER = re.compile(r"<!-- fig (\S+) (\S+) (\S+) -->(.*?)<!-- /fig -->", re.S)
 #: UNIT -> (scale applied to the JSON value, thousands separators): ``s.3`` 0.569, ``ms.1`` 1,066.5, ``GB.2``
 #: 19.83, ``pct.1`` 62.8 (a fraction in the JSON), ``int`` 25,776, ``num.2`` as the JSON has it; ``text`` a string as
-#: it is, ``wrap120`` a string filled to 120 columns (each of its lines a paragraph), ``fence120`` that as a fenced block
-#: (the marker around the fences: a comment inside a fence would show), ``fence`` a text as a fenced block as it is,
-#: ``slash`` a list as 5/7/7/5
+#: it is, ``wrap120`` a string (or a list of sentences) filled to 120 columns (each of its lines a paragraph),
+#: ``fence120`` that as a fenced block (the marker around the fences: a comment inside a fence would show), ``fence``
+#: a text as a fenced block as it is, ``slash`` a list as 5/7/7/5
 FORMATS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "GB": 1e-9, "GiB": 2**-30, "pct": 100.0, "num": 1.0}
 
 
@@ -112,7 +112,10 @@ def render(value: Any, fmt: str) -> str:
         return f"{round(float(value)):,}"
     unit, _, decimals = fmt.partition(".")
     if unit not in FORMATS or not decimals.isdigit():
-        raise ValueError(f"format {fmt!r}: UNIT.DECIMALS with UNIT one of {', '.join(FORMATS)}, or int, text, wrap120, fence120, fence, slash")
+        raise ValueError(
+            f"format {fmt!r}: UNIT.DECIMALS with UNIT one of {', '.join(FORMATS)}, or int, text, wrap120, fence120, "
+            "fence, slash"
+        )
     return f"{float(value) * FORMATS[unit]:,.{int(decimals)}f}"
 
 

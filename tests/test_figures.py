@@ -69,7 +69,7 @@ def test_formats(value: object, fmt: str, text: str) -> None:
 
 
 def test_a_bad_format_or_path_is_named() -> None:
-    with pytest.raises(ValueError, match="UNIT.DECIMALS"):
+    with pytest.raises(ValueError, match=r"UNIT\.DECIMALS"):
         F.render(1.0, "furlongs.2")
     with pytest.raises(KeyError, match="no 'nope'"):
         F.resolve({"a": {"b": 1}}, "a.nope")
