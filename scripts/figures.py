@@ -7,9 +7,11 @@ A quoted figure is marked where it stands, invisibly in the rendered page::
 
 ``split_even`` names a run of ``docs/figures.yaml`` (a plansim command line whose ``--format json`` output the figure
 is read from, or Python code that leaves a table's text or data in ``result``), ``step_time_s`` the path into that
-output (keys and list indexes, dot-separated) and ``s.3`` how it is written (``UNIT.DECIMALS``, ``FORMATS``). A run's ``cost`` says where it is checked: ``suite`` runs are cheap
-and ``tests/test_figures.py`` checks their figures in every test run; ``release`` runs (the README's main plan of
-GPT-3 175B on 1,024 GPUs takes about 40 s) are checked by this script before a release.
+output (keys and list indexes, dot-separated) and ``s.3`` how it is written (``UNIT.DECIMALS``, ``FORMATS``). A run's
+``cost`` says where it is checked: ``suite`` runs are cheap and ``tests/test_figures.py`` checks their figures in
+every test run; ``release`` runs (the README's main plan of GPT-3 175B on 1,024 GPUs takes about a minute) are
+checked by this script before a release. Timings of plansim itself (a command's seconds) are measurements, not
+figures of the code, and are not marked.
 
 Usage::
 
