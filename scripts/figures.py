@@ -6,7 +6,8 @@ A quoted figure is marked where it stands, invisibly in the rendered page::
     the even split takes <!-- fig split_even step_time_s s.3 -->0.569<!-- /fig --> s
 
 ``split_even`` names a run of ``docs/figures.yaml`` (a plansim command line whose ``--format json`` output the figure
-is read from, or Python code that leaves a table's text or data in ``result``), ``step_time_s`` the path into that
+is read from, Python code that leaves a table's text or data in ``result``, or a page's own ```python block, whose
+printed output is ``stdout``), ``step_time_s`` the path into that
 output (keys and list indexes, dot-separated) and ``s.3`` how it is written (``UNIT.DECIMALS``, ``FORMATS``). A run's
 ``cost`` says where it is checked: ``suite`` runs are cheap and ``tests/test_figures.py`` checks their figures in
 every test run; ``release`` runs (the README's main plan of GPT-3 175B on 1,024 GPUs takes about a minute) are
@@ -47,7 +48,7 @@ MARKER = re.compile(r"<!-- fig (\S+) (\S+) (\S+) -->(.*?)<!-- /fig -->", re.S)
 #: 19.83, ``pct.1`` 62.8 (a fraction in the JSON), ``int`` 25,776, ``num.2`` as the JSON has it; ``text`` a string as
 #: it is, ``wrap120`` a string (or a list of sentences) filled to 120 columns (each of its lines a paragraph),
 #: ``fence120`` that as a fenced block (the marker around the fences: a comment inside a fence would show), ``fence``
-#: a text as a fenced block as it is, ``slash`` a list as 5/7/7/5
+#: a text as a fenced block as it is, ``code`` a string as a code span, ``slash`` a list as 5/7/7/5
 FORMATS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "GB": 1e-9, "GiB": 2**-30, "pct": 100.0, "num": 1.0}
 
 
@@ -102,6 +103,8 @@ def render(value: Any, fmt: str) -> str:
     """``value`` written as ``fmt`` says (``FORMATS``)."""
     if fmt == "text":
         return str(value)
+    if fmt == "code":  # a code span: the marker outside it (a comment inside one would show)
+        return f"`{value}`"
     if fmt == "slash":
         return "/".join(str(v) for v in value)
     if fmt in ("wrap120", "fence120"):
@@ -115,8 +118,8 @@ def render(value: Any, fmt: str) -> str:
     unit, _, decimals = fmt.partition(".")
     if unit not in FORMATS or not decimals.isdigit():
         raise ValueError(
-            f"format {fmt!r}: UNIT.DECIMALS with UNIT one of {', '.join(FORMATS)}, or int, text, wrap120, fence120, "
-            "fence, slash"
+            f"format {fmt!r}: UNIT.DECIMALS with UNIT one of {', '.join(FORMATS)}, or int, text, code, wrap120, "
+            "fence120, fence, slash"
         )
     return f"{float(value) * FORMATS[unit]:,.{int(decimals)}f}"
 
@@ -135,8 +138,26 @@ class Runs:
     def output(self, run: str) -> Any:
         if run not in self._out:
             spec = self.spec[run]
-            self._out[run] = _evaluate(spec["python"]) if "python" in spec else _invoke(spec["command"])
+            if "snippet" in spec:
+                self._out[run] = _snippet(ROOT / spec["snippet"], int(spec.get("block", 0)))
+            elif "python" in spec:
+                self._out[run] = _evaluate(spec["python"])
+            else:
+                self._out[run] = _invoke(spec["command"])
         return self._out[run]
+
+
+def _snippet(page: Path, block: int) -> dict[str, str]:
+    """What the ``block``-th ```python block of ``page`` prints (``{"stdout": ...}``): the page's own code is the
+    run, so the output shown under it is what that code prints."""
+    import contextlib
+    import io
+
+    code = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)[block]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _evaluate(code + "\nresult = None\n")
+    return {"stdout": out.getvalue().rstrip("\n")}
 
 
 def _evaluate(code: str) -> Any:

@@ -36,7 +36,7 @@ def test_every_marked_figure_names_a_run_a_path_and_a_format() -> None:
         assert f.run in runs.spec, f
         assert runs.cost(f.run) in ("suite", "release"), f
         unit = f.fmt.partition(".")[0]
-        assert f.fmt in ("int", "text", "wrap120", "fence120", "fence", "slash") or unit in F.FORMATS, f
+        assert f.fmt in ("int", "text", "code", "wrap120", "fence120", "fence", "slash") or unit in F.FORMATS, f
     used = {f.run for f in marked}
     assert used == set(runs.spec), f"runs no figure reads: {set(runs.spec) - used}"
 
