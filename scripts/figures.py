@@ -148,16 +148,18 @@ class Runs:
 
 
 def _snippet(page: Path, block: int) -> dict[str, str]:
-    """What the ``block``-th ```python block of ``page`` prints (``{"stdout": ...}``): the page's own code is the
-    run, so the output shown under it is what that code prints."""
+    """What the ``block``-th ```python block of ``page`` prints (``{"stdout": ...}``) and the records of each
+    DataFrame it leaves (``frame``: a list of rows): the page's own code is the run, so the output shown under it is
+    what that code prints."""
     import contextlib
     import io
 
     code = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)[block]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        _evaluate(code + "\nresult = None\n")
-    return {"stdout": out.getvalue().rstrip("\n")}
+        scope = _evaluate(code + "\nresult = {k: v for k, v in globals().items() if hasattr(v, 'to_dict')}\n")
+    tables = {name: frame.to_dict("records") for name, frame in scope.items() if hasattr(frame, "columns")}
+    return {"stdout": out.getvalue().rstrip("\n"), **tables}
 
 
 def _evaluate(code: str) -> Any:
