@@ -46,6 +46,7 @@ def _run_summary(r: Any) -> dict[str, Any]:
         "hardware": r.hardware,
         "memory_capacity_bytes": r.memory_capacity_bytes,
         "tier_bytes": r.tier_bytes(),
+        "port_bytes": r.port_bytes(),
         "result": r.result.to_dict(),
     }
 

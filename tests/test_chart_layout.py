@@ -185,6 +185,10 @@ def layout_problems(fig: Any) -> list[str]:
         for j in range(i + 1, len(legends)):
             if box.overlaps(legends[j].get_window_extent(renderer)):
                 problems.append(f"legends {i} and {j} overlap")
+    for k, ax in enumerate(fig.axes):  # texts on the axes (annotations) never on one another
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if t.get_text()]
+        for i, (a, box) in enumerate(boxes):
+            problems += [f"axes {k}: texts {a!r} and {b!r} overlap" for b, o in boxes[i + 1 :] if box.overlaps(o)]
     entries = {t.get_text() for legend in legends for t in legend.get_texts()}
     for ax in fig.axes:
         for container in ax.containers:
@@ -275,7 +279,7 @@ def test_scaling_curves_are_named_by_what_they_hold(charts: dict[str, Any]) -> N
     assert len(curves) == 4 and not [n for n in curves if n.startswith("dp")]
     assert all("global batch 16" in n for n in curves)
     assert "cannot run at that count" in names
-    (ax,) = fig.axes
+    ax = fig.axes[0]
     marked = {x for line in ax.lines if line.get_marker() == "v" for x in line.get_xdata()}
     assert 12 in marked
 
@@ -315,3 +319,69 @@ def test_a_sweep_legend_of_many_long_names_fits() -> None:
         fig = sweep_charts.scaling_figure(pd.DataFrame(rows), metric, "plansim sweep")
         assert layout_problems(fig) == []
         assert len(_legend_texts(fig)) == 8
+
+
+# --- the defects of issue 31, one check each ---------------------------------------------------------------------
+
+
+def test_plan_time_chart_shows_the_gaps_between_finalists(charts: dict[str, Any]) -> None:
+    """Step times differ by a fraction of a percent between finalists: beside the breakdown from 0, a panel of the
+    distance from the best (%) whose widest bar spans most of its axis, each bar the plan's (step / best - 1)."""
+    fig = charts["plan/time_breakdown"]
+    _drawn(fig)
+    breakdown, gaps = fig.axes
+    assert breakdown.get_xlim()[0] == 0
+    widths = [p.get_width() for p in gaps.patches]
+    lo, hi = gaps.get_xlim()
+    assert lo == 0 and max(widths) > 0 and max(widths) / hi > 0.5
+    labels = [t.get_text() for t in gaps.texts]
+    assert len(labels) == len(widths) and all("%)" in t for t in labels)
+
+
+def test_plan_memory_chart_has_categories_and_says_gb_and_gib(charts: dict[str, Any]) -> None:
+    """Peak memory stacked by category (each bar's total the plan's peak), and the capacity of an 80 GiB A100 in
+    the GB every figure uses with the GiB it is sold in, not "86 GB"."""
+    fig = charts["plan/memory"]
+    _drawn(fig)
+    names = _legend_texts(fig)
+    assert {"weights", "optimizer", "activations"} <= set(names)
+    assert "capacity 85.9 GB (80 GiB)" in names
+    assert plan_charts.capacity_label(80 * 2**30) == "85.9 GB (80 GiB)"
+    frame = plansim.plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, top_k=3, des=False, milp=False).frame()
+    (ax,) = plan_charts.memory_figure(frame, "t").axes
+    totals: dict[float, float] = {}
+    for bar in ax.patches:
+        totals[round(bar.get_y(), 6)] = totals.get(round(bar.get_y(), 6), 0.0) + bar.get_width()
+    peaks = sorted(float(v) / 1e9 for v in frame["peak_memory_bytes"])
+    assert sorted(totals.values()) == pytest.approx(peaks, rel=1e-9)
+
+
+def test_every_link_tier_bar_is_visible(charts: dict[str, Any]) -> None:
+    """A switch port's share of a trunk (a few GB) beside a GPU's NVLink (hundreds): on the tier panel's log axis
+    every bar with bytes spans at least 10 pixels, and carries its value."""
+    for name in ("compare/communication", "traffic/communication"):
+        fig = charts[name]
+        _drawn(fig)
+        tiers = fig.axes[1]
+        assert tiers.get_xscale() == "log"
+        left = tiers.transData.transform((tiers.get_xlim()[0], 0))[0]
+        for bar in tiers.patches:
+            right = tiers.transData.transform((bar.get_x() + bar.get_width(), 0))[0]
+            assert right - left >= 10, (name, bar.get_width())
+        assert len(tiers.texts) == len(tiers.patches)
+
+
+def test_scaling_efficiency_reads_on_a_linear_axis_and_marks_do_not_hide_points(charts: dict[str, Any]) -> None:
+    """Beside the throughput, each curve's tokens/s per GPU over its first point's on a linear axis (a log-log plot
+    draws every curve straight); points that do not fit are hollow rings drawn under the filled ones."""
+    fig = charts["compare/scaling"]
+    throughput, efficiency = fig.axes
+    assert efficiency.get_yscale() == "linear" and throughput.get_yscale() == "linear"
+    for line in efficiency.lines:
+        if line.get_marker() == "o" and len(line.get_xdata()) and line.get_linestyle() in ("None", "none", ""):
+            ys = list(line.get_ydata())
+            assert all(0 < y <= 100.0 + 1e-9 or line.get_markerfacecolor() == "none" for y in ys)
+    points = [line for line in throughput.lines if line.get_marker() == "o" and len(line.get_xdata())]
+    hollow = [line for line in points if line.get_markerfacecolor() == "none"]
+    filled = [line for line in points if line.get_markerfacecolor() != "none"]
+    assert filled and all(h.get_zorder() < f.get_zorder() for h in hollow for f in filled)

@@ -117,6 +117,7 @@ class PlanResult:
             "memory_margin": r.memory_margin,
             "equivalent": len(self.outcome.equivalent_to(f.priced.strategy)),
             "equivalent_settings": self.equivalent_settings(f.priced.strategy),
+            **{f"mem_{k}_bytes": v for k, v in r.memory_breakdown_bytes.items()},
             **{f"comm_{k}_bytes": v for k, v in r.comm_bytes_per_gpu.items()},
             **{f"time_{k}_s": v for k, v in r.time_breakdown_s.items()},
             **{f"strategy.{k}": v for k, v in f.priced.strategy.model_dump().items()},

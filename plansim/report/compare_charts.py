@@ -117,17 +117,31 @@ def communication_figure(frame: Any, title: str) -> Any:
         legend_right(ax)
     ax.tick_params(axis="y", labelsize=7)
     if tiers:
-        ax = axes[1]
-        n = len(tiers)
-        height = 0.8 / n
-        for k, col in enumerate(tiers):
-            values = [0.0 if v != v else float(v) / GB for v in frame[col]][::-1]  # NaN: no such tier in that run
-            ys = [i + 0.4 - height * (k + 0.5) for i in range(len(labels))]  # the first tier on top in each group
-            ax.barh(ys, values, height=height, color=f"C{k}", label=col[len("port_") : -len("_bytes")])
-        ax.set_xlabel("through the busiest port of the tier, per step (GB)")
-        ax.set_title("by link tier (discrete-event engine; switch trunks per port)", fontsize=10)
-        legend_right(ax)
+        _tier_bars(axes[1], frame, tiers, len(labels))
     return fig
+
+
+def _tier_bars(ax: Any, frame: Any, tiers: list[str], rows: int) -> None:
+    """One bar per tier and run, on a log axis (a switch port's share of a trunk is a few GB where a GPU's NVLink
+    carries hundreds: on a linear axis it would not show), each labelled with its GB."""
+    n = len(tiers)
+    height = 0.8 / n
+    shown = []
+    for k, col in enumerate(tiers):
+        values = [0.0 if v != v else float(v) / GB for v in frame[col]][::-1]  # NaN: no such tier in that run
+        ys = [i + 0.4 - height * (k + 0.5) for i in range(rows)]  # the first tier on top in each group
+        kept = [(y, v) for y, v in zip(ys, values, strict=True) if v > 0]
+        ax.barh([y for y, _ in kept], [v for _, v in kept], height=height, color=f"C{k}",
+                label=col[len("port_") : -len("_bytes")])  # fmt: skip
+        for y, v in kept:
+            ax.annotate(f"{v:,.3g}", (v, y), xytext=(2, 0), textcoords="offset points", va="center", fontsize=6)
+        shown += [v for _, v in kept]
+    ax.set_xscale("log")
+    if shown:
+        ax.set_xlim(min(shown) / 3, max(shown) * 4)  # room for each bar's label
+    ax.set_xlabel("through the busiest port of the tier, per step (GB, log scale)")
+    ax.set_title("by link tier (discrete-event engine; switch trunks per port)", fontsize=10)
+    legend_right(ax)
 
 
 def communication_chart(frame: Any, path: str | Path, title: str) -> list[Path]:
@@ -207,15 +221,18 @@ def _stage_of(device: str) -> int:
 
 
 def scaling_figure(frame: Any, title: str) -> Any:
-    """Throughput (tokens/s) against GPU count, one line per curve (``Comparison.curve_names``: named by what stays
-    fixed along it, since dp follows the GPU count), with linear scaling from each curve's first point dashed;
-    points that do not fit in memory are crosses, and GPU counts where the strategy cannot run at all (tp x pp or
-    the batch does not divide: ``scaling.csv`` says why) are triangles on the bottom edge."""
+    """Left: throughput (tokens/s) against GPU count, one line per curve (``Comparison.curve_names``: named by what
+    stays fixed along it, since dp follows the GPU count), with linear scaling from each curve's first point dashed.
+    Right: the scaling efficiency, each point's tokens/s per GPU over its curve's first point's (100 %: linear), on a
+    linear axis where a log-log plot would draw every curve straight. Points that fit are filled, those that do not
+    fit in memory hollow (a hollow ring never hides a filled point at the same place), and GPU counts where the
+    strategy cannot run at all (tp x pp or the batch does not divide: ``scaling.csv`` says why) are triangles on the
+    bottom edge."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator, ScalarFormatter
 
-    fig = new_figure(10, 6.5)
-    ax = fig.add_subplot()
+    fig = new_figure(13, 6.5)
+    ax, eff = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     key = "curve" if "curve" in frame.columns else "label"
     edge = ax.get_xaxis_transform()  # x in data, y in axes fractions
     unrunnable = False
@@ -226,14 +243,13 @@ def scaling_figure(frame: Any, title: str) -> Any:
         gpus, rate = list(ran["gpus"]), [float(v) for v in ran["tokens_per_s"]]
         fits = [bool(v) for v in ran["fits"]]
         if gpus:
-            ax.plot(gpus, rate, "-", color=colour, label=label)
-            ax.plot([g for g, f in zip(gpus, fits, strict=True) if f],
-                    [r for r, f in zip(rate, fits, strict=True) if f], "o", color=colour)  # fmt: skip
-            ax.plot(
-                [g for g, f in zip(gpus, fits, strict=True) if not f],
-                [r for r, f in zip(rate, fits, strict=True) if not f],
-                "x", color=colour, markersize=9,
-            )  # fmt: skip
+            relative = [100.0 * (r / g) / (rate[0] / gpus[0]) for r, g in zip(rate, gpus, strict=True)]
+            for axis, ys in ((ax, rate), (eff, relative)):
+                axis.plot(gpus, ys, "-", color=colour, label=label if axis is ax else None, zorder=2)
+                for fit, face in ((False, "none"), (True, colour)):  # hollow first, filled on top
+                    pts = [(g, y) for g, y, f in zip(gpus, ys, fits, strict=True) if f is fit]
+                    axis.plot([g for g, _ in pts], [y for _, y in pts], "o", color=colour, mfc=face,
+                              ms=7 if fit else 10, mew=1.5, zorder=3 if fit else 2.5)  # fmt: skip
             ax.plot(gpus, [rate[0] * g / gpus[0] for g in gpus], "--", color=colour, alpha=0.4, lw=1)
         missing = [int(g) for g in points[points["tokens_per_s"].isna()]["gpus"]]
         if missing:
@@ -241,18 +257,24 @@ def scaling_figure(frame: Any, title: str) -> Any:
             bottom = 0.025 + 0.03 * (k % 4)  # curves' marks a little apart where several cannot run
             ax.plot(missing, [bottom] * len(missing), "v", color=colour, ms=8, transform=edge, clip_on=False,
                     label=None if gpus else label)  # fmt: skip
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted({int(g) for g in frame["gpus"]}), minor=False)  # every count asked for, marked or not
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs")
+    counts = sorted({int(g) for g in frame["gpus"]})
+    for axis in (ax, eff):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(counts, minor=False)  # every count asked for, marked or not
+        axis.xaxis.set_major_formatter(ScalarFormatter())
+        axis.xaxis.set_minor_locator(NullLocator())
+        axis.set_xlabel("GPUs")
+        axis.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("tokens/s")
+    eff.axhline(100.0, color="grey", ls="--", lw=1, alpha=0.6)
+    eff.set_ylabel("scaling efficiency (% of linear from the first point)")
     engines = ", ".join(sorted({str(e) for e in frame["engine"].dropna()}))
     ax.set_title(f"{title}: throughput against GPU count ({engines})", fontsize=10)
+    eff.set_title("tokens/s per GPU against the curve's first point", fontsize=10)
     keys = [
         Line2D([], [], color="grey", marker="o", label="fits"),
-        Line2D([], [], color="grey", marker="x", ls="none", ms=9, label="does not fit in memory"),
+        Line2D([], [], color="grey", marker="o", mfc="none", ms=10, ls="none", label="does not fit in memory"),
         Line2D([], [], color="grey", ls="--", alpha=0.6, label="linear from the first point"),
     ]
     if unrunnable:
@@ -260,7 +282,6 @@ def scaling_figure(frame: Any, title: str) -> Any:
     handles, names = ax.get_legend_handles_labels()
     labels = [*names, *(str(h.get_label()) for h in keys)]
     fitted_legend(fig, [*handles, *keys], labels, columns=2, loc="outside lower center", fontsize=7, frameon=False)
-    ax.grid(True, which="both", alpha=0.3)
     return fig
 
 

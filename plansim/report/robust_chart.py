@@ -16,19 +16,23 @@ __all__ = ["tornado_chart", "tornado_figure"]
 
 def tornado_figure(report: Any, title: str) -> Any:
     """Per input, a bar from the winner's step time at the profile's value to its step time at the range's low end
-    (one colour) and at its high end (another), each end labelled with the input's value; dashed lines at the
-    rivals' step times."""
+    (one colour, the upper half of the row) and at its high end (another, the lower half), each end labelled with
+    the input's value beside its own bar, so that the two labels never meet even where both ends lie on one side;
+    dashed lines at the rivals' step times."""
     rows = sorted(report.sensitivities, key=lambda s: s.swing_s)  # widest at the top (last drawn row)
     fig, (ax,) = bar_figure(max(len(rows), 1))
     centre = report.winner_nominal_s
     for y, s in enumerate(rows):
         u = INPUTS[s.name]
-        ends = ((s.low, s.at_low_s, "C0", "range's low end"), (s.high, s.at_high_s, "C1", "range's high end"))
-        for end, at, colour, label in ends:
-            ax.barh(y, at - centre, left=centre, color=colour, label=label if y == 0 else None)
+        ends = (
+            (s.low, s.at_low_s, "C0", "range's low end", y + 0.2),
+            (s.high, s.at_high_s, "C1", "range's high end", y - 0.2),
+        )
+        for end, at, colour, label, row in ends:
+            ax.barh(row, at - centre, left=centre, height=0.38, color=colour, label=label if y == 0 else None)
             if end != s.value:
                 ax.annotate(
-                    u.show(end), (at, y), xytext=(3 if at >= centre else -3, 0), textcoords="offset points",
+                    u.show(end), (at, row), xytext=(3 if at >= centre else -3, 0), textcoords="offset points",
                     ha="left" if at >= centre else "right", va="center", fontsize=7,
                 )  # fmt: skip
     ax.set_yticks(range(len(rows)), [f"{s.label} ({INPUTS[s.name].show(s.value)})" for s in rows])

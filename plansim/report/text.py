@@ -38,7 +38,7 @@ def _figure_cells(row: dict, step_mark: str) -> list[str]:
         f"{row['step_time_s'] * 1e3:,.1f} ms{step_mark}",
         f"{row['tokens_per_s']:,.0f}",
         f"{row['mfu']:.1%}",
-        f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB"
+        f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.1f} GB"
         + ("" if row["fits"] else " [red]OOM[/red]"),
         f"{comm} GB",
         f"{parts} ms",
