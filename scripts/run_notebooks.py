@@ -17,12 +17,19 @@ Usage::
     python scripts/run_notebooks.py --small          # PLANSIM_SMALL=1: the sizes the tests run (quicker)
     python scripts/run_notebooks.py --check          # run into memory and say which committed files differ
 
+At full size (not ``--small``) a notebook's narrative figures are checked too: a markdown cell quotes a figure with
+scripts/figures.py's marker naming the run ``nb`` (``<!-- fig nb h200.gain pct.1 -->13.2<!-- /fig -->``), read
+from the ``FIGURES`` dict the notebook's code builds; a run rewrites each from what the code computed, ``--check``
+reports those that differ. Run before a release: the notebooks' narrative then says what their full-size outputs
+show (under pytest they run at the small sizes, whose figures differ).
+
 ``pytest --nbmake`` runs the same notebooks (at the small sizes, ``conftest.py``) and ignores stored outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -127,8 +134,46 @@ def run_notebook(path: Path, *, small: bool = False) -> Any:
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
     )
+    probe = nbformat.v4.new_code_cell(_FIGURES_PROBE)  # run after the notebook's cells, then taken out again
+    nb.cells.append(probe)
     client.execute(env=env)
-    return normalise(nb)
+    nb.cells.remove(probe)
+    streams = [o for o in probe.get("outputs", []) if o.get("output_type") == "stream"]
+    nb = normalise(nb)
+    nb.metadata["plansim_figures"] = json.loads("".join(o["text"] for o in streams) or "{}")  # main takes it out
+    return nb
+
+
+#: Prints the notebook's ``FIGURES`` dict (what its narrative quotes), as JSON.
+_FIGURES_PROBE = "import json as _json\nprint(_json.dumps(globals().get('FIGURES', {}), default=float))"
+
+
+def narrative_figures(nb: Any, figures: dict[str, Any], *, update: bool) -> list[str]:
+    """The narrative's marked figures (``<!-- fig nb KEY FORMAT -->``, scripts/figures.py's markers with the run
+    ``nb``: the notebook's ``FIGURES`` dict) against what the run computed: one line per figure that differs (or
+    names no key), and, with ``update``, each rewritten from the run. Markers of other runs are left alone."""
+    from figures import MARKER, render, resolve
+
+    problems: list[str] = []
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+
+        def fresh(m: Any, k: int = k) -> str:
+            run, key, fmt, quoted = m.groups()
+            if run != "nb":
+                return m.group(0)
+            try:
+                actual = render(resolve(figures, key), fmt)
+            except (KeyError, IndexError, ValueError, TypeError) as exc:
+                problems.append(f"cell {k}: {key}: {exc}")
+                return m.group(0)
+            if actual != quoted:
+                problems.append(f"cell {k}: {key} quotes {quoted!r}, the run gives {actual!r}")
+            return f"<!-- fig nb {key} {fmt} -->{actual if update else quoted}<!-- /fig -->"
+
+        cell.source = MARKER.sub(fresh, cell.source)
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # a failing cell: say which notebook and stop, the file left as it was
             print(f"{path.name}: failed: {str(err).strip().splitlines()[-1] if str(err).strip() else err!r}")
             return 1
+        figures = nb.metadata.pop("plansim_figures", {})
+        problems = [] if args.small else narrative_figures(nb, figures, update=not args.check)
+        for line in problems:
+            print(f"{path.name}: {line}")
         text = nbformat.writes(nb) + "\n"
         elapsed = time.perf_counter() - start
         if args.check:
-            same = path.read_text(encoding="utf-8") == text
+            same = path.read_text(encoding="utf-8") == text and not problems
             print(f"{path.name}: {'unchanged' if same else 'differs'} ({elapsed:.0f} s)")
             differ += [] if same else [path.name]
             continue

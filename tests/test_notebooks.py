@@ -78,3 +78,25 @@ def test_quickstart_calls_the_efficiency_curves_assumed() -> None:
     words = " ".join(text)
     assert "measured efficiency curves" not in words and "assumed efficiency curves" in words
     assert "ASSUMPTIONS" in (ROOT / "hardware_profiles" / "gpus" / "h100-sxm5-80gb.yaml").read_text()
+
+
+def test_narrative_figures_are_checked_and_refreshed_from_the_run(script: dict) -> None:
+    """A markdown cell's marked figure (run ``nb``: the notebook's FIGURES) that differs from the run is reported, and
+    rewritten when updating; other runs' markers and text are left alone."""
+    import sys
+
+    nbformat = pytest.importorskip("nbformat")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        text = "H200: <!-- fig nb h200.gain pct.1 -->1.0<!-- /fig --> % faster; <!-- fig other x s.3 -->9<!-- /fig -->"
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+        figures = {"h200": {"gain": 0.132}}
+        problems = script["narrative_figures"](nb, figures, update=False)
+        assert problems == ["cell 0: h200.gain quotes '1.0', the run gives '13.2'"] and nb.cells[0].source == text
+        script["narrative_figures"](nb, figures, update=True)
+        assert "h200.gain pct.1 -->13.2<!-- /fig -->" in nb.cells[0].source and "x s.3 -->9<!--" in nb.cells[0].source
+        assert script["narrative_figures"](nb, figures, update=False) == []
+        missing = script["narrative_figures"](nb, {}, update=False)
+        assert missing and "h200" in missing[0]
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
