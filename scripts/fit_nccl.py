@@ -33,7 +33,18 @@ def load_curve(path: Path) -> dict:
 
 
 def _default_comm(curve: dict) -> tuple[NcclComm, NvlsTuning | None]:
-    """The curve's communicator as NCCL sees it (NVLS with the node's NVLS graph and fit where it has one)."""
+    """The curve's communicator as NCCL sees it (NVLS with the node's NVLS graph and fit where it has one); read
+    once per curve (the fit asks for every tuning it tries)."""
+    key = (curve["node"], curve["ranks"], curve["nodes"], curve.get("cpu"))
+    if key not in _COMMS:
+        _COMMS[key] = _read_comm(curve)
+    return _COMMS[key]
+
+
+_COMMS: dict[tuple, tuple[NcclComm, NvlsTuning | None]] = {}
+
+
+def _read_comm(curve: dict) -> tuple[NcclComm, NvlsTuning | None]:
     cluster = load_hardware(curve["node"], gpus=curve["ranks"])
     section = cluster.node.nccl
     comm = nccl_comm(cluster, curve["ranks"], curve["nodes"], cpu=curve.get("cpu"))

@@ -217,6 +217,7 @@ def _enabled(c: NcclComm, collective: str, algorithm: str, protocol: str) -> boo
     return not (protocol == "LL128" and c.intra != "nvlink")
 
 
+@lru_cache(maxsize=65536)  # pure, and asked again for every call of the same shape
 def bandwidth_GBps(c: NcclComm, collective: str, algorithm: str, protocol: str) -> float:
     """NCCL's algorithm bandwidth (``comm->bandwidths``), GB/s; 0 where the pair is not used."""
     if c.ranks <= 1 or not _enabled(c, collective, algorithm, protocol):
@@ -319,6 +320,14 @@ def choose(
 ) -> NcclChoice:
     """The fastest enabled (algorithm, protocol) for one call of ``n_bytes`` (NCCL's default choice; ``algorithms``
     and ``protocols`` restrict it as ``NCCL_ALGO``/``NCCL_PROTO`` do). Ties go to the earlier pair in NCCL's order."""
+    return _choose(c, collective, float(n_bytes), tuple(algorithms), tuple(protocols))
+
+
+@lru_cache(maxsize=65536)
+def _choose(
+    c: NcclComm, collective: str, n_bytes: float, algorithms: tuple[str, ...], protocols: tuple[str, ...]
+) -> NcclChoice:
+    """``choose`` unmemoized."""
     if collective not in COLLECTIVES:
         raise ValueError(f"collective {collective!r}: one of {COLLECTIVES}")
     best: tuple[float, str, str] | None = None
@@ -407,6 +416,7 @@ def _channels_used(c: NcclComm, protocol: str, n_bytes: float) -> int:
     return nc
 
 
+@lru_cache(maxsize=65536)  # pure, and asked again for every call of the same shape
 def _ring_threads(c: NcclComm, protocol: str, n_bytes: float) -> int:
     """Threads of a ring call's channel (``topoGetAlgoInfo``, src/enqueue.cc lines 2092-2115 at 5067397c): the
     protocol's maximum, halved (while a multiple of 128) while the call's bytes are under channels x threads x the
@@ -441,6 +451,7 @@ def step_rounds_bytes(protocol: str, step_bytes: float, threads: int) -> float:
     return math.ceil(math.ceil(step_bytes / grain) / workers) * workers * grain
 
 
+@lru_cache(maxsize=65536)  # pure, and asked again for every call of the same shape
 def _ring_channel_share(c: NcclComm, collective: str, protocol: str, n_bytes: float) -> tuple[int, float]:
     """The channels a ring call runs on and the largest channel's share of ``n_bytes``, as
     ``scheduleCollTasksToPlan`` (src/enqueue.cc at 5067397c) splits one call: the traffic (``n`` bytes of NCCL's
