@@ -22,7 +22,7 @@ from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, megatron_style
 from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, robust_report
 from plansim.planner.search import OBJECTIVES, Finalist, Priced, SearchOutcome, des_figures, search
-from plansim.planner.space import Constraints, candidates, count_candidates, divisors
+from plansim.planner.space import Constraints, candidates, divisors, search_work
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.uncertainty import perturbed, worst_corners
@@ -141,9 +141,11 @@ def plan(
     winner, its step time at each input's range ends and the break-even values against the runner-up and the best
     candidate of another family (``PlanResult.robust``, ``planner.robust``).
 
-    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The candidates are counted
-    before any is priced: above ``PLANSIM_MAX_CANDIDATES`` (``plansim.limits.WORK``) the call is refused with the
-    count and the ways to narrow the search.
+    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The search's work is counted
+    before any candidate is priced (``space.search_work``): above ``PLANSIM_MAX_CANDIDATES`` candidates,
+    ``PLANSIM_MAX_PLAN_BLOCKS`` blocks walked or ``PLANSIM_MAX_PLAN_MEMORY_MB`` of memory (``plansim.limits.WORK``)
+    the call is refused with the count and the ways to narrow the search; so is a discrete-event re-simulation of
+    the finalists above ``PLANSIM_MAX_FINALIST_TASKS`` in all, before the first one runs.
 
     Raises
     ------
@@ -181,10 +183,16 @@ def plan(
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
-    count = count_candidates(spec, cluster, global_batch, c)
+    work = search_work(spec, cluster, global_batch, c)
+    subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
+    narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
+    refuse_work("candidates", work.candidates, subject, narrow)
+    refuse_work("plan_blocks", work.block_walks * max(1, len(corners)), subject, narrow)  # each corner walks anew
+    memory = work.candidates * CANDIDATE_BYTES + work.schedule_transfers * TRANSFER_BYTES
     refuse_work(
-        "candidates", count, f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}",
-        "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)",
+        "plan_memory_mb", -(-memory // 10**6), subject,
+        "narrow it: the power-of-two collectives' schedules grow as dp log2 dp, so fix --tp or --pp (less data "
+        "parallelism) or plan fewer GPUs",
     )  # fmt: skip
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
@@ -236,6 +244,16 @@ def plan(
     if tokens is not None:
         result.training = training_cost(winner, tokens, spec.seq_len, global_batch, price_per_gpu_hour)
     return result
+
+
+#: Memory per candidate while the search runs (its strategy, its analytic Result and the caches behind it):
+#: gpt3-1.3b plans on 16 A100s at --global-batch 64 and 55440 (6,189 and 82,152 candidates) peaked at 0.18 and
+#: 1.58 GB resident (/usr/bin/time), 18.4 kB per candidate more.
+CANDIDATE_BYTES = 18_000
+#: Memory per point-to-point transfer of the power-of-two collectives' schedules the search builds and caches:
+#: gpt3-125m plans on 2^18, 2^19 and 2^20 H100s (8.8, 18.7 and 39.4 million transfers) peaked at 1.68, 3.27 and
+#: 6.59 GB resident, 0.26 GB + 160 bytes per transfer (least squares, within 0.3 %).
+TRANSFER_BYTES = 160
 
 
 def _robust(spec: ModelSpec, cluster: Cluster, r: PlanResult) -> RobustReport:
@@ -422,8 +440,8 @@ def _megatron_excluded(
         options.append(f"--max-pp {c.max_pp}")
     if c.max_micro_batch is not None and s.micro_batch > c.max_micro_batch:
         options.append(f"--max-micro-batch {c.max_micro_batch}")
-    if "selective" not in c.remat:
-        options.append(f"--remat {','.join(c.remat)}")
+    if "selective" not in c.remat:  # not the policies searched: --remat milp searches full, with milp for finalists
+        options.append("--remat, which leaves out selective")
     if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
         options.append(f"sequence_parallel={c.sequence_parallel}")
     if c.tp_comm_overlap is not None and c.tp_comm_overlap != s.tp_comm_overlap:
