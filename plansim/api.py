@@ -80,7 +80,7 @@ def _what_ifs(
         for rank, factor in mapping(stragglers, "stragglers (--straggler)").items()
     }
     links = {
-        names(link, "link_factors (--degrade-link)")[0]: number(factor, "link_factor", f"--degrade-link {shown(link)}=")
+        _link_name(link): number(factor, "link_factor", f"--degrade-link {shown(link)}=")
         for link, factor in mapping(link_factors, "link_factors (--degrade-link)").items()
     }
     given = {
@@ -91,6 +91,15 @@ def _what_ifs(
         "seed": None if seed is None else whole(seed, "seed", "--seed"),
     }
     return {k: v for k, v in given.items() if v is not None}
+
+
+def _link_name(link: object) -> str:
+    """A key of ``link_factors``: one link's name (a string), never None, a number or a list of names."""
+    if not isinstance(link, str) or not link:
+        raise PlansimError(
+            f"link_factors (--degrade-link): each key is a link's name such as 'node0/nic0', got {type_name(link)}"
+        )
+    return link
 
 
 def simulate(

@@ -31,6 +31,28 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _version(value: bool) -> None:
+    """``plansim --version``: the installed package's version (its metadata), then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"plansim {version('plansim')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("plansim (not installed: no package metadata)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print plansim's version and exit"),
+    ] = False,
+) -> None:
+    """Predict a distributed training step: latency, communication and memory per GPU."""
+
+
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
@@ -38,17 +60,28 @@ class OutputFormat(StrEnum):
 
 
 def _clear_errors(func: F) -> F:
-    """Turn a PlansimError into one line on stderr and exit code 2."""
+    """Run a command with its input files recorded (``yamlfile.recording_inputs``: no output replaces one); turn a
+    PlansimError into one line on stderr and exit code 2, and a MemoryError (the last resort: the memory bounds
+    refuse such runs before they allocate) into one line and exit code 1."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from plansim.errors import PlansimError
+        from plansim.yamlfile import recording_inputs
 
         try:
-            return func(*args, **kwargs)
+            with recording_inputs():
+                return func(*args, **kwargs)
         except PlansimError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from None
+        except MemoryError:
+            typer.echo(
+                "error: out of memory: this run needs more memory than the system gives it: ask for less (fewer "
+                "GPUs, a narrower search) or run it where more memory is free",
+                err=True,
+            )
+            raise typer.Exit(code=1) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -79,10 +112,25 @@ def _print_rows(rows: list[dict[str, Any]], fmt: OutputFormat, title: str) -> No
 @app.command()
 @_clear_errors
 def models(fmt: Annotated[OutputFormat, typer.Option("--format", help="output format")] = OutputFormat.table) -> None:
-    """List the built-in model presets."""
+    """List the built-in model presets (the table rounds the parameter counts; json and csv give them whole)."""
     from plansim.workload import list_models
 
-    _print_rows(list_models(), fmt, "model presets")
+    rows = list_models()
+    if fmt is OutputFormat.table:
+        rows = [{**row, "parameters": _human_count(row["parameters"])} for row in rows]
+    _print_rows(rows, fmt, "model presets")
+
+
+def _human_count(n: int) -> str:
+    """A count as people write parameter counts: ``125.2M``, ``1.3B``, ``1.0T``.
+
+    >>> _human_count(125_226_240), _human_count(1_315_723_264), _human_count(999)
+    ('125.2M', '1.3B', '999')
+    """
+    for size, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
 
 
 @app.command()
@@ -157,9 +205,12 @@ def simulate(
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
     from plansim.errors import PlansimError, shown_path
+    from plansim.outputs import check_output_file
 
-    if trace and engine != "des":
+    if trace is not None and engine != "des":
         raise PlansimError("--trace needs the discrete-event engine: add --engine des")
+    if trace is not None:
+        check_output_file(trace, "--trace", inputs=(model, hardware, strategy))  # before the run, not after it
     result = _timed(f"simulate: {engine} engine", run)(
         model,
         hardware,
@@ -173,7 +224,7 @@ def simulate(
         jitter=jitter,
         seed=seed,
     )
-    if trace:
+    if trace is not None:
         try:
             path = result.timeline.write_trace(trace)
         except OSError as err:
@@ -471,7 +522,8 @@ def sweep(
 @_clear_errors
 def validate(
     out: Annotated[
-        str | None, typer.Option("--out", "-o", help="output folder (default validation/<gpu>/, or the --from folder)")
+        str | None,
+        typer.Option("--out", "-o", help="output folder (default validation/<gpu>/; with --from, that folder)"),
     ] = None,
     device: Annotated[str | None, typer.Option("--device", help="cuda or cpu (default: cuda where torch sees one)")] = (
         None
@@ -494,7 +546,7 @@ def validate(
     from plansim.validation.run import validate as run_validation
 
     if from_dir:
-        *_, written = compare_saved(from_dir, hardware=hardware, engine=engine)
+        *_, written = compare_saved(from_dir, out=out, hardware=hardware, engine=engine)
     else:
         _require_torch("plansim validate", "pip install 'plansim[torch]' (or compare saved runs: --from DIR)")
         from plansim.profiling.profiler import check_timing, pick_device
@@ -561,10 +613,12 @@ def profile(
     """Time the kernels of a transformer training step on this machine and write a measured profile (needs torch)."""
     from pathlib import Path
 
-    from plansim.errors import PlansimError
-    from plansim.outputs import atomic_write_text
+    from plansim.errors import PlansimError, shown_path
+    from plansim.outputs import atomic_write_text, check_output_file
     from plansim.workload import load_model
 
+    if out is not None:
+        check_output_file(out, "--out", inputs=(model,))  # before the timing, not after it
     _require_torch("plansim profile", "pip install 'plansim[profile]'")
     from plansim.profiling.profiler import check_timing, default_out, pick_device, profile_kernels, sweep_sizes
 
@@ -582,7 +636,9 @@ def profile(
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, result.to_yaml())
     except OSError as err:
-        raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
+        raise PlansimError(
+            f"--out {shown_path(path)}: cannot write it ({err.strerror}): choose a writable path"
+        ) from None
     typer.echo(f"{len(result.points)} kernels timed on {result.environment.device_name}: wrote {path}")
 
 
@@ -613,8 +669,9 @@ def remat(
         float,
         typer.Option(
             "--time-limit",
-            help="wall-clock seconds for the MILP at a budget: start search, build and solve (the best schedule "
-            "found is reported unproven when it runs out); with --out each of the curve's 12 budgets gets as much",
+            help="wall-clock seconds for the MILP at --budget: start search, build and solve (the best schedule "
+            "found is reported unproven when it runs out); each budget of the --out curve gets as much, within "
+            "--curve-time-limit",
         ),
     ] = 60.0,
     gap: Annotated[float | None, typer.Option("--gap", help="stop within this relative gap, e.g. 0.01")] = None,
@@ -626,16 +683,30 @@ def remat(
     out: Annotated[
         str | None, typer.Option("--out", "-o", help="also write the trade-off curve (CSV, PNG, SVG) and schedule here")
     ] = None,
+    curve_points: Annotated[
+        int,
+        typer.Option("--curve-points", help="budgets on the --out trade-off curve (0: write only schedule.json)"),
+    ] = 12,
+    curve_time_limit: Annotated[
+        float,
+        typer.Option(
+            "--curve-time-limit",
+            help="wall-clock seconds for the whole --out curve, shared by its budgets (each at most --time-limit)",
+        ),
+    ] = 120.0,
     fmt: Annotated[RematFormat, typer.Option("--format", "-f", help="output format")] = RematFormat.text,
 ) -> None:
     """Which activations to keep and which to recompute within --budget: the Checkmate MILP against the baselines."""
     from plansim.errors import PlansimError, quoted
+    from plansim.limits import number, whole
     from plansim.milp import SOLVERS
     from plansim.outputs import check_output_folder
     from plansim.remat.api import parse_bytes, plan_remat, remat_graph
 
     budget_bytes = parse_bytes(budget, "--budget")
     check_output_folder(out)  # before the solves, not after them
+    curve_points = whole(curve_points, "curve_points", "--curve-points")
+    curve_time_limit = number(curve_time_limit, "time_limit_s", "--curve-time-limit")
     if stage_layers is not None and graph is not None:
         raise PlansimError("--stage-layers and --graph: give one (--graph schedules the file's graph, not the model's)")
     if (model is None) == (graph is None):
@@ -659,27 +730,36 @@ def remat(
     plan = _timed(solving, plan_remat)(g, budget_bytes, solver=solver, time_limit_s=time_limit, gap=gap)
     summary = plan.summary(timings=fmt is RematFormat.text)  # JSON: the same input, the same bytes
     if out is not None:
-        summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver)]
+        curve = (curve_points, curve_time_limit)
+        summary["files"] = [str(p) for p in _remat_curve(plan, out, time_limit, gap, solver, curve)]
     if fmt is RematFormat.json:
         typer.echo(json.dumps(summary, indent=2))
     else:
         _print_remat(summary)
 
 
-def _remat_curve(plan: Any, out: str, time_limit: float, gap: float | None, solver: str) -> list[Any]:
-    """The trade-off curve over ``default_budgets`` and the plan's budget, with a progress bar on stderr; write it."""
-    from plansim.remat.api import default_budgets, tradeoff_curve, write_tradeoff
+def _remat_curve(
+    plan: Any, out: str, time_limit: float, gap: float | None, solver: str, curve: tuple[int, float]
+) -> list[Any]:
+    """The trade-off curve over ``curve[0]`` budgets (``default_budgets``) and the plan's budget, within
+    ``curve[1]`` seconds in all (each budget's MILP at most ``time_limit``), with a progress bar on stderr; write it.
+    No budgets: the plan's schedule alone."""
+    from plansim.remat.api import default_budgets, tradeoff_curve, write_schedule, write_tradeoff
 
     g = plan.graph
-    budgets = [b for b in default_budgets(g) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
+    points, total_s = curve
+    if points == 0:
+        return write_schedule(out, g, plan.milp)
+    budgets = [b for b in default_budgets(g, points) if abs(b - plan.budget_bytes) > 1e-9 * max(b, 1.0)]
+    each_s = min(time_limit, total_s / max(len(budgets), 1))
 
     def at(k: int) -> str:
-        return f"at {budgets[k] / 1e9:.3g} GB (time limit {time_limit:g} s)" if k < len(budgets) else ""
+        return f"at {budgets[k] / 1e9:.3g} GB (time limit {each_s:.3g} s)" if k < len(budgets) else ""
 
     with _progress("remat: trade-off curve, budgets solved", len(budgets)) as bar:
         bar.update(label=at(0))
         results = tradeoff_curve(
-            g, budgets, solver=solver, time_limit_s=time_limit, gap=gap,
+            g, budgets, solver=solver, time_limit_s=each_s, gap=gap,
             progress=lambda budget: bar.advance(at(bar.done + 1)),
         )  # fmt: skip
     title = f"{g.name}: recompute overhead vs peak memory"
@@ -789,11 +869,13 @@ def import_model(
 
     from rich.table import Table
 
-    from plansim.errors import PlansimError
-    from plansim.outputs import atomic_write_text
+    from plansim.errors import PlansimError, shown_path
+    from plansim.outputs import atomic_write_text, check_output_file
     from plansim.report.fit import terminal_console
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
+    if out is not None:  # before reading: never the config itself
+        check_output_file(out, "--out", inputs=(config, Path(config) / "config.json"))
     spec = from_hf_config(config, name=name, seq_len=seq_len)
     notes = unmodelled(read_hf_config(config), spec)
     table = Table(show_header=False)
@@ -813,7 +895,9 @@ def import_model(
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, model_yaml(spec, config, notes))
         except OSError as err:
-            raise PlansimError(f"--out {path}: cannot write it ({err.strerror}): choose a writable path") from None
+            raise PlansimError(
+                f"--out {shown_path(path)}: cannot write it ({err.strerror}): choose a writable path"
+            ) from None
         console.print(f"wrote {path}: plansim simulate --model {path} ...")
 
 

@@ -162,6 +162,7 @@ LIMITS: dict[str, Limit] = {
     "headroom": Limit(
         0, 0.9, "", "a fraction of the GPU's memory left free at the peak: 0.05 for 5%; 0 lets a plan fill it", False
     ),
+    "curve_points": Limit(0, 100, "budgets", "each budget is a MILP solve; 0 writes the schedule alone"),
 }
 
 
@@ -180,13 +181,49 @@ WORK: dict[str, Work] = {
         200_000,
         "PLANSIM_MAX_CANDIDATES",
         "candidate strategies",
-        "20-90 s and 1-2 GB: some 2,000-10,000 are priced per second, a few kB each",
+        "4-10 min and 3.6 GB: some 300-900 are priced per second on a shared 2-core machine, 18 kB each (the "
+        "blocks and memory bounds below usually refuse first)",
+    ),
+    "plan_blocks": Work(
+        2_000_000,
+        "PLANSIM_MAX_PLAN_BLOCKS",
+        "blocks walked",
+        "1.5-5 min: the analytic engine walks some 7,000-20,000 blocks per second, each candidate its busiest "
+        "stage's (GPT-3 175B on 1,024 GPUs: 603,880 in 31 s)",
     ),
     "des_tasks": Work(
         2_000_000,
         "PLANSIM_MAX_DES_TASKS",
         "tasks and transfers",
         "20-60 s: some 100,000 are simulated per second",
+    ),
+    "sweep_points": Work(
+        10_000,
+        "PLANSIM_MAX_SWEEP_POINTS",
+        "grid points",
+        "each point is a plan: benchmarks/bench_sweep.py's 200 points took 157 s on 2 cores, so 10,000 take "
+        "about 2 hours on one (less with --jobs or a Dask cluster)",
+    ),
+    "sweep_blocks": Work(
+        100_000_000,
+        "PLANSIM_MAX_SWEEP_BLOCKS",
+        "blocks walked",
+        "the points' searches together (PLANSIM_MAX_PLAN_BLOCKS each): 1.5-4 hours on one core at some 7,000-20,000 "
+        "per second, divided among --jobs or the cluster's workers",
+    ),
+    "finalist_tasks": Work(
+        10_000_000,
+        "PLANSIM_MAX_FINALIST_TASKS",
+        "tasks and transfers",
+        "2-9 min: the finalists' discrete-event runs together, some 20,000-100,000 simulated per second (Megatron-1T "
+        "on 3,072 A100s, top 10: 9.0 million; gpt3-125m on 8, --top 1000: 2.0 million in 113 s)",
+    ),
+    "topology": Work(
+        2_000_000,
+        "PLANSIM_MAX_TOPOLOGY",
+        "vertices and links",
+        "about 1 GB and 40 s: the discrete-event engine's topology graph and link table hold some 500 bytes per "
+        "vertex or link, built at some 50,000 per second (hardware --links -g 1048576: 5.4 million, 3 GB, 108 s)",
     ),
 }
 
@@ -246,11 +283,22 @@ def field(key: str, **kwargs: Any) -> Any:
 
 def integral(value: Any) -> Any:
     """A schema's before-validator for whole-number fields: ``1e30`` read as the int it is, so the field's bound
-    names the limit (pydantic alone says only that it cannot parse so large a number).
+    names the limit (pydantic alone says only that it cannot parse so large a number); a boolean or a string is
+    refused (a ``ValueError`` the schema reports on the field's line), not read as 1 or 8 as pydantic would.
 
-    >>> integral(1e30) == int(1e30), integral(2.5), integral("8")
-    (True, 2.5, '8')
+    >>> integral(1e30) == int(1e30), integral(2.5), integral(8)
+    (True, 2.5, 8)
+    >>> integral("8")
+    Traceback (most recent call last):
+    ...
+    ValueError: must be a whole number, got the string "8": write it without quotes
     """
+    if isinstance(value, bool):
+        raise ValueError(f"must be a whole number, got the boolean {value}")
+    if isinstance(value, str):
+        quoted_number = value.strip().lstrip("+-").isdigit()
+        fix = ": write it without quotes" if quoted_number else ""
+        raise ValueError(f'must be a whole number, got the string "{shown(value)}"{fix}')
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 

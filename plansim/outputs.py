@@ -45,7 +45,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from plansim.errors import PlansimError, shown_path
+from plansim.errors import PlansimError, shown, shown_path
+from plansim.yamlfile import input_at, is_dir
 
 __all__ = [
     "ABANDONED_AFTER_S",
@@ -56,8 +57,10 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "c_stdout_silenced",
+    "check_output_file",
     "check_output_folder",
     "output_folder",
+    "refuse_inputs",
     "staged_folder",
 ]
 
@@ -173,6 +176,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         try:
             with gate.opened():
                 yield tmp
+            refuse_inputs([path], "output", path)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -192,6 +196,80 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> P
     return atomic_write_bytes(path, text.encode(encoding))
 
 
+# -- inputs ---------------------------------------------------------------------------------------------------------
+
+
+def refuse_inputs(paths: Iterable[Path], option: str, out: str | Path) -> None:
+    """A one-line ``PlansimError`` naming ``option`` when any of ``paths`` (files about to be replaced) is a file the
+    command read (``plansim.yamlfile.input_at``: inside the CLI's ``recording_inputs``). Checked before the first
+    file is replaced, so a refused run changes nothing."""
+    for path in paths:
+        source = input_at(path)
+        if source is not None:
+            where = "" if Path(out) == path or source == path else f" (as {shown_path(path, 40)})"
+            raise PlansimError(
+                f"{option} {shown_path(out)}: would write over the input file {shown_path(source, 40)}{where}: "
+                "write the output elsewhere"
+            )
+
+
+def check_output_file(path: str | Path, option: str, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """``path`` as a file that ``option`` may write, before any work: a ``PlansimError`` when it is an input of the
+    command (one recorded, or the same file as one of ``inputs``, the paths the command will read), a folder, or a
+    name the system refuses (too long). Nothing is created."""
+    if str(path) == "":
+        raise PlansimError(f"{option}: empty path: give a file path")
+    target = Path(path)
+    refuse_inputs([target], option, target)
+    for given in inputs:
+        if given is not None and _same_file(target, Path(given)):
+            raise PlansimError(
+                f"{option} {shown_path(target)}: is the input file {shown_path(given, 40)}: write the output elsewhere"
+            )
+    if is_dir(target):
+        raise PlansimError(f"{option} {shown_path(target)}: is a folder: give a file path")
+    _check_name_lengths(target, option)
+    return target
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _check_name_lengths(path: Path, option: str) -> None:
+    """A one-line ``PlansimError`` when a component of ``path`` is longer than the file system takes
+    (``NAME_MAX``, 255 bytes on Linux, asked of the nearest existing folder) or the whole path longer than
+    ``PATH_MAX``: the same refusal the system would give when writing, given before any work."""
+    existing = path.parent if str(path.parent) else Path(".")
+    while not is_dir(existing) and existing != existing.parent:
+        existing = existing.parent
+    name_max, path_max = _system_limit(existing, "PC_NAME_MAX", 255), _system_limit(existing, "PC_PATH_MAX", 4096)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise PlansimError(
+                f"{option} {shown_path(path)}: a name of {size:,} bytes ({shown(part, 20)}), longer than the "
+                f"{name_max} the file system takes: choose a shorter name"
+            )
+    if len(os.fsencode(str(path))) >= path_max:
+        raise PlansimError(
+            f"{option} {shown_path(path)}: a path of {len(os.fsencode(str(path))):,} bytes, longer than the "
+            f"{path_max:,} the system takes: choose a shorter path"
+        )
+
+
+def _system_limit(folder: Path, name: str, default: int) -> int:
+    """``os.pathconf(folder, name)``, or ``default`` where the system does not say."""
+    try:
+        value = os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if value and value > 0 else default
+
+
 # -- folders --------------------------------------------------------------------------------------------------------
 
 
@@ -204,6 +282,9 @@ def check_output_folder(out: str | Path | None, option: str = "--out") -> None:
     if str(out) == "":
         raise PlansimError(f"{option}: empty path: give a folder, e.g. {option} results/")
     directory = Path(out)
+    _check_name_lengths(directory, option)
+    if "\0" in str(out):
+        raise PlansimError(f"{option} {shown_path(out)}: not a valid path (it holds a NUL character): choose another")
     if directory.exists() and not directory.is_dir():
         raise PlansimError(
             f"{option} {shown_path(out)}: is a file, not a folder: give a folder path (created if missing)"
@@ -282,6 +363,7 @@ def staged_folder(out: str | Path, option: str = "--out") -> Iterator[StagedFold
                         "with free space"
                     ) from None
             names = sorted(p.name for p in staging.iterdir())
+            refuse_inputs([directory / name for name in names], option, out)
             with _folder_lock(directory, option, gate):
                 for name in names:
                     os.replace(staging / name, directory / name)

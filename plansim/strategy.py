@@ -12,18 +12,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from plansim.arguments import type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.data import data_dir
-from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.errors import PlansimError, format_validation_error, quoted, shown, shown_path
 from plansim.frameworks import framework_names, is_framework, load_framework
 from plansim.limits import field, integral
 from plansim.schedules import SCHEDULES
 from plansim.units import parse_bytes
-from plansim.yamlfile import is_file, parse_yaml, read_mapping, validated
+from plansim.yamlfile import is_file, parse_yaml, read_mapping, refuse_special, validated
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
@@ -151,11 +151,24 @@ class Strategy(BaseModel):
         "default: shard over all of dp",
     )
 
+    def __init__(self, **data: Any) -> None:
+        """``Strategy(dp=8, ...)``: a bad field is a one-line ``PlansimError`` naming it (as a file's would be),
+        not pydantic's multi-line error."""
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise PlansimError(format_validation_error("Strategy", err)) from None
+
+    # pydantic's mark of its own __init__: model_validate (files, inline text: ``validated``) then validates without
+    # calling this one, and reports the error under the file's name
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @field_validator(
         "dp",
         "dp_shard",
         "tp",
         "pp",
+        "zero",
         "micro_batch",
         "global_batch",
         "virtual_stages",
@@ -164,20 +177,22 @@ class Strategy(BaseModel):
     )
     @classmethod
     def _whole(cls, value: object) -> object:
-        return integral(value)
+        return integral(value)  # a boolean or a string is refused, never read as 1 or 8
 
     @field_validator("layer_split", mode="before")
     @classmethod
     def _split_text(cls, value: object) -> object:
         """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
-        value = integral(value)
-        if isinstance(value, int) and not isinstance(value, bool):  # one stage: layer_split=24
-            return (value,)
         if isinstance(value, str):
             try:
                 return tuple(int(part) for part in value.split("/"))
             except ValueError:
                 raise ValueError(f"'{shown(value)}': write blocks per stage as 5/7/7/5") from None
+        value = integral(value)
+        if isinstance(value, int):  # one stage: layer_split=24
+            return (value,)
+        if isinstance(value, list | tuple):
+            return tuple(integral(part) for part in value)
         return value
 
     @field_validator("remat_budget", mode="before")
@@ -399,6 +414,7 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
     if not is_file(path):
         shipped = data_dir("strategies") / f"{name_or_path}.yaml"
         if not is_file(shipped):
+            refuse_special(path, "strategy")  # a FIFO, a folder, a symlink loop: never opened, said so
             raise PlansimError(
                 f"strategy: '{shown(str(name_or_path))}' is not a file, key=value text or a shipped strategy: "
                 f"{_what_to_write()}"

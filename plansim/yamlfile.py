@@ -15,8 +15,14 @@ The limits, checked before any value is built:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import re
+import stat
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,14 +37,19 @@ __all__ = [
     "MAX_DIGITS",
     "MAX_FILE_BYTES",
     "MAX_VALUES",
+    "input_at",
     "is_dir",
     "is_file",
     "looks_like_path",
+    "not_regular",
     "parse_json",
     "parse_yaml",
     "read_json_object",
     "read_mapping",
     "read_text",
+    "record_input",
+    "recording_inputs",
+    "refuse_special",
     "validated",
 ]
 
@@ -264,22 +275,75 @@ def parse_json(text: str, source: str) -> Any:
         ) from None
 
 
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it exists but is not a regular file ("a FIFO", "a folder", "a device", "a socket",
+    "a symlink loop"), found with ``stat`` alone (nothing is opened, so a FIFO cannot block); None for a regular
+    file or a name that does not exist.
+
+    >>> import tempfile
+    >>> not_regular(Path(tempfile.gettempdir())), not_regular(Path("no-such-file.yaml"))
+    ('a folder', None)
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        return "a symlink loop" if err.errno == errno.ELOOP else None
+    except ValueError:  # a NUL in the name
+        return None
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def refuse_special(path: Path, what: str, hint: str = "check the path") -> None:
+    """A one-line ``PlansimError`` when ``path`` exists but is not a regular file (``not_regular``); nothing is
+    opened."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise PlansimError(f"{what} file '{shown_path(path)}' is {kind}, not a regular file: {hint}")
+
+
 def read_text(path: Path, what: str, hint: str = "check the path", limit: int = MAX_FILE_BYTES) -> str:
     """The text of the ``what`` file ``path`` (UTF-8, at most ``limit`` bytes, read no further).
+
+    Only a regular file is read: a FIFO, a device, a socket, a folder or a symlink loop is refused from its
+    ``stat`` before anything is opened, and the file is opened without blocking (``O_NONBLOCK``) and checked again
+    once open, so nothing that appears under the name meanwhile can make the read wait forever. The file is
+    recorded as an input (``record_input``) so that no output of the same command replaces it.
 
     Raises
     ------
     PlansimError
-        One line naming the file: not found (with ``hint``), unreadable, too large, or not UTF-8 (with the offset of
-        the first bad byte).
+        One line naming the file: not found (with ``hint``), not a regular file, unreadable, too large, or not UTF-8
+        (with the offset of the first bad byte).
     """
     name = shown_path(path)
+    refuse_special(path, what, hint)
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with open(fd, "rb") as f:
+            kind = _kind(os.fstat(f.fileno()).st_mode)
+            if kind is not None:
+                raise PlansimError(f"{what} file '{name}' is {kind}, not a regular file: {hint}")
+            record_input(path)
             data = f.read(limit + 1)
     except FileNotFoundError:
         raise PlansimError(f"{what} file '{name}' not found: {hint}") from None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise PlansimError(f"{what} file '{name}' is a symlink loop, not a regular file: {hint}") from None
         raise PlansimError(f"{what} file '{name}' cannot be read: {err.strerror or err}") from None
     except ValueError:  # a NUL in the path
         raise PlansimError(f"{what} file '{name}': not a valid path (it holds a NUL character): {hint}") from None
@@ -294,6 +358,47 @@ def read_text(path: Path, what: str, hint: str = "check the path", limit: int = 
         raise PlansimError(
             f"{name}: not UTF-8 text (byte {err.start} is 0x{data[err.start]:02x}): save it as UTF-8"
         ) from None
+
+
+# -- the inputs of one command ---------------------------------------------------------------------------------------
+
+_inputs: ContextVar[dict[tuple[int, int], Path] | None] = ContextVar("plansim_inputs", default=None)
+
+
+@contextlib.contextmanager
+def recording_inputs() -> Iterator[dict[tuple[int, int], Path]]:
+    """Within the block, every file read (``read_text``, ``record_input``) is noted by its device and inode, so that
+    ``plansim.outputs`` can refuse to write over it (the CLI opens one per command)."""
+    token = _inputs.set({})
+    try:
+        yield _inputs.get() or {}
+    finally:
+        _inputs.reset(token)
+
+
+def record_input(path: Path) -> None:
+    """Note ``path`` as an input of the command being run (inside ``recording_inputs``; elsewhere nothing)."""
+    seen = _inputs.get()
+    if seen is None:
+        return
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return
+    seen[(st.st_dev, st.st_ino)] = Path(path)
+
+
+def input_at(path: Path) -> Path | None:
+    """The input recorded under the same file as ``path`` (the name it was read by), or None: ``path`` is not one
+    of the command's inputs, or does not exist."""
+    seen = _inputs.get()
+    if not seen:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return seen.get((st.st_dev, st.st_ino))
 
 
 def read_mapping(path: Path, what: str, hint: str = "check the path") -> dict[str, Any]:

@@ -274,7 +274,7 @@ def test_des_table_shows_stages_and_links() -> None:
         (["--mode", "sideways"], "mode 'sideways'"),
         (["--straggler", "0=inf"], "finite"),
         (["--jitter", "0.1", "--seed", "-5"], "--seed -5: at least 0"),
-        (["--trace", "/"], "--trace /: cannot write it"),
+        (["--trace", "/"], "--trace /: is a folder"),  # checked before the run
     ],
 )
 def test_des_bad_what_ifs_exit_2(extra: list[str], words: str) -> None:

@@ -264,7 +264,7 @@ def test_garbage_json_is_one_line(tmp_path: Path, name: str, data: bytes, words:
 
 
 def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
-    one_line(lambda: read_mapping(tmp_path, "model"), "cannot be read")
+    one_line(lambda: read_mapping(tmp_path, "model"), "is a folder, not a regular file")
     one_line(lambda: read_mapping(tmp_path / "none.yaml", "model", "check it"), "none.yaml", "not found: check it")
 
 

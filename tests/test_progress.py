@@ -107,11 +107,22 @@ def test_plan_reports_each_phase_and_counts_the_des_finalists() -> None:
     counts: list[tuple[int, int]] = []
     r = plan("gpt3-1.3b", "dgx-a100", gpus=16, global_batch=64, top_k=2, phase=labels.append,
              progress=lambda done, total: counts.append((done, total)))  # fmt: skip
-    assert labels[:3] == [
+    assert labels[:4] == [
         "balancing the finalists' layer splits", "remat=milp for up to 3 finalists",
-        "re-simulating the 2 finalists with the DES",
+        "sizing the 2 finalists' discrete-event runs",
+        "re-simulating the 2 finalists with the DES (counted in tasks and transfers)",
     ]  # fmt: skip
-    assert counts[-2:] == [(1, 2), (2, 2)] and counts[-3][0] == counts[-3][1] == r.outcome.candidates
+    # the DES phase counts each finalist's tasks and transfers, as the engine's own estimate gives them
+    from plansim.hardware import load_hardware
+    from plansim.sim.size import des_estimate
+    from plansim.workload import load_model
+
+    cluster = load_hardware("dgx-a100", gpus=16)
+    sizes = [des_estimate(load_model("gpt3-1.3b"), cluster, f.priced.strategy.resolve(cluster))
+             for f in sorted(r.outcome.finalists, key=lambda f: f.priced.index)]  # fmt: skip
+    assert counts[-4:-2] == [(1, 2), (2, 2)]  # the sizing, one finalist at a time
+    assert counts[-2][0] in sizes and counts[-1] == (sum(sizes), sum(sizes)) and min(sizes) > 1
+    assert counts[-5][0] == counts[-5][1] == r.outcome.candidates
 
 
 def test_compare_progress_names_each_run(eager: None) -> None:

@@ -14,7 +14,8 @@ import networkx as nx
 from plansim.errors import PlansimError
 from plansim.hardware.link import Link
 from plansim.hardware.schema import GPUSpec, NodeSpec
-from plansim.hardware.topology import build_topology
+from plansim.hardware.topology import build_topology, topology_size
+from plansim.limits import refuse_work
 
 __all__ = ["Cluster"]
 
@@ -64,7 +65,14 @@ class Cluster:
 
     @cached_property
     def topology(self) -> nx.Graph:
-        """The cluster as a graph of GPUs, intra-node switches, NICs and network switches (see ``topology``)."""
+        """The cluster as a graph of GPUs, intra-node switches, NICs and network switches (see ``topology``);
+        refused before it is built when it would hold more vertices and links than ``PLANSIM_MAX_TOPOLOGY``
+        (``plansim.limits.WORK``: a few hundred bytes each)."""
+        refuse_work(
+            "topology", topology_size(self.node, self.num_gpus), f"the topology graph of {self.num_gpus:,} GPUs",
+            "use fewer GPUs or the analytic engine (--engine analytic; plan: --no-des); link names follow the same "
+            "pattern at any count (plansim hardware --links -g 64)",
+        )  # fmt: skip
         return build_topology(self.node, self.num_gpus)
 
     def node_of(self, rank: int) -> int:

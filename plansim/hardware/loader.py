@@ -17,7 +17,7 @@ from plansim.errors import PlansimError, quoted, shown, shown_path
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
 from plansim.limits import whole
-from plansim.yamlfile import is_file, looks_like_path, read_mapping, validated
+from plansim.yamlfile import is_file, looks_like_path, read_mapping, record_input, refuse_special, validated
 
 __all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node", "resize"]
 
@@ -37,6 +37,7 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
     if isinstance(name, Path) or looks_like_path(name):
         path = Path(name)
         if not is_file(path):
+            refuse_special(path, what)  # a FIFO, a folder, a symlink loop: said so, not "not found"
             raise PlansimError(f"{what} file '{shown_path(path)}' not found: check the path")
         return path
     path = _profiles(kind) / f"{name.lower()}.yaml"
@@ -49,6 +50,7 @@ def _resolve(name: str | Path, kind: str, what: str) -> Path:
 
 
 def _validated(path: Path, model: type[_Model]) -> _Model:
+    record_input(path)  # an input of the command even when the cache answers
     return _validated_cached(path, path.resolve().stat().st_mtime_ns, model)
 
 
@@ -144,11 +146,12 @@ def _check_gpus(node: NodeSpec, gpus: int | None) -> int:
     per_node = node.gpus_per_node
     if gpus is None:
         return per_node
-    if isinstance(gpus, bool) or not isinstance(gpus, int):
+    integral = isinstance(gpus, int) or (isinstance(gpus, float) and gpus.is_integer())  # 8.0 as simulate takes it
+    if isinstance(gpus, bool) or not integral:
         raise PlansimError(f"gpus must be a whole number, got {quoted(gpus)}")
     if gpus <= 0:
-        raise PlansimError(f"gpus must be positive, got {gpus}: ask for at least 1 GPU")
-    whole(gpus, "gpus", "gpus")  # at most plansim.limits' largest cluster
+        raise PlansimError(f"gpus must be positive, got {shown(gpus)}: ask for at least 1 GPU")
+    gpus = whole(gpus, "gpus", "gpus")  # an int, at most plansim.limits' largest cluster
     if gpus > per_node and gpus % per_node:
         raise PlansimError(
             f"{node.name} has {per_node} GPUs per node: gpus={gpus} is not a whole number of nodes "

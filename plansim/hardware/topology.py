@@ -20,7 +20,7 @@ import networkx as nx
 
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["build_topology", "link_tier"]
+__all__ = ["build_topology", "link_tier", "topology_size"]
 
 
 def build_topology(node: NodeSpec, num_gpus: int) -> nx.Graph:
@@ -46,6 +46,49 @@ def build_topology(node: NodeSpec, num_gpus: int) -> nx.Graph:
         _add_nics(graph, node, n, ranks)
     _add_fabric(graph, node)
     return graph
+
+
+def topology_size(node: NodeSpec, num_gpus: int) -> int:
+    """Vertices plus edges of ``build_topology(node, num_gpus)``, in closed form (nothing is built), so that a
+    graph too large to hold can be refused before it is made: GPUs, each node's switch and NICs, the fabric's
+    switches per tier (``FabricTier.group``: one per ``nodes_per_switch`` nodes, a rail-optimised leaf one per
+    NIC of each), and their links (a GPU to its switch or its mesh peers and to its NIC, a NIC to its leaf, a
+    switch to its parent).
+
+    >>> from plansim.hardware import load_node
+    >>> a100 = load_node("dgx-a100")
+    >>> g = build_topology(a100, 16)
+    >>> topology_size(a100, 16) == g.number_of_nodes() + g.number_of_edges()
+    True
+    """
+    per_node = node.gpus_per_node
+    full, rest = divmod(num_gpus, per_node)
+    nodes = full + (1 if rest else 0)
+    intra = node.intra_node
+    if intra.topology == "nvlink_mesh":
+        hubs, intra_edges = 0, full * len(intra.links or ()) + _mesh_links(node, rest)
+    else:
+        hubs, intra_edges = nodes, num_gpus
+    count = node.nics.count
+    partial_nics = len({(r * count) // per_node for r in range(rest)})  # the NICs of a last, partial node's GPUs
+    nics = full * count + partial_nics
+    switches, previous, edges_up = 0, 0, 0
+    for i, tier in enumerate(node.fabric):
+        groups = 1 if tier.nodes_per_switch is None else -(-nodes // tier.nodes_per_switch)
+        here = groups
+        if tier.kind == "rail_optimized":  # a leaf per rail of each group; a partial node's group alone, its NICs'
+            alone = rest and tier.group(full) != tier.group(full - 1) if full else bool(rest)
+            here = (groups - 1) * count + partial_nics if alone else groups * count
+        switches += here
+        edges_up += nics if i == 0 else previous  # each NIC to its leaf; each switch to its parent
+        previous = here
+    vertices = num_gpus + hubs + nics + switches
+    return vertices + intra_edges + num_gpus + edges_up
+
+
+def _mesh_links(node: NodeSpec, ranks: int) -> int:
+    """NVLink mesh links among a partial node's first ``ranks`` GPUs."""
+    return sum(1 for a, b, _ in node.intra_node.links or () if a < ranks and b < ranks)
 
 
 def _add_intra(graph: nx.Graph, node: NodeSpec, n: int, ranks: range) -> None:

@@ -33,7 +33,7 @@ from plansim.planner.search import (
     search,
 )
 from plansim.planner.search import TIE as TIE_REL
-from plansim.planner.space import Constraints, candidates, count_candidates, divisors
+from plansim.planner.space import Constraints, candidates, divisors, search_work
 from plansim.result import Result
 from plansim.strategy import Strategy
 from plansim.uncertainty import perturbed, worst_corners
@@ -166,9 +166,11 @@ def plan(
     winner, its step time at each input's range ends and the break-even values against the runner-up and the best
     candidate of another family (``PlanResult.robust``, ``planner.robust``).
 
-    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The candidates are counted
-    before any is priced: above ``PLANSIM_MAX_CANDIDATES`` (``plansim.limits.WORK``) the call is refused with the
-    count and the ways to narrow the search.
+    ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The search's work is counted
+    before any candidate is priced (``space.search_work``): above ``PLANSIM_MAX_CANDIDATES`` candidates,
+    ``PLANSIM_MAX_PLAN_BLOCKS`` blocks walked (``plansim.limits.WORK``)
+    the call is refused with the count and the ways to narrow the search; so is a discrete-event re-simulation of
+    the finalists above ``PLANSIM_MAX_FINALIST_TASKS`` in all, before the first one runs.
 
     Raises
     ------
@@ -206,11 +208,11 @@ def plan(
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
-    count = count_candidates(spec, cluster, global_batch, c)
-    refuse_work(
-        "candidates", count, f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}",
-        "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)",
-    )  # fmt: skip
+    work = search_work(spec, cluster, global_batch, c)
+    subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
+    narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
+    refuse_work("candidates", work.candidates, subject, narrow)
+    refuse_work("plan_blocks", work.block_walks * max(1, len(corners)), subject, narrow)  # each corner walks anew
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress, phase=phase, corners=corners,
@@ -517,8 +519,8 @@ def _megatron_excluded(
         options.append(f"--max-pp {c.max_pp}")
     if c.max_micro_batch is not None and s.micro_batch > c.max_micro_batch:
         options.append(f"--max-micro-batch {c.max_micro_batch}")
-    if "selective" not in c.remat:
-        options.append(f"--remat {','.join(c.remat)}")
+    if "selective" not in c.remat:  # not the policies searched: --remat milp searches full, with milp for finalists
+        options.append("--remat, which leaves out selective")
     if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
         options.append(f"sequence_parallel={c.sequence_parallel}")
     if c.tp_comm_overlap is not None and c.tp_comm_overlap != s.tp_comm_overlap:

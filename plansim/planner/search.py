@@ -286,9 +286,12 @@ def search(
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
         chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom, refined)
     milp_done = time.perf_counter()
+    weights: list[int] = []
     if des and chosen:
-        say(f"re-simulating the {len(chosen)} finalists with the DES")
-    des_results = _des_all(model, cluster, chosen, des, jobs, progress)
+        say(f"sizing the {len(chosen)} finalists' discrete-event runs")
+        weights = _refuse_des_work(model, cluster, chosen, progress)
+        say(f"re-simulating the {len(chosen)} finalists with the DES (counted in tasks and transfers)")
+    des_results = _des_all(model, cluster, chosen, des, jobs, progress, weights)
     finalists = [Finalist(p, r) for p, r in zip(chosen, des_results, strict=True)]
     finalists = [
         *ranked((f for f in finalists if f.result.fits), key, lambda f: f.result, lambda f: (f.priced.index,)),
@@ -636,6 +639,37 @@ def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
     return des_figures(*job)
 
 
+def _refuse_des_work(
+    model: ModelSpec,
+    cluster: Cluster,
+    chosen: Sequence[Priced],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[int]:
+    """Each finalist's discrete-event work (``sim.size.des_estimate``, tasks and transfers), refused with a
+    ``PlansimError`` before the first run when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together
+    (naming the ``--top`` that fits); a finalist the DES cannot run counts nothing (its own run says why)."""
+    from plansim.limits import refuse_work, work_bound
+    from plansim.sim.size import des_estimate
+
+    weights = []
+    for p in chosen:
+        try:
+            weights.append(des_estimate(model, p.cluster or cluster, p.strategy.resolve(p.cluster or cluster)))
+        except PlansimError:
+            weights.append(0)
+        if progress:
+            progress(len(weights), len(chosen))
+    bound, total = work_bound("finalist_tasks"), sum(weights)
+    if total > bound:
+        top = next(k for k in range(len(weights) + 1) if k == len(weights) or sum(weights[: k + 1]) > bound)
+        fewer = f"use --top {top}" if top else "use a smaller model or batch"
+        refuse_work(
+            "finalist_tasks", total, f"re-simulating the {len(chosen)} finalists with the discrete-event engine",
+            f"{fewer} or --no-des",
+        )  # fmt: skip
+    return weights
+
+
 def _des_all(
     model: ModelSpec,
     cluster: Cluster,
@@ -643,22 +677,26 @@ def _des_all(
     des: bool,
     jobs: int,
     progress: Callable[[int, int], None] | None = None,
+    weights: Sequence[int] = (),
 ) -> list[Result | None]:
     """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes;
-    ``progress(done, total)`` after each."""
+    ``progress(done, total)`` after each, counted in ``weights`` (each finalist's work; default one each), so that
+    the time left can be estimated from the rate."""
     if not des:
         return [None] * len(chosen)
     work = [(model, p.cluster or cluster, p.strategy) for p in chosen]
+    sizes = [max(1, w) for w in weights] if len(weights) == len(work) else [1] * len(work)
+    total = sum(sizes)
     out: list[Result | None] = []
     if jobs > 1 and len(work) > 1:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
             for r in pool.map(_des, work):
                 out.append(r)
                 if progress:
-                    progress(len(out), len(work))
+                    progress(sum(sizes[: len(out)]), total)
         return out
     for w in work:
         out.append(_des(w))
         if progress:
-            progress(len(out), len(work))
+            progress(sum(sizes[: len(out)]), total)
     return out

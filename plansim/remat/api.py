@@ -49,6 +49,7 @@ __all__ = [
     "smallest_baseline_peak",
     "tradeoff_curve",
     "tradeoff_frame",
+    "write_schedule",
     "write_tradeoff",
 ]
 
@@ -534,4 +535,16 @@ def write_tradeoff(
         sched_path = out / "schedule.json"
         sched_path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
         files = stage.final([csv_path, *charts, sched_path])
+    return files
+
+
+def write_schedule(out_dir: str | Path, graph: RematGraph, schedule: RematResult) -> list[Path]:
+    """Write ``schedule.json`` (``schedule``'s ops, as ``write_tradeoff`` writes it) alone under ``out_dir``
+    (created), whole (``plansim.outputs.staged_folder``); return its path in a list."""
+    from plansim.outputs import staged_folder
+
+    with staged_folder(out_dir) as stage:
+        path = stage.path / "schedule.json"
+        path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
+        files = stage.final([path])
     return files

@@ -1,11 +1,13 @@
 """Progress of a long command, on stderr only (stdout stays the result: a table, JSON or CSV).
 
-On a terminal, a rich bar (what, bar, done/total, the current step, time elapsed) that disappears when done. Elsewhere
-(a pipe, a file, CI, ``TERM=dumb``) plain lines, from a background thread so that a step that blocks (a MILP solve,
-one long simulation) still shows the time going by: nothing for the first ``DELAY_S`` seconds (a quick command
-prints nothing), then a line when the step changes and at least every ``EVERY_S`` seconds, and a last line with the
-total time when anything was printed. ``PLANSIM_PROGRESS=off`` in the environment silences it (the test suite
-sets it, so that an error stays one line on stderr however slow the machine).
+On a terminal, a rich bar (what, bar, done/total, the current step, time elapsed, time left) that disappears when
+done. Elsewhere (a pipe, a file, CI, ``TERM=dumb``) plain lines, from a background thread so that a step that blocks
+(a MILP solve, one long simulation) still shows the time going by: nothing for the first ``DELAY_S`` seconds (a
+quick command prints nothing), then a line when the step changes and at least every ``EVERY_S`` seconds, and a last
+line with the total time when anything was printed. Where the work is counted, a line also estimates the time left
+(``remaining_s``: the phase's rate so far, once ``ESTIMATE_AFTER`` of it is done). ``PLANSIM_PROGRESS=off`` in
+the environment silences it (the test suite sets it, so that an error stays one line on stderr however slow the
+machine).
 
     with Progress("pricing candidates") as p:
         p.update(done, total)          # or p.update(label="solving the MILP"), p.advance(label=...)
@@ -20,13 +22,16 @@ import time
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["DELAY_S", "EVERY_S", "Progress"]
+__all__ = ["DELAY_S", "ESTIMATE_AFTER", "EVERY_S", "Progress"]
 
 #: Plain lines start once a command has run this long (seconds).
 DELAY_S = 2.0
 #: And repeat at least this often (seconds) while nothing changes.
 EVERY_S = 15.0
 _POLL_S = 0.25
+#: The time left is estimated once this share of a phase's work is done (before, one slow first item would say
+#: nothing about the rest).
+ESTIMATE_AFTER = 0.02
 
 
 def _live(stream: IO[str]) -> bool:
@@ -57,15 +62,16 @@ class Progress:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._began = 0.0
+        self._phase_began = 0.0
         self._printed = False
 
     def __enter__(self) -> Progress:
-        self._began = time.perf_counter()
+        self._began = self._phase_began = time.perf_counter()
         if self.off:
             return self
         if self.live:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
             from rich.progress import Progress as Bar
 
             self._bar = Bar(
@@ -74,6 +80,7 @@ class Progress:
                 MofNCompleteColumn(),
                 TextColumn("{task.description}"),
                 TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 console=Console(file=self.stream),
                 transient=True,
             )
@@ -121,6 +128,7 @@ class Progress:
     def phase(self, label: str, total: int | None = None) -> None:
         """A new phase of the work: its label, and its own count from 0 (of ``total``; None: not counted)."""
         self.done, self.total, self.label = 0, total, label
+        self._phase_began = time.perf_counter()
         if self._bar is not None:  # a bar's total cannot go back to None: a new task for the phase
             self._bar.remove_task(self._task)
             self._task = self._bar.add_task(label, total=total)
@@ -128,13 +136,30 @@ class Progress:
     # Plain lines.
 
     def _elapsed(self) -> str:
-        seconds = time.perf_counter() - self._began
-        return f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+        return _duration(time.perf_counter() - self._began)
+
+    def remaining_s(self, now: float | None = None) -> float | None:
+        """Seconds the phase's work left should take at its rate so far: None until ``ESTIMATE_AFTER`` of a counted
+        total is done, and once all of it is.
+
+        >>> p = Progress("x", 100)
+        >>> p.update(25)
+        >>> p._phase_began = 0.0
+        >>> p.remaining_s(now=10.0)  # a quarter in 10 s: three quarters in 30 s more
+        30.0
+        """
+        total, done = self.total or 0, self.done
+        if total <= 0 or not total * ESTIMATE_AFTER <= done < total:
+            return None
+        spent = (time.perf_counter() if now is None else now) - self._phase_began
+        return spent * (total - done) / done
 
     def _line(self) -> str:
         count = f" {self.done:,}/{self.total:,}" if self.total else ""
         label = f": {self.label}" if self.label else ""
-        return f"{self.what}{count}{label} ({self._elapsed()})"
+        left = self.remaining_s()
+        estimate = f", about {_duration(left)} left" if left is not None else ""
+        return f"{self.what}{count}{label} ({self._elapsed()}{estimate})"
 
     def _write(self, text: str) -> None:
         try:
@@ -154,3 +179,8 @@ class Progress:
                 shown, last = state, now
                 self._printed = True
                 self._write(self._line())
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"

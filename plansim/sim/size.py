@@ -21,7 +21,7 @@ from plansim.strategy import Strategy
 from plansim.taskgraph import TaskGraph
 from plansim.workload.traced import Workload
 
-__all__ = ["des_work", "sized_lowering"]
+__all__ = ["des_estimate", "des_work", "sized_lowering"]
 
 
 def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
@@ -42,6 +42,21 @@ def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) ->
     per_microbatch = (des_work(double, cluster, mode) - des_work(small, cluster, mode)) / k
     _refuse(model, cluster, s, mode, round(des_work(small, cluster, mode) + per_microbatch * (m - k)))
     return lower(model, cluster, s)
+
+
+def des_estimate(model: Workload, cluster: Cluster, s: Strategy, mode: str = "symmetric") -> int:
+    """The work (``des_work``) of the discrete-event run of ``s`` (resolved), estimated as ``sized_lowering`` does
+    without building the run's own lowering where the extrapolation stands for it: to bound several runs together
+    (a plan's finalists) before the first starts."""
+    m, k = s.num_microbatches, s.pp
+    whole = _with_microbatches(s, m)  # a scheduled remat counted as full: no MILP is solved for an estimate
+    if m <= 2 * k:
+        return des_work(lower(model, cluster, whole), cluster, mode)
+    try:
+        small, double = (des_work(lower(model, cluster, _with_microbatches(s, n)), cluster, mode) for n in (k, 2 * k))
+    except PlansimError:
+        return des_work(lower(model, cluster, whole), cluster, mode)
+    return round(small + (double - small) / k * (m - k))
 
 
 #: What one collective transfer costs against one simulated task, from whole-run wall times of this project's runs

@@ -12,13 +12,16 @@ The default per-point settings use the analytic engine only (see ``point``'s doc
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from plansim.arguments import callback, type_name
 from plansim.errors import PlansimError
-from plansim.limits import whole
-from plansim.sweep.executors import Progress, run_dask, run_joblib, run_serial
+from plansim.hardware import resize
+from plansim.limits import refuse_work, whole, work_bound
+from plansim.planner.space import search_work
+from plansim.sweep.executors import Progress, check_scheduler, run_dask, run_joblib, run_serial
 from plansim.sweep.grid import Point, SweepGrid, grid_from_options, load_grid, parse_grid
 from plansim.sweep.point import COLUMNS, SweepSettings, rows_frame, run_point
 
@@ -86,7 +89,17 @@ def sweep(
     callback(progress, "progress")
     if scheduler is not None and jobs > 1:
         raise PlansimError("--jobs and --scheduler: give one (on a Dask cluster its workers set the parallelism)")
+    if isinstance(scheduler, str):
+        check_scheduler(scheduler)  # before any point runs or any connection is tried
+    elif scheduler is not None and not callable(getattr(scheduler, "map", None)):
+        raise PlansimError(
+            f"scheduler: expected an address such as tcp://10.0.0.5:8786 or a distributed.Client, got "
+            f"{type_name(scheduler)}"
+        )
+    subject = f"sweep of {grid.describe()}"
+    refuse_work("sweep_points", len(grid), subject, "give fewer values per dimension")  # before loading any
     points = grid.points()
+    _refuse_blocks(points, subject)
     began = time.perf_counter()
     if scheduler is not None:
         rows = run_dask(points, settings, scheduler, progress)
@@ -99,3 +112,20 @@ def sweep(
         executor = "serial"
     elapsed = time.perf_counter() - began
     return Sweep(grid, settings, rows_frame(rows), executor, elapsed)
+
+
+def _refuse_blocks(points: Sequence[Point], subject: str) -> None:
+    """A ``PlansimError`` before any point runs when the points' searches walk more blocks together
+    (``planner.space.search_work``, counted point by point until the bound is passed) than
+    ``PLANSIM_MAX_SWEEP_BLOCKS``; a point that cannot run counts nothing (its row says why)."""
+    bound, total = work_bound("sweep_blocks"), 0
+    for point in points:
+        try:
+            total += search_work(point.model, resize(point.node, point.gpus), point.global_batch).block_walks
+        except PlansimError:
+            continue
+        if total > bound:
+            break
+    refuse_work(
+        "sweep_blocks", total, subject, "give fewer or smaller points (GPU counts and batches with fewer divisors)"
+    )

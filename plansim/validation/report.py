@@ -128,15 +128,21 @@ def summary_text(frame: pd.DataFrame, summary: Summary, context: dict[str, Any])
     return "\n".join(lines) + "\n"
 
 
-def write_report(frame: pd.DataFrame, summary: Summary, out: Path, context: dict[str, Any]) -> list[Path]:
-    """validation.csv, the chart, summary.json and summary.md in ``out``, all or none
+def write_report(
+    frame: pd.DataFrame, summary: Summary, out: Path, context: dict[str, Any], copies: dict[str, str] | None = None
+) -> list[Path]:
+    """validation.csv, the chart, summary.json and summary.md in ``out``, with ``copies`` (file name -> text: the
+    measurements, when the report goes to another folder than theirs), all or none
     (``plansim.outputs.staged_folder``)."""
     from plansim.outputs import staged_folder
 
     with staged_folder(out) as stage:
         d = stage.path
-        written = [d / "validation.csv"]
-        frame.to_csv(written[0], index=False)
+        for name, text in (copies or {}).items():
+            (d / name).write_text(text, encoding="utf-8")
+        written = [d / name for name in copies or {}]
+        written.append(d / "validation.csv")
+        frame.to_csv(written[-1], index=False)
         written += write_chart(frame, d, f"plansim against real steps on {context.get('device_name', '?')}")
         (d / "summary.json").write_text(json.dumps({**summary.to_dict(), **context}, indent=2) + "\n", encoding="utf-8")
         (d / "summary.md").write_text(summary_text(frame, summary, context), encoding="utf-8")

@@ -192,30 +192,46 @@ def validate(
 
 
 def compare_saved(
-    folder: Any, *, hardware: str | None = None, engine: str = "analytic"
+    folder: Any, *, out: Any = None, hardware: str | None = None, engine: str = "analytic"
 ) -> tuple[pd.DataFrame, Any, list[Any]]:
     """Predict the measurements in ``folder`` (``measured.csv`` and ``environment.json``, as ``validate`` wrote them)
-    and write the report there: the frame, the summary and the files written."""
+    and write the report into ``out`` (default: ``folder``, beside the measurements, which are never rewritten): the
+    frame, the summary and the files written. A separate ``out`` gets copies of the two measurement files too, so
+    that it can be compared again (``--from OUT``)."""
+    import io
+    import os
     from pathlib import Path
 
     from plansim.errors import shown, shown_path
     from plansim.hardware import load_hardware
+    from plansim.outputs import check_output_folder
     from plansim.validation.compare import summarize
     from plansim.validation.report import write_report
-    from plansim.yamlfile import read_json_object
+    from plansim.yamlfile import parse_json, read_text
 
     folder = Path(folder)
+    target = folder if out is None else Path(out)
+    check_output_folder(target)  # before any prediction
+    measured_text = read_text(folder / "measured.csv", "measurements", "run validate first")
     try:
-        measured = pd.read_csv(folder / "measured.csv")
+        measured = pd.read_csv(io.StringIO(measured_text))
     except (OSError, ValueError) as err:
         raise PlansimError(
             f"{shown_path(folder)}: no readable measured.csv ({shown(str(err), 80)}): run validate first"
         ) from None
-    context = read_json_object(folder / "environment.json", "environment", "run validate first")
+    environment_text = read_text(folder / "environment.json", "environment", "run validate first")
+    context = parse_json(environment_text, shown_path(folder / "environment.json"))
+    if not isinstance(context, dict):
+        raise PlansimError(f"{shown_path(folder / 'environment.json')}: expected a JSON object of environment keys")
     node = hardware or context.get("hardware")
     if not node or not isinstance(node, str):
         raise PlansimError(f"{shown_path(folder / 'environment.json')} names no hardware: pass --hardware NODE")
     context["hardware"] = node
     frame = repredict(measured, load_hardware(node, gpus=1), engine=engine)
     summary = summarize(frame)
-    return frame, summary, write_report(frame, summary, folder, context)
+    try:
+        elsewhere = not os.path.samefile(folder, target)
+    except OSError:  # the output folder does not exist yet
+        elsewhere = True
+    copies = {"measured.csv": measured_text, "environment.json": environment_text} if elsewhere else {}
+    return frame, summary, write_report(frame, summary, target, context, copies=copies)

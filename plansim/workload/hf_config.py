@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import yaml
 
+from plansim.arguments import type_name
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.workload.spec import ModelSpec
 from plansim.yamlfile import is_dir, is_file, read_json_object, validated
@@ -156,6 +157,10 @@ def from_hf_config(
     """
     if isinstance(source, Mapping):
         config, where = dict(source), _MAPPING
+    elif not isinstance(source, str | PurePath):
+        raise PlansimError(
+            f"source: expected a config.json path, a folder holding one or its parsed mapping, got {type_name(source)}"
+        )
     else:
         config, where = read_hf_config(source), shown_path(_config_path(source))
     model_type, family = _family(config, where)
@@ -277,8 +282,22 @@ def _integer(config: Mapping[str, Any], key: str, where: str, model_type: str, *
             return None
         raise PlansimError(f"{where}: {model_type} config lacks '{key}' ({_meaning(model_type, key)}): add it")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlansimError(f"{where}: '{key}' must be a positive integer, got {shown(value)}")
+        raise PlansimError(f"{where}: '{shown(key)}' must be a positive integer, got {_described(value)}")
     return value
+
+
+def _described(value: object) -> str:
+    """A config value as a message says it: a string as the string it is (``the string "4096"``: JSON quotes
+    were what made it wrong), a boolean as the JSON literal, anything else as ``shown``.
+
+    >>> print(_described("4096"), _described(True), _described(2.5))
+    the string "4096" true 2.5
+    """
+    if isinstance(value, str):
+        return f'the string "{shown(value)}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return shown(value)
 
 
 def _meaning(model_type: str, key: str) -> str:
@@ -292,7 +311,7 @@ def _seq_len(seq_len: int | None, context: int | None, family: HFFamily, where: 
         assert context is not None  # required when seq_len is not given
         return context
     if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise PlansimError(f"seq_len={shown(seq_len)} must be a positive integer")
+        raise PlansimError(f"seq_len={_described(seq_len)} must be a positive integer")
     if family.learned_positions and context is not None and seq_len > context:
         raise PlansimError(
             f"seq_len={seq_len} exceeds the {context} learned positions of {where}: use at most {context}"
@@ -306,8 +325,8 @@ def _check_head_dim(config: Mapping[str, Any], data: Mapping[str, Any], where: s
         return
     if head_dim != hidden // heads:
         raise PlansimError(
-            f"{where}: head_dim={head_dim} differs from hidden_size/num_attention_heads={hidden // heads}: plansim "
-            "models heads of hidden/heads width, so this model cannot be imported"
+            f"{where}: head_dim={_described(head_dim)} differs from hidden_size/num_attention_heads={hidden // heads}: "
+            "plansim models heads of hidden/heads width, so this model cannot be imported"
         )
 
 
@@ -316,7 +335,7 @@ def _tied(config: Mapping[str, Any], family: HFFamily, where: str) -> bool:
     if tied is None:
         return family.tied
     if not isinstance(tied, bool):
-        raise PlansimError(f"{where}: 'tie_word_embeddings' must be true or false, got {shown(tied)}")
+        raise PlansimError(f"{where}: 'tie_word_embeddings' must be true or false, got {_described(tied)}")
     return tied
 
 

@@ -135,7 +135,8 @@ def list_models() -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads`` and ``parameters`` (total, an int).
+        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads``, ``seq_len`` and ``parameters`` (total, an
+        int).
 
     Examples
     --------
@@ -152,6 +153,7 @@ def list_models() -> list[dict[str, Any]]:
             "layers": s.layers,
             "hidden": s.hidden,
             "heads": s.heads,
+            "seq_len": s.seq_len,
             "parameters": s.num_parameters(),
         }
         for s in specs
