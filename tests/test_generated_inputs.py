@@ -233,6 +233,51 @@ def test_plan_options(options: list[tuple[str, str]], batch: str) -> None:
     _cli(args)
 
 
+REMAT_OPTIONS = [
+    "--stage-layers", "--solver", "--time-limit", "--gap", "--granularity", "--micro-batch", "--tp", "--hardware",
+    "--bogus",
+]  # fmt: skip
+BUDGETS = ["2GB", "512MB", "20GiB", "0", "-1GB", "1e9", "abc", "", "nan GB", "1e400", str(2**64), "1.5TB"]
+
+
+@settings(FIXED, max_examples=150)
+@given(
+    options=st.lists(st.tuples(st.sampled_from(REMAT_OPTIONS), OPTION_VALUES), max_size=3),
+    budget=st.sampled_from(BUDGETS),
+)
+def test_remat_options(options: list[tuple[str, str]], budget: str) -> None:
+    """The MILP under a 2 s limit unless a case sets its own (which must then be bounded too)."""
+    args = ["remat", "-m", "gpt3-125m", "-b", budget, "-k", "1", "--granularity", "layer", "--time-limit", "2"]
+    for option, value in options:
+        args += [option, value]
+    _cli([*args, "-f", "json"])
+
+
+_HF = {path.stem: json.loads(path.read_text()) for path in sorted((ROOT / "tests" / "data" / "hf").glob("*.json"))}
+
+
+@settings(FIXED, max_examples=200)
+@given(
+    config=st.sampled_from(sorted(_HF)),
+    changes=CHANGES,
+    extra=st.one_of(st.none(), VALUES),
+    nasty=st.one_of(st.none(), NASTY_TEXT),
+)
+def test_import_configs(
+    tmp_path_factory: pytest.TempPathFactory, config: str, changes: list, extra: Any, nasty: str | None
+) -> None:
+    """A Hugging Face config.json, mutated, imported to a model file; what imports must then simulate."""
+    folder = tmp_path_factory.mktemp("hf")
+    path = folder / "config.json"
+    text = nasty if nasty is not None else json.dumps(_mutated(_HF[config], changes, extra), default=repr)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    out = folder / "model.yaml"
+    _cli(["import", str(path), "--out", str(out)])
+    assert path.read_bytes() == text.encode("utf-8", "surrogateescape"), "import changed its input"
+    if out.exists():
+        _cli(["simulate", "-m", str(out), "-H", "dgx-a100", "-g", "8", "-s", "dp=8,micro_batch=1,global_batch=8"])
+
+
 # Mostly valid arguments (so that most calls run a step), each with odd ones among them.
 API_MODELS = st.one_of(
     st.sampled_from(["gpt3-125m", "mlp-small"]), st.sampled_from(["no-such-model", "", None, 3, ["gpt3-125m"]])

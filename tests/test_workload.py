@@ -95,7 +95,7 @@ def test_every_preset_loads_under_its_own_name() -> None:
         assert load_model(name).name == name
     rows = list_models()
     assert sorted(r["name"] for r in rows) == PRESETS
-    assert set(rows[0]) == {"name", "family", "layers", "hidden", "heads", "parameters"}
+    assert set(rows[0]) == {"name", "family", "layers", "hidden", "heads", "seq_len", "parameters"}
 
 
 @pytest.mark.parametrize(("name", "published", "tolerance"), PUBLISHED)
@@ -426,7 +426,7 @@ def test_yaml_file_loads(tmp_path: Path) -> None:
     [
         (GOOD.replace("heads: 16", "heads: 10"), ["model.yaml", "'heads'", "heads=10 does not divide hidden=2048"]),
         (GOOD + "colour: red\n", ["model.yaml", "'colour'", "unknown key"]),
-        (GOOD.replace("layers: 2", "layers: two"), ["'layers'", "integer"]),
+        (GOOD.replace("layers: 2", "layers: two"), ["'layers'", "whole number", "string"]),
         (GOOD.replace("vocab: 10\n", ""), ["'vocab'", "missing"]),
         (GOOD.replace("family: gpt", "family: rnn"), ["'family'"]),
         (GOOD.replace("family: gpt", "family: llama"), ["'ffn_hidden'", "llama models need"]),
