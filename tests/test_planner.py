@@ -84,11 +84,11 @@ def test_space_is_every_runnable_strategy_once(name: str, gpus: int, batch: int)
 CASES = [
     ("gpt3-125m", 8, 16, Constraints(dp_algorithms=("ring", "nccl"), remat=("none",))),
     ("gpt3-1.3b", 16, 16, Constraints(dp_algorithms=("ring",), remat=("selective",), max_micro_batch=2)),
-    ("llama2-7b", 32, 32, Constraints(dp_algorithms=("ring",), remat=("selective",), max_micro_batch=1)),
+    ("llama2-7b", 32, 16, Constraints(dp_algorithms=("ring",), remat=("selective",), max_micro_batch=1)),
     (
         "gpt3-13b",
         64,
-        64,
+        32,
         Constraints(remat=("selective",), micro_batch=1, sequence_parallel=True, dp_algorithms=("ring",)),
     ),
 ]
