@@ -31,6 +31,9 @@ from plansim.sweep.output import write_sweep
 from plansim.validation.points import default_points
 from plansim.validation.run import compare_saved
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_chart_layout")
+
 #: Every chart the writers below produce: <run>/<file stem>. A writer that starts writing another chart fails
 #: ``test_every_written_chart_is_checked`` until it is listed here (and so checked).
 CHARTS = (

@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from plansim.cli import app
 from plansim.remat import BASELINES
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_cli_remat")
+
 runner = CliRunner()
 M125 = ["remat", "--model", "gpt3-125m"]
 SMALL = ["remat", "--model", "gpt3-125m", "--stage-layers", "2", "--granularity", "layer", "--time-limit", "5"]

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_make_charts")
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "make_charts.py"
 

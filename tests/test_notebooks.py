@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_notebooks")
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -223,36 +223,33 @@ RUNS = {
     "compare": ["compare", "--model", "gpt3-125m", *STRATEGIES, "--out", "{out}", "--format", "json"],
     "simulate-analytic": [*SIMULATE, "--format", "json"],
     "simulate-des": [*SIMULATE, "--engine", "des", "--trace", "{out}/trace.json", "--format", "json"],
-    "remat": [*COMMANDS["remat"][:-2], "--budget", "80MB", "--time-limit", "20", "--out", "{out}",
-              "--format", "json"],
+    "remat": [*COMMANDS["remat"][:-2], "--budget", "80MB", "--time-limit", "20", "--curve-points", "3",
+              "--out", "{out}", "--format", "json"],
     "sweep": ["sweep", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16,32", "--out", "{out}",
               "--format", "json"],
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def twice(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[Path, bytes]]]:
-    """Each command of RUNS run twice in fresh processes (all at once), each into its own folder: per command, the
-    two (folder, stdout) pairs."""
-    root = tmp_path_factory.mktemp("twice")
-    procs = {}
-    for name, argv in RUNS.items():
-        for k in (1, 2):
-            out = root / f"{name}-{k}"
-            out.mkdir()
-            args = [a.replace("{out}", str(out)) for a in argv]
-            procs[name, k] = (out, subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    done: dict[str, list[tuple[Path, bytes]]] = {}
-    for (name, _), (out, p) in procs.items():
+def _twice(name: str, root: Path) -> list[tuple[Path, bytes]]:
+    """RUNS[name] run twice at once in fresh processes, each into its own folder: the two (folder, stdout) pairs.
+    (Per command, not a module fixture: under pytest-xdist each worker would run every command again.)"""
+    procs = []
+    for k in (1, 2):
+        out = root / f"{name}-{k}"
+        out.mkdir()
+        args = [a.replace("{out}", str(out)) for a in RUNS[name]]
+        procs.append((out, subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+    done = []
+    for out, p in procs:
         stdout, stderr = p.communicate(timeout=600)
         assert p.returncode == 0, (name, stderr.decode()[-2000:])
-        done.setdefault(name, []).append((out, stdout))
+        done.append((out, stdout))
     return done
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
-def test_the_same_input_gives_byte_identical_files(name: str, twice) -> None:
-    (first, out1), (second, out2) = twice[name]
+def test_the_same_input_gives_byte_identical_files(name: str, tmp_path: Path) -> None:
+    (first, out1), (second, out2) = _twice(name, tmp_path)
     files = sorted(p.name for p in first.iterdir())
     assert files == sorted(p.name for p in second.iterdir())
     if name != "simulate-analytic":

@@ -16,7 +16,7 @@ from plansim.api import load_hardware, load_model
 from plansim.cli import app
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.planner import Constraints, plan, training_cost
-from plansim.planner.search import search
+from plansim.planner.search import TIE, search
 from plansim.planner.space import candidates
 from plansim.schedules import SCHEDULES
 from plansim.sim.engine import simulate_des
@@ -97,13 +97,17 @@ CASES = [
 @pytest.mark.parametrize("name,gpus,batch,constraints", CASES, ids=[c[0] for c in CASES])
 def test_winner_is_the_des_best_of_every_candidate(name: str, gpus: int, batch: int, constraints: Constraints) -> None:
     """The analytic pre-ranking keeps the optimum: simulating EVERY candidate that fits with the discrete-event
-    engine finds no step faster than the planner's winner (top 10 re-simulated)."""
+    engine finds no step faster than the planner's winner (top 10 re-simulated), beyond the planner's tie: a plan
+    within ``TIE`` of the fastest that needs less memory wins (``search.TIE``), so a slower winner must be one."""
     model, cluster = load_model(name), load_hardware("dgx-a100", gpus=gpus)
     r = plan(model, cluster, global_batch=batch, constraints=constraints, milp=False, splits=False)
-    assert r.winner_result is not None and r.winner_result.engine == "des"
+    won = r.winner_result
+    assert won is not None and won.engine == "des"
     every = [simulate_des(model, cluster, s) for s in candidates(model, cluster, batch, constraints)]
-    best = min(x.step_time_s for x in every if x.fits and x.memory_margin >= constraints.headroom)
-    assert r.winner_result.step_time_s == pytest.approx(best, rel=1e-9)
+    best = min((x for x in every if x.fits and x.memory_margin >= constraints.headroom), key=lambda x: x.step_time_s)
+    if won.step_time_s != pytest.approx(best.step_time_s, rel=1e-9):
+        assert won.step_time_s <= best.step_time_s * (1 + TIE)
+        assert won.peak_memory_bytes < best.peak_memory_bytes
 
 
 # --------------------------------------------------------------------------------------------------------------------

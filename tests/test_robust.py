@@ -23,6 +23,9 @@ from plansim.planner.space import candidates
 from plansim.uncertainty import INPUTS, corners, nominal, perturbed, ranges, worst_corners
 from plansim.workload import load_model
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_robust")
+
 runner = CliRunner()
 
 #: A small space: two nodes, so every input applies; two remat policies, one all-reduce, up to 4 stages, micro-batch

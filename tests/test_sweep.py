@@ -24,6 +24,9 @@ from plansim.sweep.grid import Point
 from plansim.sweep.point import run_point
 from plansim.workload import load_model
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_sweep")
+
 runner = CliRunner()
 
 #: Two planner runs and two GPU counts a DGX cannot be sized to (12 is not a whole number of 8-GPU nodes).

@@ -27,6 +27,9 @@ from plansim.workload import ModelSpec, build_graph, graph_totals, model_flops  
 from plansim.workload.graph import KINDS, NODE_ATTRIBUTES  # noqa: E402
 from plansim.workload.torch_trace import trace_module  # noqa: E402
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_torch_trace")
+
 SPEC = ModelSpec(name="tiny-gpt", family="gpt", layers=3, hidden=128, heads=4, seq_len=64, vocab=512)
 BATCH = 2
 E = 2  # bf16

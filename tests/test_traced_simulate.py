@@ -43,6 +43,9 @@ from plansim.hardware.schema import EfficiencyCurves  # noqa: E402
 from plansim.profiling.torch_models import build_model  # noqa: E402
 from plansim.workload import ModelSpec, TracedModel, build_graph, graph_totals  # noqa: E402
 
+#: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_traced_simulate")
+
 HARDWARE = "dgx-h100"
 MB, M = 2, 4  # micro-batch (the traced batch) and micro-batches per step
 STRATEGIES = {
