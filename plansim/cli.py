@@ -611,10 +611,8 @@ def profile(
     repeats: Annotated[int, typer.Option("--repeats", help="timed runs; the median is kept")] = 20,
 ) -> None:
     """Time the kernels of a transformer training step on this machine and write a measured profile (needs torch)."""
-    from pathlib import Path
 
-    from plansim.errors import PlansimError, shown_path
-    from plansim.outputs import atomic_write_text, check_output_file
+    from plansim.outputs import check_output_file, write_output_text
     from plansim.workload import load_model
 
     if out is not None:
@@ -631,14 +629,7 @@ def profile(
             sizes, device=device, dtype=dtype, warmup=warmup, repeats=repeats, quick=quick,
             command=command, progress=bar.counter(), group=lambda label: bar.update(label=label),
         )  # fmt: skip
-    path = Path(out or default_out(result))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, result.to_yaml())
-    except OSError as err:
-        raise PlansimError(
-            f"--out {shown_path(path)}: cannot write it ({err.strerror}): choose a writable path"
-        ) from None
+    path = write_output_text(out or default_out(result), result.to_yaml())
     typer.echo(f"{len(result.points)} kernels timed on {result.environment.device_name}: wrote {path}")
 
 
@@ -869,8 +860,7 @@ def import_model(
 
     from rich.table import Table
 
-    from plansim.errors import PlansimError, shown_path
-    from plansim.outputs import atomic_write_text, check_output_file
+    from plansim.outputs import check_output_file, write_output_text
     from plansim.report.fit import terminal_console
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
@@ -890,14 +880,7 @@ def import_model(
     for note in notes:
         console.print(f"not modelled: {note}")
     if out is not None:
-        path = Path(out)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, model_yaml(spec, config, notes))
-        except OSError as err:
-            raise PlansimError(
-                f"--out {shown_path(path)}: cannot write it ({err.strerror}): choose a writable path"
-            ) from None
+        path = write_output_text(out, model_yaml(spec, config, notes))
         console.print(f"wrote {path}: plansim simulate --model {path} ...")
 
 

@@ -196,6 +196,19 @@ def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> P
     return atomic_write_bytes(path, text.encode(encoding))
 
 
+def write_output_text(path: str | Path, text: str, option: str = "--out") -> Path:
+    """Write a command's output file ``path`` whole, its folder made first (``atomic_write_text``); a system's refusal
+    as one ``PlansimError`` line naming ``option``."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return atomic_write_text(path, text)
+    except OSError as err:
+        raise PlansimError(
+            f"{option} {shown_path(path)}: cannot write it ({err.strerror}): choose a writable path"
+        ) from None
+
+
 # -- inputs ---------------------------------------------------------------------------------------------------------
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import resource
-import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from alarm import alarm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -62,20 +62,13 @@ STRATEGY_VALUES = [
 def _bounded(what: str) -> Iterator[None]:
     """Fail (as a hang) when the block runs past ``CASE_LIMIT_S``; a case that asks for more than ``CASE_MEMORY``
     bytes beyond what the process maps already gets a MemoryError (a failure) instead of exhausting the machine."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"hang: {what} ran past {CASE_LIMIT_S} s")
-
     mapped = int(Path("/proc/self/statm").read_text().split()[0]) * resource.getpagesize()
     limits = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (mapped + CASE_MEMORY, limits[1]))
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, CASE_LIMIT_S)
     try:
-        yield
+        with alarm(CASE_LIMIT_S, what):
+            yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
         resource.setrlimit(resource.RLIMIT_AS, limits)
 
 

@@ -15,16 +15,16 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
+from alarm import alarm
 from typer.testing import CliRunner
 
 import plansim
@@ -37,20 +37,9 @@ TINY = "name: tiny\nfamily: gpt\nlayers: 2\nhidden: 256\nheads: 4\nffn_hidden: 1
 LLAMA = json.loads((ROOT / "tests" / "data" / "hf" / "llama-2-7b.json").read_text())
 
 
-@contextlib.contextmanager
-def no_hang(seconds: float = 10.0) -> Iterator[None]:
+def no_hang(seconds: float = 10.0) -> contextlib.AbstractContextManager[None]:
     """Fail, instead of waiting forever, when the block blocks (a FIFO opened for reading waits for a writer)."""
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return alarm(seconds, "the block")
 
 
 def cli(*args: str) -> Any:
