@@ -18,7 +18,7 @@ from collections.abc import Generator
 
 import simpy
 
-from plansim.sim.network import FlowNetwork, LinkId
+from plansim.des.network import FlowNetwork, LinkId
 
 
 def _run(senders: list[tuple[dict[LinkId, float], list[float]]], capacity: dict[LinkId, float]) -> tuple[float, int]:
@@ -102,8 +102,8 @@ def lockstep(total: int = 100_000, group: int = 8, groups: int = 8) -> float:
 def routing(pairs: int = 500) -> tuple[float, float, float]:
     """Fabric construction seconds, then routes/s for random pairs and for every rank to its ring neighbour on a
     DGX H100 x 10,240 GPU cluster (each route computed once: the cache is not what is timed)."""
+    from plansim.des.routing import Fabric
     from plansim.hardware import load_hardware
-    from plansim.sim.routing import Fabric
 
     cluster = load_hardware("dgx-h100", gpus=10240)
     start = time.perf_counter()

@@ -28,7 +28,7 @@ import time
 from plansim.api import load_hardware, load_model
 from plansim.remat import BASELINES, RematGraph, linear_chain, solve_remat, stage_graph
 from plansim.step.prepare import comm_pricer, prepare_step
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 
 def gpt_stage(layers: int, granularity: str) -> RematGraph:

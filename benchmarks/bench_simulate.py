@@ -45,7 +45,7 @@ def api_seconds(repeats: int = 5) -> tuple[float, float]:
 def cli_seconds(repeats: int = 3) -> float:
     """Median wall clock of the whole `plansim simulate` command, interpreter start-up included."""
     exe = shutil.which("plansim")
-    cmd = [exe, "simulate", *ARGS] if exe else [sys.executable, "-m", "plansim.cli", "simulate", *ARGS]
+    cmd = [exe, "simulate", *ARGS] if exe else [sys.executable, "-m", "plansim.cli.app", "simulate", *ARGS]
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

@@ -25,16 +25,16 @@ _EXPORTS = {
     "load_hardware": "plansim.hardware",
     "list_hardware": "plansim.hardware",
     "Cluster": "plansim.hardware",
-    "Strategy": "plansim.strategy",
-    "load_strategy": "plansim.strategy",
+    "Strategy": "plansim.strategy.schema",
+    "load_strategy": "plansim.strategy.schema",
     "Result": "plansim.result",
     "PlansimError": "plansim.errors",
     "plan": "plansim.planner",
     "Constraints": "plansim.planner",
     "PlanResult": "plansim.planner",
     "solve_remat": "plansim.remat",
-    "compare": "plansim.comparison",
-    "Comparison": "plansim.comparison",
+    "compare": "plansim.comparison.compare",
+    "Comparison": "plansim.comparison.compare",
 }
 
 __all__ = sorted(_EXPORTS)

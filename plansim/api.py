@@ -8,19 +8,20 @@ from typing import Any, cast
 
 from plansim.arguments import choice, mapping, name_or_path, names, type_name
 from plansim.errors import PlansimError, shown
+from plansim.files.yamlfile import validated
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import number, whole
 from plansim.result import Result
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
+from plansim.strategy.traced import with_traced_defaults
 from plansim.workload import ModelSpec, TracedModel, load_model
-from plansim.workload.traced import Workload, with_traced_defaults
-from plansim.yamlfile import validated
+from plansim.workload.traced import Workload
 
 __all__ = ["ENGINES", "as_cluster", "as_model", "as_strategy", "simulate"]
 
 
 def _analytic(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
-    from plansim.analytic import simulate_analytic
+    from plansim.analytic.engine import simulate_analytic
 
     if options:
         raise PlansimError(
@@ -30,10 +31,10 @@ def _analytic(model: Workload, cluster: Cluster, strategy: Strategy, **options: 
 
 
 def _des(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
-    from plansim.sim.engine import WhatIf, simulate_des
+    from plansim.des.engine import WhatIf, simulate_des
 
     mode = options.pop("mode", "symmetric")
-    # simulate_des reads a model's name and seq_len and hands it to plansim.lower, which takes a TracedModel too
+    # simulate_des reads a model's name and seq_len and hands it to plansim.des.lower, which takes a TracedModel too
     return simulate_des(cast(ModelSpec, model), cluster, strategy, mode=mode, what_if=WhatIf(**options))
 
 
@@ -159,7 +160,7 @@ def simulate(
     """
     choice(engine, ENGINES, "engine", quoted=True)
     if mode is not None:
-        from plansim.sim.engine import MODES
+        from plansim.des.engine import MODES
 
         choice(mode, MODES, "mode", quoted=True)
     if gpus is not None:

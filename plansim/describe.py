@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plansim.schedules import SCHEDULES
-from plansim.strategy import Strategy
+from plansim.pipeline.schedules import SCHEDULES
+from plansim.strategy.schema import Strategy
 from plansim.units import GB
 
 if TYPE_CHECKING:

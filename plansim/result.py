@@ -56,7 +56,7 @@ class Result:
     memory_margin: float = 0.0
     #: What the caller should know about this result (a thin memory margin: ``plansim.step.result.THIN_MARGIN``).
     warnings: list[str] = field(default_factory=list)
-    #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.timeline.Timeline``); not
+    #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.des.timeline.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)
     #: How long the engine ran, in seconds (the discrete-event engine: ``wall_s``). Not part of the JSON output, so

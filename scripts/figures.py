@@ -177,7 +177,7 @@ def _invoke(command: str) -> Any:
     """A plansim command line's ``--format json`` output, run in this process (no progress lines)."""
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     os.environ["PLANSIM_PROGRESS"] = "off"
     args = shlex.split(command)

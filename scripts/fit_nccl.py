@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from plansim.costs.nccl import PROTOCOLS, NcclComm, NcclTuning, NvlsTuning, choose, tuned_call
+from plansim.costs.nccl_groups import nccl_comm
+from plansim.files.yamlfile import parse_yaml, read_text
 from plansim.hardware import load_hardware
-from plansim.hardware.nccl import nccl_comm
-from plansim.yamlfile import parse_yaml, read_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -96,7 +96,7 @@ def run_compare(out: Path, small: bool, progress: Callable[[str], None]) -> Path
     """``plansim compare`` of the README: three strategies on DGX A100 and DGX H100 (1024 GPUs, DES) with
     throughput curves over 256-4096 GPUs (analytic engine, global batch held)."""
     import plansim
-    from plansim.comparison_output import write_comparison
+    from plansim.comparison.output import write_comparison
 
     model, gpus = ("gpt3-1.3b", 16) if small else ("gpt3-175b", 1024)
     counts = [8, 16, 32] if small else [256, 512, 1024, 2048, 4096]
@@ -136,7 +136,8 @@ def run_remat(out: Path, small: bool, progress: Callable[[str], None]) -> Path:
     """``plansim remat --model gpt3-1.3b --hardware dgx-a100 --stage-layers 24 --granularity layer --micro-batch 8
     --budget 15GB --time-limit 60 --gap 0.01 --out OUT``: the MILP at the budget, then the trade-off curve over
     ``default_budgets`` (as the CLI's ``--out`` does)."""
-    from plansim.remat.api import default_budgets, plan_remat, remat_graph, tradeoff_curve, write_tradeoff
+    from plansim.remat.api import default_budgets, plan_remat, remat_graph, tradeoff_curve
+    from plansim.report.remat_output import write_tradeoff
 
     if small:
         graph = remat_graph("gpt3-125m", "dgx-a100", stage_layers=2, granularity="layer")
@@ -259,7 +260,7 @@ CHARTS: tuple[Chart, ...] = tuple(chart for _, _, charts in JOBS for chart in ch
 def make_charts(out: str | Path, *, small: bool = False, progress: Callable[[str], None] | None = None) -> list[Path]:
     """Run every job into a scratch folder and copy its gallery PNGs into ``out`` (created); returns the paths
     written, in :data:`CHARTS` order. ``progress(label)`` is called as the work goes on."""
-    from plansim.outputs import atomic_write_bytes
+    from plansim.files.outputs import atomic_write_bytes
 
     directory = Path(out)
     directory.mkdir(parents=True, exist_ok=True)

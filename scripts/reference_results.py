@@ -40,7 +40,7 @@ def cases() -> Iterator[tuple[str, Any, str, int, str, dict[str, Any]]]:
     """(label, model, hardware, gpus, strategy, DES options), every one run through both engines."""
     from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
     from plansim.costs.remat_policies import REMAT_POLICIES
-    from plansim.schedules import SCHEDULES
+    from plansim.pipeline.schedules import SCHEDULES
 
     for algorithm in ALLREDUCE_ALGORITHMS:
         yield f"collective {algorithm}", GPT, "dgx-a100", 16, f"dp=16,{BASE},dp_algorithm={algorithm}", {}
@@ -52,8 +52,8 @@ def cases() -> Iterator[tuple[str, Any, str, int, str, dict[str, Any]]]:
                 continue
             extra = ",virtual_stages=3" if schedule == "interleaved" else ""
             extra += "" if schedule in ("1f1b", "interleaved") else ",framework=fsdp"  # torch's pipelining runs these
-            yield (f"schedule {schedule} remat {remat}", GPT, "dgx-a100", 16,
-                   f"dp=2,tp=2,pp=4,micro_batch=1,global_batch=16,schedule={schedule},remat={remat}{extra}", {})  # fmt: skip
+            strategy = f"dp=2,tp=2,pp=4,micro_batch=1,global_batch=16,schedule={schedule},remat={remat}{extra}"
+            yield f"schedule {schedule} remat {remat}", GPT, "dgx-a100", 16, strategy, {}
     frameworks = {
         "megatron": "dp=4,tp=2,pp=2,sequence_parallel=true,zero=1,micro_batch=1,global_batch=16,tp_comm_overlap=true",
         "deepspeed": "dp=8,tp=2,zero=3,micro_batch=2,global_batch=32",

@@ -4,7 +4,7 @@ as torchtitan runs them)."""
 
 from __future__ import annotations
 
-from plansim.frameworks import load_framework
+from plansim.strategy.frameworks import load_framework
 
 
 def framework_for(schedule: str) -> str:

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from plansim.schedules import get_schedule
+from plansim.pipeline.schedules import get_schedule
 from plansim.step.memory import _order_runs, _walk
 
 

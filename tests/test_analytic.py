@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from schedule_runs import framework_for
 
 import plansim
-from plansim.analytic import simulate_analytic
+from plansim.analytic.engine import simulate_analytic
 from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import load_hardware
 from plansim.result import Result
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec, build_graph, load_model
 
 
@@ -178,7 +178,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     tensor-parallel rank sends 1/tp of the activation (scatter/gather, Narayanan et al. 2021 sec 4.1) and the stage
     rebuilds each of its two receives with a ring all-gather over its tp pair: (tp-1) steps of 1/tp of the
     activation. Sequence parallelism sends its sequence shard and gathers nothing."""
-    from plansim.analytic import _p2p
+    from plansim.analytic.engine import _p2p
     from plansim.costs.interference import interference_model
     from plansim.step.prepare import ring_call_s
 
@@ -208,7 +208,7 @@ def test_interleaved_sends_do_not_block() -> None:
     """Megatron-LM runs the interleaved schedule's sends as separate isend/irecv (overlap_p2p_comm): no call
     overhead, and they run beside the stage's compute (at the interference model's rate). 1F1B's blocking calls cost
     one kernel launch per send on top of the same transfers, and nothing computes beside them."""
-    from plansim.analytic import _p2p
+    from plansim.analytic.engine import _p2p
     from plansim.costs.interference import interference_model, send_load
 
     cluster = load_hardware("dgx-a100", gpus=4)
@@ -268,8 +268,8 @@ def test_zb_h1_beats_1f1b_and_respects_the_compute_bound() -> None:
 
 @pytest.mark.parametrize("preset", ["gpt3-1.3b", "llama3-8b", "resnet50", "mlp-small"])
 def test_weight_gradient_is_the_weight_half_of_each_gemm_backward(preset: str) -> None:
-    from plansim.mesh import DeviceMesh
     from plansim.step.layers import layer_costs, layer_programs
+    from plansim.strategy.mesh import DeviceMesh
     from plansim.workload.graph import MATMUL_KINDS
 
     model = load_model(preset)
@@ -288,7 +288,7 @@ def test_weight_gradient_is_the_weight_half_of_each_gemm_backward(preset: str) -
         )
         assert cost.bwd_weight_s == pytest.approx(weight)
         assert cost.bwd_s == pytest.approx(sum(kernels.backward(op) for op in ops))
-        # ZB-H1's closed form is exact for equal stages when W <= F and W <= B (plansim.schedules._zb_h1_step_time).
+        # ZB-H1's closed form is exact for equal stages when W <= F and W <= B (pipeline.schedules._zb_h1_step_time).
         assert cost.bwd_weight_s <= cost.fwd_s and cost.bwd_weight_s <= cost.bwd_s - cost.bwd_weight_s
 
 

@@ -1,4 +1,4 @@
-"""The analytic engine's caches key on strategy projections (``plansim.strategy.StrategyProjection``): strategies
+"""The analytic engine's caches key on strategy projections (``plansim.strategy.schema.StrategyProjection``): strategies
 equal in a projection share what was computed for it. If a computation read a field its projection leaves out, two
 strategies differing only in that field would get the same (wrong) value. So: price strategies that differ in one
 field at a time through one shared cache, and compare each with a pricing that shares nothing."""
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.analytic.engine import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
 
 #: Per strategy field, values that change what a step costs (each must be valid beside the bases below).

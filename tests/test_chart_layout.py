@@ -21,11 +21,12 @@ pytest.importorskip("matplotlib")
 from test_validation import _measured_rows  # measured.csv rows as validate writes them
 
 import plansim
-from plansim.comparison_output import write_comparison
+from plansim.comparison.output import write_comparison
 from plansim.hardware.topology import link_tier
 from plansim.planner.output import write_plan
-from plansim.remat.api import default_budgets, plan_remat, remat_graph, write_tradeoff
+from plansim.remat.api import default_budgets, plan_remat, remat_graph
 from plansim.report import compare_charts, figures, plan_charts, remat_chart, robust_chart, sweep_charts
+from plansim.report.remat_output import write_tradeoff
 from plansim.sweep import SweepGrid, sweep
 from plansim.sweep.output import write_sweep
 from plansim.validation.points import default_points

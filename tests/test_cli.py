@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 
 runner = CliRunner()
 GOOD = ["--model", "gpt3-125m", "--hardware", "dgx-a100", "--gpus", "8"]
@@ -229,7 +229,7 @@ def test_installed_script_reports_without_traceback() -> None:
 
 def test_help_does_not_import_heavy_libraries() -> None:
     code = (
-        "import sys; from plansim.cli import app; "
+        "import sys; from plansim.cli.app import app; "
         "print(sorted(m for m in ('pandas', 'matplotlib', 'pulp', 'torch', 'networkx') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

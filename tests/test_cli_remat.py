@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.remat import BASELINES
 
 #: its module-scoped fixtures computed once: every test here on one pytest-xdist worker (--dist loadgroup)
@@ -149,7 +149,7 @@ def test_malformed_graph_file_names_file_and_field(tmp_path: Path, text: str, fi
 
 
 def test_api_does_not_import_matplotlib() -> None:
-    code = "import sys, plansim.remat.api, plansim.cli; print('matplotlib' in sys.modules)"
+    code = "import sys, plansim.remat.api, plansim.cli.app; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from plansim.analytic import simulate_analytic
-from plansim.cli import app
+from plansim.analytic.engine import simulate_analytic
+from plansim.cli.app import app
 from plansim.hardware import load_hardware
 from plansim.planner import Constraints, plan
 from plansim.planner.explain import is_megatron_style
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
 
 runner = CliRunner()

@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from plansim.analytic import simulate_analytic
+from plansim.analytic.engine import simulate_analytic
 from plansim.api import as_strategy, load_hardware, load_model
-from plansim.cli import app
-from plansim.comparison import compare, scaled_strategy
+from plansim.cli.app import app
+from plansim.comparison.compare import compare, scaled_strategy
+from plansim.des.engine import simulate_des
 from plansim.errors import PlansimError
 from plansim.hardware import link_tier, list_hardware, load_node
-from plansim.sim.engine import simulate_des
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 runner = CliRunner()
 

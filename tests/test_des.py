@@ -12,15 +12,15 @@ from schedule_runs import framework_for, under
 
 import plansim
 from plansim.costs.collectives import collective_time, schedule
+from plansim.des.engine import simulate_collective
+from plansim.des.lower import lower
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.lower import lower
-from plansim.mesh import DeviceMesh
-from plansim.schedules import get_schedule
-from plansim.sim.engine import simulate_collective
-from plansim.stages import chunk_layers
+from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.stages import chunk_layers
 from plansim.step.prepare import ring_call_s
-from plansim.strategy import Strategy
+from plansim.strategy.mesh import DeviceMesh
+from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
 
 
@@ -113,7 +113,7 @@ def test_full_recompute_counts_the_kept_input_once() -> None:
 )
 def test_zb_h1_memory_matches_per_stage(model: str, gpus: int, strategy: str, remat: str) -> None:
     """ZB-H1's stage s holds back the W passes of s micro-batches, each keeping its weight GEMMs' inputs after its B
-    (plansim.lower); the analytic engine takes the peak over the schedule's held points (schedules._zb_h1_held) and
+    (plansim.des.lower); the analytic engine takes the peak over the schedule's held points (schedules._zb_h1_held) and
     agrees with the DES on every stage, which holds more than under 1F1B but for stage 0. Under full recompute the
     peak is at a B's end (what B rebuilt for W stays), which the analytic engine prices exactly."""
     spec = (

@@ -1,4 +1,4 @@
-"""Framework profiles (frameworks/*.yaml, plansim.frameworks): every rule carries its source, and each rule does
+"""Framework profiles (frameworks/*.yaml, strategy.frameworks): every rule carries its source, and each rule does
 what its source says it does, one test per rule (the source cited in each test's docstring is the profile's)."""
 
 from __future__ import annotations
@@ -12,19 +12,25 @@ import pytest
 from typer.testing import CliRunner
 
 import plansim
-from plansim.analytic import simulate_analytic
-from plansim.cli import app
+from plansim.analytic.engine import simulate_analytic
+from plansim.cli.app import app
+from plansim.des.lower import lower
+from plansim.des.taskgraph import Task
 from plansim.errors import PlansimError
-from plansim.frameworks import FrameworkRules, GradBucket, framework_names, load_framework, modelled_zero_stages
 from plansim.hardware import load_hardware
-from plansim.lower import lower
+from plansim.pipeline.schedules import SCHEDULES
 from plansim.planner import Constraints
 from plansim.planner.space import candidates
-from plansim.schedules import SCHEDULES
 from plansim.step.data_parallel import START, data_parallel_plan, weight_gathers
-from plansim.strategy import Strategy
-from plansim.strategy_checks import check_strategy
-from plansim.taskgraph import Task
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.frameworks import (
+    FrameworkRules,
+    GradBucket,
+    framework_names,
+    load_framework,
+    modelled_zero_stages,
+)
+from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
 
 runner = CliRunner()
@@ -376,7 +382,7 @@ def test_the_planner_searches_every_framework_with_all_and_names_what_differs() 
 
 
 def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
-    from plansim.frameworks import rule_differences
+    from plansim.strategy.frameworks import rule_differences
 
     assert rule_differences("megatron", "megatron") == []
     assert "no overlap of the gradient reduction with pipelining" not in rule_differences("megatron", "deepspeed")
@@ -402,9 +408,9 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
 # ---- tensor-parallel communication beside the GEMMs ----------------------------------------------------------------
 def _block_program(strategy: str, preset: str = "gpt3-1.3b", gpus: int = 8):  # type: ignore[no-untyped-def]
     """Block 0's program under ``strategy``, with the op graph and kernel model it was walked from."""
-    from plansim.mesh import mesh_of
     from plansim.step.layers import layer_programs
     from plansim.step.prepare import prepare_step, tp_overlap
+    from plansim.strategy.mesh import mesh_of
 
     cluster = _cluster(gpus)
     prep = prepare_step(load_model(preset), cluster, Strategy.parse(strategy))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import plansim
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 
 CASE_LIMIT_S = 20.0

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plansim.data import data_dir
 from plansim.errors import PlansimError
+from plansim.files.data import data_dir
 from plansim.hardware import GPUSpec, Link, list_hardware, load_gpu, load_hardware, load_node
 
 PROFILES = data_dir("hardware_profiles")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 from plansim.workload import ModelSpec, build_graph, graph_totals, load_model
 from plansim.workload.hf_config import FAMILIES, from_hf_config, model_yaml, read_hf_config, unmodelled

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from plansim.errors import PlansimError, quoted, shown, shown_path
-from plansim.yamlfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, parse_json, parse_yaml, read_mapping
+from plansim.files.yamlfile import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES, parse_json, parse_yaml, read_mapping
 
 MODEL = b"name: m\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nseq_len: 128\nvocab: 1000\n"
 
@@ -55,7 +55,7 @@ def _load_hardware(p: Path) -> Any:
 
 
 def _load_strategy(p: Path) -> Any:
-    from plansim.strategy import load_strategy
+    from plansim.strategy.schema import load_strategy
 
     return load_strategy(p)
 
@@ -270,7 +270,7 @@ def test_a_directory_and_a_missing_file(tmp_path: Path) -> None:
 
 def test_unusable_names_are_not_found_not_oserrors(tmp_path: Path) -> None:
     from plansim.hardware import load_hardware
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
     from plansim.workload import load_model
 
     long = "x" * 5000  # longer than any file name the system allows (ENAMETOOLONG)
@@ -329,14 +329,14 @@ def test_many_schema_problems_are_summed_up(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text", ["", " ", "\t\n"])
 def test_an_empty_strategy_says_what_to_write(text: str) -> None:
-    from plansim.strategy import Strategy, list_strategies
+    from plansim.strategy.schema import Strategy, list_strategies
 
     message = one_line(lambda: Strategy.parse(text), "strategy: empty", "dp=8,tp=2")
     assert all(name in message for name in list_strategies()[:4])
 
 
 def test_an_unknown_strategy_name_says_what_to_write() -> None:
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     one_line(lambda: Strategy.parse("megatron"), "'megatron' is not a file", "dp=8,tp=2", "megatron-3d")
     one_line(lambda: Strategy.parse(",,"), "',,' is not a file", "dp=8,tp=2")
@@ -344,13 +344,13 @@ def test_an_unknown_strategy_name_says_what_to_write() -> None:
 
 @pytest.mark.parametrize(("text", "key"), [("dp=8,dp=4", "dp"), ("dp=8,tp=2, tp =2", "tp"), ("zero=1,zero=1", "zero")])
 def test_a_key_given_twice_in_an_inline_strategy(text: str, key: str) -> None:
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     one_line(lambda: Strategy.parse(text), f"strategy: '{key}' is given twice", "keep one")
 
 
 def test_inline_strategy_values_are_echoed_short() -> None:
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     message = one_line(lambda: Strategy.parse("dp=8," + "x" * 5000), "is not key=value")
     assert "x" * 40 not in message
@@ -361,7 +361,7 @@ def test_inline_strategy_values_are_echoed_short() -> None:
 
 
 def test_inline_strategy_still_parses() -> None:
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     s = Strategy.parse(" dp=8, tp=2 ,pp=1,,zero=1 ")
     assert (s.dp, s.tp, s.pp, s.zero) == (8, 2, 1, 1)
@@ -370,7 +370,7 @@ def test_inline_strategy_still_parses() -> None:
 def test_cli_empty_strategy_is_one_line() -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     r = CliRunner().invoke(app, ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", ""])
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
@@ -390,7 +390,7 @@ def test_cli_empty_strategy_is_one_line() -> None:
 def test_key_value_options(option: str, values: list[str], words: list[str]) -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     args = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8", "-e", "des"]
     for value in values:
@@ -449,7 +449,7 @@ SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
 def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     r = CliRunner().invoke(app, args, prog_name="plansim")
     assert r.exit_code == 2, r.output
@@ -461,7 +461,7 @@ def test_usage_errors_are_one_line(args: list[str], line: str) -> None:
 def test_a_long_bad_option_value_is_cut() -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     r = CliRunner().invoke(app, [*SIM, "--gpus", "9x" * 3000 + "\n"], prog_name="plansim")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and len(r.stderr) < 160, r.stderr
@@ -470,7 +470,7 @@ def test_a_long_bad_option_value_is_cut() -> None:
 def test_help_still_works() -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     for args in (["--help"], ["simulate", "--help"], ["plan", "--help"]):
         r = CliRunner().invoke(app, args, prog_name="plansim")
@@ -483,7 +483,7 @@ def test_the_plansim_script_prints_one_line(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = "from plansim.cli import main; main()"
+    code = "from plansim.cli.app import main; main()"
     r = subprocess.run([sys.executable, "-c", code, *SIM, "--gpus", "abc"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stdout == "", r
     assert r.stderr == "plansim simulate: --gpus: 'abc' is not a valid integer: give a whole number, e.g. --gpus 8\n"
@@ -505,7 +505,7 @@ def test_the_plansim_script_prints_one_line(tmp_path: Path) -> None:
 def test_cli_option_values_are_echoed_short(args: list[str]) -> None:
     from typer.testing import CliRunner
 
-    from plansim.cli import app
+    from plansim.cli.app import app
 
     r = CliRunner().invoke(app, args, prog_name="plansim")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.output

@@ -27,13 +27,14 @@ from plansim.costs.interference import (
     send_load,
 )
 from plansim.costs.kernels import KernelTable
+from plansim.des.engine import WhatIf, _Engine
+from plansim.des.taskgraph import StageProgram, Task, TaskGraph
 from plansim.errors import PlansimError
 from plansim.hardware import load_gpu, load_hardware
 from plansim.hardware.schema import OverlapMeasurement
-from plansim.mesh import DeviceMesh
 from plansim.profiling.schema import Environment, KernelProfile, Overlap, OverlapPoint
-from plansim.sim.engine import WhatIf, _Engine
-from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
+from plansim.step.comm import Comm
+from plansim.strategy.mesh import DeviceMesh
 
 A100 = load_gpu("a100-sxm4-80gb")
 

@@ -28,7 +28,7 @@ from alarm import alarm
 from typer.testing import CliRunner
 
 import plansim
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,8 +142,8 @@ def test_a_trace_over_the_model_file_is_refused_before_the_run(tmp_path: Path) -
 
 
 def test_an_output_replaces_no_file_the_command_read(tmp_path: Path) -> None:
-    from plansim.outputs import atomic_write_text
-    from plansim.yamlfile import read_text, recording_inputs
+    from plansim.files.outputs import atomic_write_text
+    from plansim.files.yamlfile import read_text, recording_inputs
 
     path = tmp_path / "a.yaml"
     path.write_text("a: 1\n")
@@ -179,7 +179,7 @@ def _special(tmp_path: Path, kind: str, name: str) -> Path:
 def _loaders() -> dict[str, tuple[Callable[[Path], Any], str]]:
     from plansim.hardware import load_hardware
     from plansim.remat.api import load_graph_file
-    from plansim.strategy import load_strategy
+    from plansim.strategy.schema import load_strategy
     from plansim.sweep.grid import load_grid
     from plansim.workload import load_model
     from plansim.workload.hf_config import read_hf_config
@@ -329,8 +329,8 @@ def test_search_work_counts_what_the_enumeration_walks() -> None:
     """Brute force over the enumerated strategies: each candidate's busiest stage, the interleaved orders once per
     (pp, micro-batches, chunks)."""
     from plansim.hardware import load_hardware
+    from plansim.pipeline.schedules import SCHEDULES
     from plansim.planner.space import INTERLEAVED_PER_BLOCK, candidates, search_work
-    from plansim.schedules import SCHEDULES
 
     for model, gpus, batch in ((_deep(24), 8, 64), (plansim.load_model("gpt3-125m"), 16, 32)):
         cluster = load_hardware("dgx-a100", gpus=gpus)
@@ -415,10 +415,10 @@ def test_the_sweep_blocks_bound_sums_the_points_searches(monkeypatch: pytest.Mon
 
 def test_the_des_estimate_is_the_lowerings_work() -> None:
     """``des_estimate`` extrapolates from pp and 2 pp micro-batches without lowering the run itself: exact."""
+    from plansim.des.lower import lower
+    from plansim.des.size import des_estimate, des_work
     from plansim.hardware import load_hardware
-    from plansim.lower import lower
-    from plansim.sim.size import des_estimate, des_work
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     spec, cluster = plansim.load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
     for text in ("dp=2,tp=2,pp=2,micro_batch=1,global_batch=32", "dp=4,pp=2,micro_batch=1,global_batch=64,zero=1",
@@ -429,8 +429,8 @@ def test_the_des_estimate_is_the_lowerings_work() -> None:
 
 
 def test_the_finalists_des_work_is_bounded_naming_the_top_that_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from plansim.des.size import des_estimate
     from plansim.hardware import load_hardware
-    from plansim.sim.size import des_estimate
 
     kw = {"gpus": 8, "global_batch": 32, "top_k": 4, "milp": False}
     found = plansim.plan("gpt3-125m", "dgx-a100", des=False, **kw)

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import plansim
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 from plansim.limits import LIMITS, WORK
 
@@ -165,9 +165,9 @@ def test_the_des_bound_is_raised_or_lowered_by_its_variable(monkeypatch: pytest.
 def test_des_estimate_is_the_lowered_count() -> None:
     """The extrapolation in the micro-batches is exact: the lowering's tasks are linear in them."""
     from plansim.api import as_strategy
+    from plansim.des import size
+    from plansim.des.lower import lower
     from plansim.hardware import load_hardware
-    from plansim.lower import lower
-    from plansim.sim import size
     from plansim.workload import load_model
 
     cl, spec = load_hardware("dgx-a100", gpus=16), load_model("gpt3-125m")

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plansim.hardware import load_hardware
-from plansim.mesh import DeviceMesh, mesh_of
-from plansim.strategy import Strategy
+from plansim.strategy.mesh import DeviceMesh, mesh_of
+from plansim.strategy.schema import Strategy
 
 sizes = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4))
 

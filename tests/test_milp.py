@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pulp = pytest.importorskip("pulp")
 
-from plansim.milp import add_variable, run_solver  # noqa: E402
+from plansim.remat.milp import add_variable, run_solver  # noqa: E402
 
 items = st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=7)
 
@@ -123,7 +123,7 @@ def test_run_solver_gap_is_honest() -> None:
 def test_run_solver_cbc_toy() -> None:
     """CBC (bundled with PuLP 3.x) solves the toy knapsack to the brute-force optimum; skipped without CBC."""
     from plansim.errors import PlansimError
-    from plansim.milp import make_solver
+    from plansim.remat.milp import make_solver
 
     try:
         make_solver("cbc")

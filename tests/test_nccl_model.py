@@ -135,7 +135,7 @@ def _curve(gpu: str = "a100") -> dict:
     """A published nccl-tests curve in ``calibration/`` (``nccl-tests-<gpu>.yaml``)."""
     import yaml
 
-    from plansim.data import data_dir
+    from plansim.files.data import data_dir
 
     path = data_dir("hardware_profiles").parent / f"calibration/nccl-tests-{gpu}.yaml"
     if not path.exists():
@@ -147,7 +147,7 @@ def _fit_module():  # type: ignore[no-untyped-def]
     """scripts/fit_nccl.py, loaded as a module (skips where scripts/ is not installed)."""
     import importlib.util
 
-    from plansim.data import data_dir
+    from plansim.files.data import data_dir
 
     path = data_dir("hardware_profiles").parent / "scripts/fit_nccl.py"
     if not path.exists():
@@ -196,8 +196,8 @@ def test_whole_published_curve_within_15_percent() -> None:
 
 
 def _ring_protocol(n_bytes: float) -> str:
+    from plansim.costs.nccl_groups import nccl_comm
     from plansim.hardware import load_hardware
-    from plansim.hardware.nccl import nccl_comm
 
     return choose(
         nccl_comm(load_hardware("dgx-a100", gpus=8), 8, 1), "all_reduce", n_bytes, algorithms=("ring",)
@@ -236,8 +236,8 @@ def test_across_dgx_h100_nodes_large_messages_reach_46_to_48_GBps_per_nic() -> N
 
 
 def test_ring_overhead_grows_with_ranks_and_bandwidth_falls_for_small_messages() -> None:
+    from plansim.costs.nccl_groups import ring_overhead_s
     from plansim.hardware import load_hardware
-    from plansim.hardware.nccl import ring_overhead_s
 
     cluster = load_hardware("dgx-a100", gpus=8192)
     over = [ring_overhead_s(cluster, "all_reduce", n, n, 16e6, 192e9) for n in (2, 8, 64, 512)]
@@ -321,7 +321,7 @@ def _default_busbw(cluster_name: str, ranks: int, n_bytes: float) -> float:
     """Bus bandwidth of an all-reduce of a layer (NCCL's default algorithm) as both engines price it."""
     from plansim.hardware import load_hardware
     from plansim.step.prepare import comm_pricer
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
     cluster = load_hardware(cluster_name, gpus=ranks)
     price = comm_pricer(cluster, Strategy(tp=ranks, dp=1, pp=1))
@@ -434,8 +434,8 @@ def test_the_binary_tree_is_ceil_log2_deep() -> None:
 
 def _dgx_a100(nodes: int):  # type: ignore[no-untyped-def]
     from plansim.costs.nccl import NcclTuning
+    from plansim.costs.nccl_groups import nccl_comm
     from plansim.hardware import load_hardware
-    from plansim.hardware.nccl import nccl_comm
 
     cluster = load_hardware("dgx-a100", gpus=8 * nodes)
     section = cluster.node.nccl

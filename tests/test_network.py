@@ -11,7 +11,7 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plansim.sim.network import FlowNetwork, LinkId
+from plansim.des.network import FlowNetwork, LinkId
 
 A: LinkId = ("a", "b")
 B: LinkId = ("b", "c")

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from plansim import outputs
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError, shown_path
-from plansim.outputs import LOCK_NAME, atomic_write_text, c_stdout_silenced, staged_folder
+from plansim.files import outputs
+from plansim.files.outputs import LOCK_NAME, atomic_write_text, c_stdout_silenced, staged_folder
 
 runner = CliRunner()
-CLI = [sys.executable, "-m", "plansim.cli"]
+CLI = [sys.executable, "-m", "plansim.cli.app"]
 
 
 def hidden(folder: Path) -> list[str]:
@@ -113,7 +113,7 @@ def test_a_lock_left_by_a_killed_run_is_not_in_the_way(tmp_path: Path) -> None:
 def test_c_level_stdout_is_silenced_only_inside_the_block() -> None:
     code = (
         "import ctypes, os\n"
-        "from plansim.outputs import c_stdout_silenced\n"
+        "from plansim.files.outputs import c_stdout_silenced\n"
         "libc = ctypes.CDLL(None)\n"
         "print('before', flush=True)\n"
         "with c_stdout_silenced():\n"
@@ -147,7 +147,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("where", ["a file", "under a file"])
 def test_out_problems_are_one_line(command: str, where: str, tmp_path: Path, monkeypatch) -> None:
-    import plansim.comparison
+    import plansim.comparison.compare
     import plansim.planner
     import plansim.remat.api
     import plansim.sweep
@@ -155,7 +155,7 @@ def test_out_problems_are_one_line(command: str, where: str, tmp_path: Path, mon
     def no_work(*a: object, **k: object) -> None:
         raise AssertionError("--out must be checked before any work")
 
-    for module, name in ((plansim.planner, "plan"), (plansim.sweep, "sweep"), (plansim.comparison, "compare"),
+    for module, name in ((plansim.planner, "plan"), (plansim.sweep, "sweep"), (plansim.comparison.compare, "compare"),
                          (plansim.remat.api, "plan_remat")):  # fmt: skip
         monkeypatch.setattr(module, name, no_work)
     (tmp_path / "taken").write_text("a file")

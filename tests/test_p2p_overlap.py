@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plansim
-from plansim.analytic import _p2p
+from plansim.analytic.engine import _p2p
 from plansim.costs.interference import IDLE, interference_model
+from plansim.des.engine import WhatIf, _Engine
+from plansim.des.lower import lower
 from plansim.hardware import load_hardware
-from plansim.lower import lower
-from plansim.schedules import get_schedule
-from plansim.sim.engine import WhatIf, _Engine
+from plansim.pipeline.schedules import get_schedule
 from plansim.step.p2p import OverlappedSends
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec, build_graph, load_model
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plansim.data import data_dir
+from plansim.files.data import data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_built_wheel_carries_its_data(tmp_path: Path) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = (
-        "import plansim; from plansim.data import data_dir; print(data_dir('hardware_profiles')); "
+        "import plansim; from plansim.files.data import data_dir; print(data_dir('hardware_profiles')); "
         "print(len(plansim.list_models()), len(plansim.list_hardware())); "
         "print(plansim.simulate('gpt3-125m', 'dgx-a100', 'zero3', gpus=8).fits)"
     )

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plansim.pipeline_orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
-from plansim.schedules import SCHEDULES, get_schedule
+from plansim.pipeline.orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
+from plansim.pipeline.schedules import SCHEDULES, get_schedule
 
 
 def figure(row: str) -> list[PipeOp]:

@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from plansim.analytic import simulate_analytic
+from plansim.analytic.engine import simulate_analytic
 from plansim.api import load_hardware, load_model
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
+from plansim.des.engine import simulate_des
+from plansim.pipeline.schedules import SCHEDULES
 from plansim.planner import Constraints, plan, training_cost
 from plansim.planner.search import TIE, search
 from plansim.planner.space import candidates
-from plansim.schedules import SCHEDULES
-from plansim.sim.engine import simulate_des
-from plansim.strategy import Strategy
-from plansim.strategy_checks import check_strategy
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.schema import Strategy
 
 runner = CliRunner()
 
@@ -227,7 +227,7 @@ def test_cli_plan_bad_input_is_one_line(argv: list[str], words: list[str]) -> No
 def test_model_states_prune_is_exact() -> None:
     """``model_states_exceed`` rejects without pricing only what the priced step also rejects, and those are the
     strategies with a stage whose weights, gradients, optimizer states and workspace alone exceed the device."""
-    from plansim.analytic import AnalyticCache
+    from plansim.analytic.engine import AnalyticCache
 
     model, cluster = load_model("gpt3-13b"), load_hardware("dgx-a100", gpus=8)
     cache = AnalyticCache(model, cluster)
@@ -247,11 +247,11 @@ def test_model_states_prune_is_exact() -> None:
 def _stage_memory(model, cluster, s, idx):  # type: ignore[no-untyped-def]
     """Stage ``idx``'s static memory (weights, gradients, optimizer states, workspace) by the memory model's own
     functions, from a freshly built graph (no cache)."""
-    from plansim.mesh import mesh_of
-    from plansim.stages import stage_layers
+    from plansim.pipeline.stages import stage_layers
     from plansim.step.layers import layer_costs, layer_programs
     from plansim.step.memory import stage_params, static_bytes
     from plansim.step.prepare import comm_pricer, prepare_step
+    from plansim.strategy.mesh import mesh_of
 
     prep = prepare_step(model, cluster, s)
     programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
@@ -309,7 +309,7 @@ COURSE = sorted(set(ALLREDUCE_ALGORITHMS) - NCCL_ENTRIES)
 
 def test_nccl_runs_the_nccl_entries_and_no_course_algorithm() -> None:
     """The registry's library property against NCCL's two modes; every framework's rule names NCCL."""
-    from plansim.frameworks import framework_names, library_algorithms, load_framework
+    from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework
 
     assert {a for a, e in ALLREDUCE_ALGORITHMS.items() if e.library == "nccl"} == NCCL_ENTRIES == {"nccl", "ring"}
     assert all(ALLREDUCE_ALGORITHMS[a].library is None for a in COURSE) and len(COURSE) == 5

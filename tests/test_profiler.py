@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.profiling.schema import OPS, load_kernel_profile
 
 runner = CliRunner()

@@ -11,7 +11,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.report import progress as progress_module
 from plansim.report.progress import Progress
 
@@ -113,8 +113,8 @@ def test_plan_reports_each_phase_and_counts_the_des_finalists() -> None:
         "re-simulating the 2 finalists with the DES (counted in tasks and transfers)",
     ]  # fmt: skip
     # the DES phase counts each finalist's tasks and transfers, as the engine's own estimate gives them
+    from plansim.des.size import des_estimate
     from plansim.hardware import load_hardware
-    from plansim.sim.size import des_estimate
     from plansim.workload import load_model
 
     cluster = load_hardware("dgx-a100", gpus=16)

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plansim.api import load_hardware, load_model
-from plansim.mesh import mesh_of
 from plansim.remat import (
     BASELINES,
     InvalidSchedule,
@@ -34,7 +33,8 @@ from plansim.remat.checkmate import build_milp, solve_milp, start_values
 from plansim.remat.schedule import plan_of
 from plansim.step.layers import layer_costs, layer_programs
 from plansim.step.prepare import comm_pricer, prepare_step
-from plansim.strategy import Strategy
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy
 
 INF = float("inf")
 

@@ -6,7 +6,7 @@ import pytest
 
 from plansim.api import simulate
 from plansim.errors import PlansimError
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 BASE = "dp=2,pp=2,micro_batch=1,global_batch=8"
 

@@ -19,7 +19,7 @@ from plansim.remat.checkmate import solve_milp
 from plansim.remat.coarsen import coarse_checkpoints, contract, layer_parts
 from plansim.remat.start import improve_checkpoints, rounded_start
 from plansim.step.prepare import comm_pricer, prepare_step
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 
 @cache

@@ -15,7 +15,7 @@ from test_remat_start import _gpt_stage  # one GPT stage graph, cached, shared w
 from typer.testing import CliRunner
 
 from plansim.api import load_hardware, load_model
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 from plansim.remat import RematGraph, checkmate, linear_chain, replay, run_baseline, solve_remat, stage_graph, start
 from plansim.remat import baselines as baselines_mod
@@ -23,7 +23,7 @@ from plansim.remat.baselines import FIXED
 from plansim.remat.deadline import Deadline, TimeUp
 from plansim.remat.start import improve_checkpoints, milp_start
 from plansim.step.prepare import comm_pricer, prepare_step
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 
 class FakeClock:
@@ -275,7 +275,7 @@ def test_a_limit_well_above_the_solve_changes_nothing() -> None:
 
 def test_remat_milp_stage_honours_remat_time_limit_s_and_stays_memoized(monkeypatch: pytest.MonkeyPatch) -> None:
     from plansim.remat import plan
-    from plansim.step.memory import milp_stage_plans
+    from plansim.remat.plan import milp_stage_plans
 
     model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=1)
     s = Strategy(micro_batch=1, global_batch=1, remat="milp", remat_budget=None, remat_time_limit_s=0.001)

@@ -11,11 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 import plansim
-from plansim.analytic import AnalyticCache, simulate_analytic
-from plansim.cli import app
+from plansim.analytic.engine import AnalyticCache, simulate_analytic
+from plansim.cli.app import app
 from plansim.costs.interference import interference_model
-from plansim.data import data_dir
 from plansim.errors import PlansimError
+from plansim.files.data import data_dir
 from plansim.hardware import load_hardware
 from plansim.hardware.loader import load_node
 from plansim.planner import Constraints

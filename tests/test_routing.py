@@ -1,4 +1,4 @@
-"""Routes and capacities of the simulator's view of a cluster (plansim.sim.routing)."""
+"""Routes and capacities of the simulator's view of a cluster (plansim.des.routing)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import networkx as nx
 import pytest
 import simpy
 
+from plansim.des.network import FlowNetwork, LinkId
+from plansim.des.routing import Fabric
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.sim.network import FlowNetwork, LinkId
-from plansim.sim.routing import Fabric
 
 
 def vertices(route: tuple[LinkId, ...]) -> list[str]:
@@ -312,7 +312,7 @@ def test_ring_hop_relays_only_through_a_gpu_with_a_direct_nvlink() -> None:
 
 
 def _ring_run(name: str, gpus: int, collective: str = "all_reduce", what_if: Any = None) -> Any:
-    from plansim.sim.engine import simulate_collective
+    from plansim.des.engine import simulate_collective
 
     return simulate_collective(load_hardware(name, gpus=gpus), collective, "ring", range(gpus), 1e9, what_if=what_if)
 
@@ -352,7 +352,7 @@ def test_ring_channels_across_scalable_units_stay_on_their_rail() -> None:
 def test_ring_all_reduce_ignores_a_degraded_spine(gpus: int) -> None:
     """docs/network-model.md: with every channel's hop between nodes on one rail, a spine at 1 % of its bandwidth
     carries nothing of the ring (before this layout: 976.7 ms instead of 9.9 ms on two nodes)."""
-    from plansim.sim.engine import WhatIf
+    from plansim.des.engine import WhatIf
 
     healthy = _ring_run("dgx-a100", gpus).seconds
     degraded = _ring_run("dgx-a100", gpus, what_if=WhatIf(link_factors={"spine0": 0.01})).seconds

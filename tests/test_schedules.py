@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plansim.pipeline_orders import PipeOp
-from plansim.schedules import SCHEDULES, get_schedule
+from plansim.pipeline.orders import PipeOp
+from plansim.pipeline.schedules import SCHEDULES, get_schedule
 
 # Largest float comparisons here sum a few dozen passes: relative error well below this.
 REL = 1e-9

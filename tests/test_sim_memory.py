@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plansim.sim.memory import MemoryTracker, OutOfMemory
+from plansim.des.memory import MemoryTracker, OutOfMemory
 
 
 def test_hand_computed_sequence_peak_and_timeline() -> None:

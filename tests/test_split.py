@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedule_runs import framework_for
 
-from plansim.analytic import simulate_analytic
+from plansim.analytic.engine import simulate_analytic
 from plansim.api import load_hardware, load_model
+from plansim.des.engine import simulate_des
+from plansim.pipeline.stages import chunk_layers, stage_layers
 from plansim.planner import Constraints, plan
 from plansim.planner.output import winner_yaml
 from plansim.planner.split import balanced_split, bottleneck
-from plansim.sim.engine import simulate_des
-from plansim.stages import chunk_layers, stage_layers
-from plansim.strategy import Strategy
-from plansim.strategy_checks import check_strategy
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.schema import Strategy
 
 
 def _compositions(n: int, parts: int) -> Iterator[list[int]]:

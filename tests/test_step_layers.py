@@ -10,9 +10,9 @@ import pytest
 
 from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import load_hardware
-from plansim.mesh import mesh_of
 from plansim.step.layers import layer_costs, layer_programs, rerun, weight_gradient_s
-from plansim.strategy import Strategy
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy
 from plansim.workload import build_graph, load_model
 from plansim.workload.graph import Node, stamp
 from plansim.workload.graph import op as make_op

@@ -9,8 +9,8 @@ import pytest
 import plansim
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.strategy import Strategy, list_strategies, load_strategy
-from plansim.strategy_checks import check_strategy
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.schema import Strategy, list_strategies, load_strategy
 from plansim.workload import load_model
 
 
@@ -108,7 +108,7 @@ def test_zb_h1_runs_one_chunk_per_stage() -> None:
 
 
 REGISTRIES = [
-    ("schedule", "plansim.schedules", "SCHEDULES"),
+    ("schedule", "plansim.pipeline.schedules", "SCHEDULES"),
     ("dp_algorithm", "plansim.costs.collectives", "ALLREDUCE_ALGORITHMS"),
     ("remat", "plansim.costs.remat_policies", "REMAT_POLICIES"),
 ]

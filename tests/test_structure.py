@@ -15,8 +15,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "plansim"
 
 #: Modules that price a step (the engines and what they read), and the layers above them they must not import.
-ENGINE_PREFIXES = ("plansim.analytic", "plansim.lower", "plansim.sim", "plansim.taskgraph", "plansim.step",
-                   "plansim.costs", "plansim.mesh", "plansim.schedules", "plansim.strategy")  # fmt: skip
+ENGINE_PREFIXES = ("plansim.analytic", "plansim.des", "plansim.step", "plansim.costs", "plansim.pipeline",
+                   "plansim.strategy")  # fmt: skip
 ABOVE_ENGINES = ("plansim.report", "plansim.planner", "plansim.comparison", "plansim.sweep", "plansim.cli",
                  "plansim.validation", "plansim.api")  # fmt: skip
 ABOVE_REPORTS = ("plansim.planner", "plansim.comparison", "plansim.sweep", "plansim.cli")
@@ -78,12 +78,40 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:10])
 
 
+def _folder(name: str) -> str:
+    """The package folder a module sits in (``plansim.des.engine`` -> ``plansim.des``); a top-level module is its
+    own."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_cycles_between_folders() -> None:
+    """Collapsed to folders (``plansim.des``, ``plansim.step``, ...), the imports still point one way."""
+    folders = nx.DiGraph()
+    for a, b in import_graph().edges:
+        if _folder(a) != _folder(b):
+            folders.add_edge(_folder(a), _folder(b))
+    cycles = sorted(nx.simple_cycles(folders), key=len)
+    assert not cycles, "folder cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:10])
+
+
+def test_package_inits_hold_names_only() -> None:
+    """A package's ``__init__.py`` holds its docstring and the names it exports: imports, ``__all__`` and the lazy
+    loader of ``plansim`` itself; no function or class of its own."""
+    for init in PACKAGE.rglob("__init__.py"):
+        if init.parent == PACKAGE:
+            continue  # the public API's lazy loader
+        defs = [n.name for n in ast.parse(init.read_text(encoding="utf-8")).body
+                if isinstance(n, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)]  # fmt: skip
+        assert not defs, f"{init.relative_to(PACKAGE.parent)} defines {defs}: move them into a module"
+
+
 @pytest.mark.parametrize(
     ("lower", "upper"),
     [
         (ENGINE_PREFIXES, ABOVE_ENGINES),
         (("plansim.report",), ABOVE_REPORTS),
-        (("plansim.lower",), ("plansim.analytic",)),
+        (("plansim.des",), ("plansim.analytic",)),
     ],
     ids=["engines-below-reports-planner-api", "reports-below-planner", "lowering-apart-from-analytic"],
 )

@@ -13,7 +13,7 @@ import pytest
 from pandas.testing import assert_frame_equal
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
 from plansim.planner import plan

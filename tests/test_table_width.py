@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.testing import CliRunner
 
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.report.fit import MIN_ELASTIC, PIPE_WIDTH, fit_table, terminal_console
 
 runner = CliRunner()

@@ -19,10 +19,10 @@ from torch import nn  # noqa: E402
 from plansim.costs.kernels import KernelCostModel  # noqa: E402
 from plansim.errors import PlansimError  # noqa: E402
 from plansim.hardware import load_gpu  # noqa: E402
-from plansim.mesh import DeviceMesh  # noqa: E402
 from plansim.profiling.torch_models import build_model  # noqa: E402
 from plansim.remat.stage import stage_graph  # noqa: E402
 from plansim.step.layers import layer_costs, layer_programs  # noqa: E402
+from plansim.strategy.mesh import DeviceMesh  # noqa: E402
 from plansim.workload import ModelSpec, build_graph, graph_totals, model_flops  # noqa: E402
 from plansim.workload.graph import KINDS, NODE_ATTRIBUTES  # noqa: E402
 from plansim.workload.torch_trace import trace_module  # noqa: E402

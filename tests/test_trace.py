@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plansim.timeline import Span, chrome_trace, write_chrome_trace
+from plansim.des.timeline import Span, chrome_trace, write_chrome_trace
 
 
 def _x(trace: dict[str, Any]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from plansim.api import simulate
-from plansim.cli import app
+from plansim.cli.app import app
 from plansim.hardware import load_hardware
 from plansim.hardware.devices import device_profile
 from plansim.validation import REQUIRED_COLUMNS, default_points, point, summarize, validation_frame

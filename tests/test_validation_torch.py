@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from plansim.cli import app  # noqa: E402
+from plansim.cli.app import app  # noqa: E402
 from plansim.validation.train import MixedPrecisionAdamW, adamw, cross_entropy  # noqa: E402
 
 runner = CliRunner()

@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from plansim.data import data_dir
+from plansim.files.data import data_dir
 from plansim.workload.graph import MATMUL_KINDS
 
 if TYPE_CHECKING:

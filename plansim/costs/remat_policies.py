@@ -96,7 +96,7 @@ def weight_grad_kept(saved: float, stored: float, wgrad_saved: float) -> float:
     during B, what it stored from the forward and what its recompute rebuilt (``saved`` in all, or ``stored`` where
     that is more: a traced block may save less than the input it keeps). The rest goes after B. W computes each
     weight's gradient from the GEMM's input and its output's gradient (Qi et al. 2024, sec 2); the lowering keeps the
-    input, as ``stored`` (``k/``) and rebuilt (``rk/``) parts, and frees it after W (``plansim.lower``).
+    input, as ``stored`` (``k/``) and rebuilt (``rk/``) parts, and frees it after W (``plansim.des.lower``).
 
     >>> weight_grad_kept(saved=34.0, stored=34.0, wgrad_saved=20.0)   # no remat: the weight GEMMs' inputs
     20.0

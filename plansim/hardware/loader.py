@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from plansim.data import data_dir
 from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.files.data import data_dir
+from plansim.files.yamlfile import is_file, looks_like_path, read_mapping, record_input, refuse_special, validated
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import GPUSpec, NodeSpec
 from plansim.limits import whole
-from plansim.yamlfile import is_file, looks_like_path, read_mapping, record_input, refuse_special, validated
 
 __all__ = ["list_hardware", "load_gpu", "load_hardware", "load_node", "resize"]
 

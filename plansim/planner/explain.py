@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from plansim.describe import compare_sentence, describe
 from plansim.planner.search import Priced
 from plansim.result import Result
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 
 __all__ = ["compare_sentence", "describe", "is_megatron_style", "megatron_style"]
 

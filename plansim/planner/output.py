@@ -82,11 +82,11 @@ def winner_yaml(r: PlanResult) -> str:
 
 
 def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.files.outputs.staged_folder``:
     an interrupted or failed run leaves the previous files); returns their paths."""
     import pandas as pd
 
-    from plansim.outputs import staged_folder
+    from plansim.files.outputs import staged_folder
     from plansim.report.plan_charts import memory_chart, time_chart
 
     with staged_folder(out) as stage:

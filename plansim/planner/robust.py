@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.analytic.engine import AnalyticCache, simulate_analytic
 from plansim.describe import RATIO_FROM, describe, times
 from plansim.hardware import Cluster
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.uncertainty import INPUTS, nominal, perturbed, ranges, search_bounds, worst_corners
 from plansim.workload import ModelSpec
 

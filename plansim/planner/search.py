@@ -29,17 +29,17 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.analytic.engine import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
-from plansim.frameworks import load_framework
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
+from plansim.pipeline.stages import EMBEDDING_LAYER, chunk_layers
 from plansim.planner.space import Constraints, candidates
 from plansim.planner.split import balanced_split, bottleneck
 from plansim.result import Result
-from plansim.stages import EMBEDDING_LAYER, chunk_layers
 from plansim.step.layers import rerun
-from plansim.strategy import Strategy
+from plansim.strategy.frameworks import load_framework
+from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec
 
 __all__ = [
@@ -623,7 +623,7 @@ def _most_blocks(model: ModelSpec, s: Strategy) -> int:
 
 def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
     """One strategy through the discrete-event engine (symmetric mode), as the finalists are re-simulated."""
-    from plansim.sim.engine import simulate_des
+    from plansim.des.engine import simulate_des
 
     return simulate_des(model, cluster, s)
 
@@ -648,8 +648,8 @@ def _refuse_des_work(
     """Each finalist's discrete-event work (``sim.size.des_estimate``, tasks and transfers), refused with a
     ``PlansimError`` before the first run when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together
     (naming the ``--top`` that fits); a finalist the DES cannot run counts nothing (its own run says why)."""
+    from plansim.des.size import des_estimate
     from plansim.limits import refuse_work, work_bound
-    from plansim.sim.size import des_estimate
 
     weights = []
     for p in chosen:

@@ -28,12 +28,12 @@ from plansim.arguments import choice, flag, names, type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
-from plansim.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.hardware import Cluster
 from plansim.limits import number, whole
-from plansim.schedules import SCHEDULES
+from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
-from plansim.strategy import DTYPES, Strategy
+from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
+from plansim.strategy.schema import DTYPES, Strategy
 from plansim.workload import ModelSpec
 
 __all__ = [
@@ -77,7 +77,7 @@ class Constraints:
     dp_algorithms: tuple[str, ...] | None = None
     allow_cross_node_tp: bool = False
     dtype: str | None = None
-    #: the training framework whose rules the candidates follow (``plansim.frameworks``), or ``all`` to search each
+    #: the training framework whose rules the candidates follow (``strategy.frameworks``), or ``all`` to search each
     framework: str = "megatron"
     #: the fraction of the GPU's memory a plan must leave free at its peak (``Result.memory_margin``); a candidate
     #: that fits with less is rejected. Default ``THIN_MARGIN`` (5 %): what the memory model leaves out (the CUDA

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from plansim.errors import shown_path
-from plansim.yamlfile import read_mapping, validated
+from plansim.files.yamlfile import read_mapping, validated
 
 __all__ = [
     "FORMAT",

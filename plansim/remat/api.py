@@ -12,7 +12,6 @@ Costs are seconds and memory bytes throughout; conversions to ms and GB happen o
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -49,8 +48,6 @@ __all__ = [
     "smallest_baseline_peak",
     "tradeoff_curve",
     "tradeoff_frame",
-    "write_schedule",
-    "write_tradeoff",
 ]
 
 #: How many transformer blocks ``remat_graph`` takes by default, per granularity. Blocks are identical, so a few
@@ -110,12 +107,12 @@ def remat_graph(
         return load_graph_file(graph_file)
     if model is None:
         raise PlansimError("remat graph: give a model (--model) or a graph file (--graph)")
+    from plansim.files.yamlfile import validated
     from plansim.hardware import Cluster, load_hardware
     from plansim.remat.stage import GRANULARITIES, stage_graph
     from plansim.step.prepare import comm_pricer, prepare_step
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
     from plansim.workload import ModelSpec, load_model
-    from plansim.yamlfile import validated
 
     if granularity not in GRANULARITIES:
         raise PlansimError(
@@ -185,7 +182,7 @@ def load_graph_file(path: str | Path) -> RematGraph:
     ``selective`` are optional (``RematNode``). ``links`` is accepted for ``edges`` (networkx's
     ``node_link_data``). Every problem is a ``PlansimError`` naming the file and the field.
     """
-    from plansim.yamlfile import parse_json, parse_yaml, read_text
+    from plansim.files.yamlfile import parse_json, parse_yaml, read_text
 
     path = Path(path)
     src = shown_path(path)
@@ -509,42 +506,3 @@ def schedule_document(graph: RematGraph, result: RematResult) -> dict[str, Any]:
             "ops": ops,
         }
     )
-
-
-def write_tradeoff(
-    out_dir: str | Path,
-    graph: RematGraph,
-    results: Sequence[RematResult],
-    schedule: RematResult,
-    *,
-    budget_bytes: float | None = None,
-    title: str | None = None,
-) -> list[Path]:
-    """Write ``tradeoff.csv``, ``tradeoff.png``, ``tradeoff.svg`` (the curve of ``results``) and ``schedule.json``
-    (``schedule``'s ops) under ``out_dir`` (created), all or none (``plansim.outputs.staged_folder``); return the
-    paths."""
-    from plansim.outputs import staged_folder
-    from plansim.report.remat_chart import tradeoff_chart
-
-    with staged_folder(out_dir) as stage:
-        out = stage.path
-        frame = tradeoff_frame(results, graph)
-        csv_path = out / "tradeoff.csv"
-        frame.to_csv(csv_path, index=False)
-        charts = tradeoff_chart(frame, out / "tradeoff.svg", title or graph.name, budget_bytes=budget_bytes)
-        sched_path = out / "schedule.json"
-        sched_path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
-        files = stage.final([csv_path, *charts, sched_path])
-    return files
-
-
-def write_schedule(out_dir: str | Path, graph: RematGraph, schedule: RematResult) -> list[Path]:
-    """Write ``schedule.json`` (``schedule``'s ops, as ``write_tradeoff`` writes it) alone under ``out_dir``
-    (created), whole (``plansim.outputs.staged_folder``); return its path in a list."""
-    from plansim.outputs import staged_folder
-
-    with staged_folder(out_dir) as stage:
-        path = stage.path / "schedule.json"
-        path.write_text(json.dumps(schedule_document(graph, schedule), indent=1) + "\n", encoding="utf-8")
-        files = stage.final([path])
-    return files

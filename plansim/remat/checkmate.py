@@ -28,9 +28,9 @@ from typing import Any
 
 import pulp
 
-from plansim.milp import add_variable, run_solver
 from plansim.remat.deadline import Deadline, TimeUp
 from plansim.remat.graph import RematGraph
+from plansim.remat.milp import add_variable, run_solver
 from plansim.remat.result import RematResult, SolverReport
 from plansim.remat.schedule import plan_of, replay, schedule_from_plan
 from plansim.remat.start import rounded_start

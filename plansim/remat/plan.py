@@ -15,15 +15,22 @@ from dataclasses import dataclass
 import networkx as nx
 
 from plansim.costs.kernels import KernelCostModel
+from plansim.hardware import Cluster
+from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.stages import stage_layers
 from plansim.remat.baselines import tightest_baseline
 from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph
 from plansim.remat.result import RematResult
 from plansim.remat.solve import solve_remat
 from plansim.remat.stage import stage_graph
-from plansim.step.layers import CommPricer
+from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
+from plansim.step.memory import backward_workspace, ends_saved, fixed_bytes, stage_params, static_bytes
+from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params, tp_overlap
+from plansim.strategy.mesh import mesh_of
+from plansim.workload.traced import Workload
 
-__all__ = ["LayerRemat", "StageRemat", "stage_remat"]
+__all__ = ["LayerRemat", "StageRemat", "milp_stage_plans", "stage_remat"]
 
 
 @dataclass(frozen=True)
@@ -152,3 +159,42 @@ def _figures(graph: RematGraph, result: RematResult) -> StageRemat:
         for layer in sorted({n.layer for n in graph.nodes})
     }
     return StageRemat(result, totals["s"], totals["comm"], totals["flops"], result.peak_bytes, layers)
+
+
+def milp_stage_plans(
+    prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
+) -> dict[int, StageRemat]:
+    """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
+    leaves after model states, workspace, CUDA context, NCCL buffers and the embedding/output activations), with
+    the stage's micro-batches in flight. Both engines price the stage from it."""
+    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
+    comm = comm_pricer(cluster, s)
+    if costs is None:
+        costs = layer_costs(
+            layer_programs(graph, kernels, mesh_of(s), tp_overlap(s, cluster)), comm, rate_beside(cluster, s, kernels)
+        )
+    sched = get_schedule(s.schedule)
+    tied = tied_copy_params(model, s) > 0
+    plans = {}
+    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
+        blocks = [i for i in layers if 0 <= i < model.layers]
+        params = stage_params(layers, costs, s, model, idx)
+        static = sum(static_bytes(cluster, s, params, [costs[i].params for i in layers if i in costs]).values())
+        budget = s.remat_budget
+        if budget is None:
+            ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
+            fixed = sum(fixed_bytes(cluster, s, idx, tied).values())
+            budget = cluster.gpu.memory_bytes - static - fixed - ends_saved(layers, costs, ends, model)
+        # a fused attention kernel's backward workspace comes on top of what the schedule holds (both engines add it)
+        budget = max(0.0, budget - backward_workspace(blocks, costs))
+        plans[idx] = stage_remat(
+            graph,
+            blocks,
+            kernels,
+            comm,
+            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
+            budget_bytes=budget,
+            granularity=s.remat_granularity,
+            time_limit_s=s.remat_time_limit_s,
+        )
+    return plans

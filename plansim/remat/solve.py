@@ -193,7 +193,7 @@ def _check_arguments(
     """``solve_remat``'s arguments at the boundary: kinds, and numbers within ``plansim.limits``."""
     from plansim.arguments import choice, flag, type_name
     from plansim.limits import number
-    from plansim.milp import SOLVERS
+    from plansim.remat.milp import SOLVERS
 
     if not isinstance(graph, RematGraph):
         raise PlansimError(f"graph: expected a RematGraph (plansim.remat.api.remat_graph), got {type_name(graph)}")

@@ -77,7 +77,7 @@ def stage_graph(
 
     >>> from plansim.api import load_hardware, load_model
     >>> from plansim.step.prepare import prepare_step, comm_pricer
-    >>> from plansim.strategy import Strategy
+    >>> from plansim.strategy.schema import Strategy
     >>> model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
     >>> prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
     >>> g = stage_graph(prep.graph, range(2), prep.kernels, comm_pricer(cluster, prep.strategy))

@@ -1,7 +1,7 @@
 """Making and writing a matplotlib figure the way every plansim chart is made: an Agg canvas with no pyplot state,
 laid out by matplotlib's constrained layout (titles, tick labels, axis labels and legends all kept inside the
 figure), legends narrowed to the figure's width, series that are zero everywhere left out; written as an SVG with a
-PNG beside it, or a PNG alone, each file whole (``plansim.outputs.atomic_path``) and the same bytes for the same
+PNG beside it, or a PNG alone, each file whole (``plansim.files.outputs.atomic_path``) and the same bytes for the same
 figure (no date in the metadata, a fixed ``svg.hashsalt`` for the SVG's clip-path and glyph ids, which are otherwise
 random). Each chart module has a ``*_figure`` function returning the Figure and a ``*_chart`` function writing it
 (``tests/test_chart_layout.py`` checks the Figures)."""
@@ -48,7 +48,7 @@ def write_figure(fig: Any, path: str | Path, *, fmt: str | None = None, **savefi
     temporary name and renamed, no date in the metadata, SVG ids from a fixed salt. Returns the path."""
     from matplotlib import rc_context
 
-    from plansim.outputs import atomic_path
+    from plansim.files.outputs import atomic_path
 
     path = Path(path)
     fmt = fmt or path.suffix.lstrip(".").lower() or "png"

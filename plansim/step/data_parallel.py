@@ -3,7 +3,7 @@
 ``data_parallel_plan`` says, for a strategy's ZeRO stage, which collective reduces the gradients and how often, when
 weights are all-gathered, with which algorithm and at which message size per parameter. The lowering issues those
 collectives task by task (gradient buckets, per-layer ZeRO-3 gathers with their prefetch); the analytic engine prices
-the same collectives in closed form (``plansim.analytic._dp_comm``).
+the same collectives in closed form (``plansim.analytic.engine._dp_comm``).
 
 Sources: PyTorch DDP buckets gradients and all-reduces each bucket once backward has produced it (Li et al. 2020,
 VLDB, sec 3.2.3); ZeRO (Rajbhandari et al. 2020, sec 5 and 7): stage 1 reduce-scatters the gradients once per step
@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from plansim.costs.collectives import algorithm_entry
-from plansim.costs.optimizer import grad_bytes_per_param
-from plansim.frameworks import FrameworkRules, ParamPrefetch, load_framework
 from plansim.hardware import Cluster
-from plansim.mesh import mesh_of
+from plansim.step.optimizer import grad_bytes_per_param
 from plansim.step.prepare import shard_algorithm, tied_copy_params
-from plansim.strategy import Strategy
+from plansim.strategy.frameworks import FrameworkRules, ParamPrefetch, load_framework
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
@@ -46,7 +46,7 @@ __all__ = [
 class GroupCollective:
     """One kind of collective over a data-parallel group: its name and algorithm (keys of ``COLLECTIVES``), the
     node-local group size for algorithms whose entry ``reads_local`` (else None), and the mesh axis of its group
-    (``dp``, or under hybrid sharding ``dp_shard`` or ``dp_replicate``: ``plansim.mesh.DP_AXES``)."""
+    (``dp``, or under hybrid sharding ``dp_shard`` or ``dp_replicate``: ``plansim.strategy.mesh.DP_AXES``)."""
 
     collective: str
     algorithm: str

@@ -29,8 +29,8 @@ from plansim.costs.kernels import KernelCostModel
 from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import collective_wait_s
-from plansim.mesh import DeviceMesh
-from plansim.taskgraph import Comm
+from plansim.step.comm import Comm
+from plansim.strategy.mesh import DeviceMesh
 from plansim.workload.graph import MATMUL_KINDS
 
 __all__ = [

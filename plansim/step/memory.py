@@ -21,25 +21,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
-from plansim.frameworks import ParamPrefetch, load_framework
 from plansim.hardware import Cluster
-from plansim.mesh import mesh_of
-from plansim.schedules import get_schedule
-from plansim.stages import stage_layers
-from plansim.step.layers import LayerCost, LayerProgram, layer_costs, layer_programs
-from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params, tp_overlap
-from plansim.strategy import Strategy
+from plansim.pipeline.schedules import get_schedule
+from plansim.step.layers import LayerCost, LayerProgram
+from plansim.step.prepare import tied_copy_params
+from plansim.strategy.frameworks import ParamPrefetch, load_framework
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
-
-if TYPE_CHECKING:
-    from plansim.remat.plan import StageRemat
 
 __all__ = [
     "FIXED_CATEGORIES",
@@ -54,7 +50,6 @@ __all__ = [
     "ends_saved",
     "fixed_bytes",
     "layer_memory",
-    "milp_stage_plans",
     "model_states",
     "pass_profiles",
     "stage_params",
@@ -218,47 +213,6 @@ def static_bytes(cluster: Cluster, s: Strategy, params: float, layer_params: Seq
     }
 
 
-def milp_stage_plans(
-    prep: PreparedStep, cluster: Cluster, model: Workload, costs: dict[int, LayerCost] | None = None
-) -> dict[int, StageRemat]:
-    """``remat: milp``: each stage's schedule within its activation budget (``remat_budget``, or what the device
-    leaves after model states, workspace, CUDA context, NCCL buffers and the embedding/output activations), with
-    the stage's micro-batches in flight. Both engines price the stage from it."""
-    from plansim.remat.plan import stage_remat
-
-    s, graph, kernels = prep.strategy, prep.graph, prep.kernels
-    comm = comm_pricer(cluster, s)
-    if costs is None:
-        costs = layer_costs(
-            layer_programs(graph, kernels, mesh_of(s), tp_overlap(s, cluster)), comm, rate_beside(cluster, s, kernels)
-        )
-    sched = get_schedule(s.schedule)
-    tied = tied_copy_params(model, s) > 0
-    plans = {}
-    for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
-        blocks = [i for i in layers if 0 <= i < model.layers]
-        params = stage_params(layers, costs, s, model, idx)
-        static = sum(static_bytes(cluster, s, params, [costs[i].params for i in layers if i in costs]).values())
-        budget = s.remat_budget
-        if budget is None:
-            ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)
-            fixed = sum(fixed_bytes(cluster, s, idx, tied).values())
-            budget = cluster.gpu.memory_bytes - static - fixed - ends_saved(layers, costs, ends, model)
-        # a fused attention kernel's backward workspace comes on top of what the schedule holds (both engines add it)
-        budget = max(0.0, budget - backward_workspace(blocks, costs))
-        plans[idx] = stage_remat(
-            graph,
-            blocks,
-            kernels,
-            comm,
-            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
-            budget_bytes=budget,
-            granularity=s.remat_granularity,
-            time_limit_s=s.remat_time_limit_s,
-        )
-    return plans
-
-
 # -- activations, allocation by allocation ----------------------------------------------------------------------------
 
 
@@ -298,7 +252,7 @@ _NOTHING = Sized(0.0, 0.0)
 
 
 class LayerMemory(NamedTuple):
-    """What one layer allocates per micro-batch, as the lowering names it (``plansim.lower``): ``stored`` (``a/``,
+    """What one layer allocates per micro-batch, as the lowering names it (``plansim.des.lower``): ``stored`` (``a/``,
     forward to backward) and ``kept`` (``k/``, forward to the weight-gradient pass under a split backward) at its
     forward; ``transient`` (``w/``, what its forward makes and does not keep, and the loss's logits) for its forward
     only; ``rebuilt`` (``r/``, to its backward) and ``rebuilt_kept`` (``rk/``, to its W) by its recompute, where
@@ -622,7 +576,7 @@ _Node = tuple[Any, Any]
 def _order_runs(schedule: str, stage: int, pp: int, num_microbatches: int, virtual_stages: int) -> tuple[_Node, ...]:
     """A stage's passes under ``schedule`` (``PipelineSchedule.order``) as nested runs: a block repeated in a row is
     one node (block, repeats), so a walk costs what the schedule's phases do, not its passes. GPipe, 1F1B and ZB-H1
-    in closed form from their orders' rules (``plansim.pipeline_orders``; tests hold them equal to the orders);
+    in closed form from their orders' rules (``plansim.pipeline.orders``; tests hold them equal to the orders);
     others by compressing the order: passes first (a chunk's warm-up forwards, forward-backward pairs), then those
     runs (the interleaved schedule cycling through its chunks)."""
     m, s = num_microbatches, stage

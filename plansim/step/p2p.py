@@ -29,7 +29,7 @@ is waited for only after the stage's next send of that direction is issued, and 
 ``irecv``, posted one pass ahead, in ``pp_pre_forward`` / ``pp_pre_backward``, just before the pass that reads it.
 The lowering runs exactly that: the send on the p2p stream after the pass, the receiver's first task of the next
 chunk waiting for it, nothing on the sender's compute stream. ``OverlappedSends`` is the closed form of what this
-costs the step, found by running ``plansim.pipeline_orders.interleaved_order`` with a delay on every chunk boundary
+costs the step, found by running ``plansim.pipeline.orders.interleaved_order`` with a delay on every chunk boundary
 (``tests/test_p2p_overlap.py``): for p equal stages whose every transfer fits in one chunk pass (forward or
 backward), the step grows by exactly the transfers of one micro-batch along the whole chain of chunks, forward and
 back (``chain_s`` summed over the stages: ``2 (p v - 1)`` transfers), the pipeline's fill and drain, and the steady
@@ -60,10 +60,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from plansim.frameworks import load_framework
 from plansim.hardware import GPUSpec
-from plansim.strategy import Strategy
-from plansim.taskgraph import Comm
+from plansim.step.comm import Comm
+from plansim.strategy.frameworks import load_framework
+from plansim.strategy.schema import Strategy
 
 __all__ = ["OverlappedSends", "call_overhead_s", "regather"]
 

@@ -16,15 +16,15 @@ import networkx as nx
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.interference import Beside, Interference, engine_load, interference_model
 from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.nccl_groups import layer_call, ring_overhead_s, timed
 from plansim.errors import PlansimError
-from plansim.frameworks import load_framework
 from plansim.hardware import Cluster, Link
-from plansim.hardware.nccl import layer_call, ring_overhead_s, timed
-from plansim.mesh import DeviceMesh, mesh_of
+from plansim.step.comm import Comm
 from plansim.step.layers import CommPricer, RateBeside, TPOverlap
-from plansim.strategy import Strategy
-from plansim.strategy_checks import check_strategy
-from plansim.taskgraph import Comm
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.frameworks import load_framework
+from plansim.strategy.mesh import DeviceMesh, mesh_of
+from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload import build_graph
 from plansim.workload.torch_trace import TracedModel
@@ -99,7 +99,7 @@ def shard_algorithm(s: Strategy) -> str:
 
 def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
     """Prices one blocking collective of a layer on the link of the mesh's group along its axis, as NCCL runs it by
-    default (``plansim.hardware.nccl.layer_call``: the ring, the tree, or NVLS for an all-reduce within an NVLS node,
+    default (``costs.nccl_groups.layer_call``: the ring, the tree, or NVLS for an all-reduce within an NVLS node,
     as NCCL's own model picks): ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
     mesh = mesh_of(s)
     links: dict[str, Link] = {}
@@ -127,7 +127,7 @@ def ring_call_s(
 ) -> float:
     """Seconds of one NCCL call among ``p`` ranks on ``nodes`` nodes with ``algorithm`` (a registry entry with an
     ``nccl`` mode: ``ring``, or ``nccl`` for the call NCCL's tuner picks): its schedule's bytes at ``link``'s bus
-    bandwidth plus what NCCL adds to them (``plansim.hardware.nccl.ring_overhead_s``: the call's fixed cost,
+    bandwidth plus what NCCL adds to them (``plansim.costs.nccl_groups.ring_overhead_s``: the call's fixed cost,
     synchronisations growing with ranks and nodes, small messages' protocols); the alpha-beta latency where the node
     has no NCCL figures."""
     mode = algorithm_entry(collective, algorithm).nccl

@@ -13,7 +13,7 @@ from typing import Any
 
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
 

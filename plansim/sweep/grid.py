@@ -20,10 +20,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, field_validator
 
 from plansim.errors import PlansimError, quoted, shown, shown_path
+from plansim.files.yamlfile import read_mapping, validated
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import whole
 from plansim.workload import ModelSpec, load_model
-from plansim.yamlfile import read_mapping, validated
 
 __all__ = ["GridFile", "Point", "SweepGrid", "grid_from_options", "load_grid", "parse_grid"]
 

@@ -30,9 +30,9 @@ def has_parquet() -> bool:
 
 
 def write_sweep(s: Sweep, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.files.outputs.staged_folder``:
     an interrupted or failed run leaves the previous files); returns their paths."""
-    from plansim.outputs import staged_folder
+    from plansim.files.outputs import staged_folder
     from plansim.report.sweep_charts import sweep_charts
 
     with staged_folder(out) as stage:

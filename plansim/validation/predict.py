@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from plansim.api import simulate
 from plansim.hardware import Cluster
-from plansim.strategy import Strategy
+from plansim.strategy.schema import Strategy
 from plansim.validation.points import ValidationPoint
 
 __all__ = ["NOT_ALLOCATED", "Prediction", "predict_point"]

@@ -133,8 +133,8 @@ def write_report(
 ) -> list[Path]:
     """validation.csv, the chart, summary.json and summary.md in ``out``, with ``copies`` (file name -> text: the
     measurements, when the report goes to another folder than theirs), all or none
-    (``plansim.outputs.staged_folder``)."""
-    from plansim.outputs import staged_folder
+    (``plansim.files.outputs.staged_folder``)."""
+    from plansim.files.outputs import staged_folder
 
     with staged_folder(out) as stage:
         d = stage.path

@@ -177,7 +177,7 @@ def validate(
 
     import torch
 
-    from plansim.outputs import output_folder, staged_folder
+    from plansim.files.outputs import output_folder, staged_folder
     from plansim.profiling.profiler import environment
 
     folder = output_folder(out)
@@ -203,11 +203,11 @@ def compare_saved(
     from pathlib import Path
 
     from plansim.errors import shown, shown_path
+    from plansim.files.outputs import check_output_folder
+    from plansim.files.yamlfile import parse_json, read_text
     from plansim.hardware import load_hardware
-    from plansim.outputs import check_output_folder
     from plansim.validation.compare import summarize
     from plansim.validation.report import write_report
-    from plansim.yamlfile import parse_json, read_text
 
     folder = Path(folder)
     target = folder if out is None else Path(out)

@@ -40,8 +40,8 @@ import yaml
 
 from plansim.arguments import type_name
 from plansim.errors import PlansimError, shown, shown_path
+from plansim.files.yamlfile import is_dir, is_file, read_json_object, validated
 from plansim.workload.spec import ModelSpec
-from plansim.yamlfile import is_dir, is_file, read_json_object, validated
 
 __all__ = ["FAMILIES", "HFFamily", "from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
 
@@ -109,7 +109,7 @@ def read_hf_config(source: str | Path) -> dict[str, Any]:
     ------
     PlansimError
         One line: a missing file or directory without a config, an unreadable, oversized or non-UTF-8 file,
-        malformed JSON (with line and column), nesting or duplicate keys beyond ``plansim.yamlfile``'s limits, or a
+        malformed JSON (with line and column), nesting or duplicate keys beyond ``files.yamlfile``'s limits, or a
         top level that is not an object.
     """
     return read_json_object(

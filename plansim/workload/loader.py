@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from plansim.errors import PlansimError, shown, shown_path
+from plansim.files.yamlfile import is_dir, looks_like_path, read_mapping, validated
 from plansim.workload.spec import FAMILY_ORDER, ModelSpec
-from plansim.yamlfile import is_dir, looks_like_path, read_mapping, validated
 
 if TYPE_CHECKING:
     from plansim.workload.torch_trace import TracedModel

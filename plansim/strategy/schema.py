@@ -1,7 +1,7 @@
 """The parallel strategy: how one training step is split over GPUs (the schema and its parsing).
 
 A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline (``dp=8,tp=2,pp=4,zero=1``).
-``plansim.strategy_checks.check_strategy`` collects every violation against a model and a cluster.
+``plansim.strategy.checks.check_strategy`` collects every violation against a model and a cluster.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from plansim.arguments import type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
-from plansim.data import data_dir
 from plansim.errors import PlansimError, format_validation_error, quoted, shown, shown_path
-from plansim.frameworks import framework_names, is_framework, load_framework
+from plansim.files.data import data_dir
+from plansim.files.yamlfile import is_file, parse_yaml, read_mapping, refuse_special, validated
 from plansim.limits import field, integral
-from plansim.schedules import SCHEDULES
+from plansim.pipeline.schedules import SCHEDULES
+from plansim.strategy.frameworks import framework_names, is_framework, load_framework
 from plansim.units import parse_bytes
-from plansim.yamlfile import is_file, parse_yaml, read_mapping, refuse_special, validated
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
@@ -76,7 +76,7 @@ class Strategy(BaseModel):
     )
     global_batch: int | None = field("global_batch", default=None, description="sequences per step over all replicas")
     schedule: Annotated[str, AfterValidator(_registered("schedule", SCHEDULES))] = Field(
-        default="1f1b", description="pipeline schedule, a name in plansim.schedules.SCHEDULES"
+        default="1f1b", description="pipeline schedule, a name in plansim.pipeline.schedules.SCHEDULES"
     )
     virtual_stages: int = field(
         "virtual_stages", default=1, description="model chunks per pipeline stage (interleaved only)"
@@ -294,7 +294,7 @@ class Strategy(BaseModel):
 
     def resolve(self, cluster: Cluster) -> Strategy:
         """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has, and
-        the gradients' dtype, overlap and bucket from the framework's rules (``plansim.frameworks``): fp32 where it
+        the gradients' dtype, overlap and bucket from the framework's rules (``strategy.frameworks``): fp32 where it
         reduces in fp32, overlapped where it overlaps (with pipelining too, or only without), its bucket size at
         this ``dp``."""
         s = self.with_gpus(cluster.num_gpus)

@@ -4,7 +4,7 @@ The same strategy runs differently in each framework: which ZeRO stages it imple
 pipelining, in which dtype it reduces gradients, whether the reduction overlaps backward, how it buckets gradients.
 Each profile states these as rules, every rule with the framework's code it comes from (file, line, version), so
 that a rule can be checked against its source and changed with it. ``Strategy.resolve`` takes a strategy's defaults
-from its framework's rules and ``plansim.strategy_checks`` refuses what the framework cannot run, naming it.
+from its framework's rules and ``plansim.strategy.checks`` refuses what the framework cannot run, naming it.
 
 Profiles are read once per file version (validated, frozen). ``framework_names()`` lists them.
 """
@@ -18,9 +18,9 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from plansim.data import data_dir
 from plansim.errors import PlansimError, shown
-from plansim.yamlfile import read_mapping, validated
+from plansim.files.data import data_dir
+from plansim.files.yamlfile import read_mapping, validated
 
 __all__ = [
     "FrameworkProfile",

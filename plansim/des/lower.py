@@ -1,7 +1,7 @@
 """Lowering: (model, cluster, strategy) -> TaskGraph, the per-stage programs the discrete-event engine runs.
 
 Per pipeline stage, following the schedule's order of forward (F), backward (B) and weight-gradient (W) passes
-(``plansim.schedules``): each layer's pass is split at its tensor-parallel collectives into compute and collective
+(``pipeline.schedules``): each layer's pass is split at its tensor-parallel collectives into compute and collective
 tasks (all priced by ``plansim.costs``, the analytic engine's cost model); recompute tasks precede a layer's backward
 under remat; pipeline sends follow a chunk's pass on the p2p stream and the next stage's pass waits for them;
 gradient reductions are bucketed in the order backward produces the gradients and run on the dp stream (overlapping
@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
+from plansim.des.taskgraph import StageProgram, Task, TaskGraph
 from plansim.hardware import Cluster
-from plansim.mesh import DeviceMesh, mesh_of
-from plansim.remat.plan import LayerRemat
-from plansim.schedules import get_schedule
-from plansim.stages import chunk_layers
+from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.stages import chunk_layers
+from plansim.remat.plan import LayerRemat, milp_stage_plans
+from plansim.step.comm import Comm
 from plansim.step.data_parallel import (
     CHAINED,
     START,
@@ -55,15 +55,15 @@ from plansim.step.memory import (
     Sized,
     chunk_memory,
     fixed_bytes,
-    milp_stage_plans,
     model_states,
     stage_params,
 )
+from plansim.step.optimizer import optimizer_step_s
 from plansim.step.p2p import call_overhead_s, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params, tp_overlap
 from plansim.step.result import step_flops
-from plansim.strategy import Strategy
-from plansim.taskgraph import Comm, StageProgram, Task, TaskGraph
+from plansim.strategy.mesh import DeviceMesh, mesh_of
+from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
 __all__ = ["lower"]

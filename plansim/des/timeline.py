@@ -186,9 +186,9 @@ def write_chrome_trace(
     *,
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write :func:`chrome_trace` as JSON to ``path`` (parents created), whole (``plansim.outputs.atomic_path``);
+    """Write :func:`chrome_trace` as JSON to ``path`` (parents created), whole (``plansim.files.outputs.atomic_path``);
     returns the path."""
-    from plansim.outputs import atomic_path
+    from plansim.files.outputs import atomic_path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

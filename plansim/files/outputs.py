@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from plansim.errors import PlansimError, shown, shown_path
-from plansim.yamlfile import input_at, is_dir
+from plansim.files.yamlfile import input_at, is_dir
 
 __all__ = [
     "ABANDONED_AFTER_S",
@@ -214,7 +214,7 @@ def write_output_text(path: str | Path, text: str, option: str = "--out") -> Pat
 
 def refuse_inputs(paths: Iterable[Path], option: str, out: str | Path) -> None:
     """A one-line ``PlansimError`` naming ``option`` when any of ``paths`` (files about to be replaced) is a file the
-    command read (``plansim.yamlfile.input_at``: inside the CLI's ``recording_inputs``). Checked before the first
+    command read (``plansim.files.yamlfile.input_at``: inside the CLI's ``recording_inputs``). Checked before the first
     file is replaced, so a refused run changes nothing."""
     for path in paths:
         source = input_at(path)

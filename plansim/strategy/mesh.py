@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster, Link
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
 __all__ = ["AXIS_ORDER", "DP_AXES", "DP_PARTS", "DeviceMesh", "mesh_of"]
 
@@ -152,7 +152,7 @@ def mesh_of(s: Strategy) -> DeviceMesh:
     (``dp`` 1 until resolved); under hybrid sharding (``Strategy.hybrid_shard``) ``dp`` is the flattened pair of
     ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``.
 
-    >>> from plansim.strategy import Strategy
+    >>> from plansim.strategy.schema import Strategy
     >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).axes
     (('tp', 2), ('dp', 4), ('pp', 3))
     >>> mesh_of(Strategy(dp=8, tp=2, zero=3, framework="fsdp", dp_shard=4)).axes

@@ -42,9 +42,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import networkx as nx
 
+from plansim.des.network import LinkId
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.sim.network import LinkId
 
 __all__ = ["Fabric", "links_command"]
 

@@ -368,7 +368,7 @@ _inputs: ContextVar[dict[tuple[int, int], Path] | None] = ContextVar("plansim_in
 @contextlib.contextmanager
 def recording_inputs() -> Iterator[dict[tuple[int, int], Path]]:
     """Within the block, every file read (``read_text``, ``record_input``) is noted by its device and inode, so that
-    ``plansim.outputs`` can refuse to write over it (the CLI opens one per command)."""
+    ``plansim.files.outputs`` can refuse to write over it (the CLI opens one per command)."""
     token = _inputs.set({})
     try:
         yield _inputs.get() or {}

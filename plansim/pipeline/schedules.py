@@ -10,7 +10,7 @@ al. 2022 (sec 4.2.3) first-stage activation factor (1 + (p-1)/(p v)). ZB-H1 (Qi 
 Parallelism", ICLR 2024, sec 2.1): 1F1B with backward split into input and weight gradients; bubble
 (p-1)(T_F + T_B - T_W) for equal stages (see ``_zb_h1_step_time`` for the derivation and its conditions).
 
-Each schedule also names the order in which one stage runs its passes (``plansim.pipeline_orders``), which the
+Each schedule also names the order in which one stage runs its passes (``plansim.pipeline.orders``), which the
 discrete-event engine follows; ``tests/test_schedules.py`` runs those orders and checks them against these closed
 forms.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from plansim.pipeline_orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
+from plansim.pipeline.orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
 
 __all__ = ["SCHEDULES", "HeldPoint", "PipelineSchedule", "StepTime", "get_schedule"]
 
@@ -60,12 +60,12 @@ class PipelineSchedule:
     at its peak (forwards run whose backward has not), in units of the stage's full layer set.
     ``ends_in_flight(p, m, v)`` is (first chunk of stage 0, last chunk of the last stage): how many micro-batches
     the input embedding and the output layer hold. ``order(stage, p, m, v)`` is the sequence of passes that stage
-    runs (``plansim.pipeline_orders``); ``split_backward`` says whether its B passes compute only input gradients,
+    runs (``plansim.pipeline.orders``); ``split_backward`` says whether its B passes compute only input gradients,
     with separate W passes for the weight gradients; ``held(stage, p, m, v)`` then gives the points of the stage's
     order where its activations can peak (:class:`HeldPoint`), micro-batches between B and W included (for the
     others it is the one point of ``in_flight``). ``model_chunks`` says whether it runs ``v >= 2`` model chunks
     per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
-    multiple of ``pp`` (``plansim.strategy_checks``); the others run one chunk per stage.
+    multiple of ``pp`` (``plansim.strategy.checks``); the others run one chunk per stage.
     """
 
     name: str

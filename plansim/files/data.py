@@ -6,7 +6,7 @@ from pathlib import Path
 
 __all__ = ["data_dir"]
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # plansim/, this module in plansim/files/
 
 
 def data_dir(name: str) -> Path:

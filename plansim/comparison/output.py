@@ -17,7 +17,7 @@ from plansim.report.fit import print_fitted, terminal_console
 from plansim.report.text import OPTIONAL_COLUMNS, results_table
 
 if TYPE_CHECKING:
-    from plansim.comparison import Comparison
+    from plansim.comparison.compare import Comparison
 
 __all__ = ["comparison_summary", "print_comparison", "write_comparison"]
 
@@ -129,9 +129,9 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
 
 
 def write_comparison(c: Comparison, out: str | Path) -> list[Path]:
-    """Write the files named in the module docstring into ``out``, all or none (``plansim.outputs.staged_folder``:
+    """Write the files named in the module docstring into ``out``, all or none (``plansim.files.outputs.staged_folder``:
     an interrupted or failed run leaves the previous files); returns their paths."""
-    from plansim.outputs import staged_folder
+    from plansim.files.outputs import staged_folder
     from plansim.report.compare_charts import (
         communication_chart,
         memory_chart,

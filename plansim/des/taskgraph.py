@@ -1,6 +1,6 @@
 """The TaskGraph: what one pipeline stage's ranks do during one training step, as ordered tasks on streams.
 
-``plansim.lower`` builds it from (model, cluster, strategy); the discrete-event engine (``plansim.sim``) runs it.
+``plansim.des.lower`` builds it from (model, cluster, strategy); the discrete-event engine (``plansim.des``) runs it.
 Every rank of a pipeline stage runs the same :class:`StageProgram` (tensor-parallel ranks in lockstep, data-parallel
 replicas identical); collectives name the mesh axis they run on (``tp``, ``dp``, ``pp``; ``emb`` for the first and last
 stage of the ``pp`` axis) and the engine asks the graph's ``DeviceMesh`` for the global ranks of that group.
@@ -12,9 +12,9 @@ the same stage on other streams, or of other stages (a pipeline receive waits fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-from plansim.mesh import DeviceMesh
+from plansim.step.comm import Comm
+from plansim.strategy.mesh import DeviceMesh
 
 __all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
 
@@ -22,32 +22,6 @@ __all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
 #: collectives (NCCL runs them on their own stream, overlapping compute); tp: tensor-parallel collectives launched
 #: asynchronously beside a kernel (a linear layer's input re-gathered in backward under sequence parallelism).
 STREAMS = ("compute", "p2p", "dp", "tp")
-
-
-@dataclass(frozen=True, slots=True)
-class Comm:
-    """A collective (or a point-to-point send) of one task.
-
-    ``collective``/``algorithm`` are keys of ``plansim.costs.collectives.COLLECTIVES``; ``n_bytes`` is its message
-    size (see ``MESSAGE_SIZE``). ``group``: the mesh axis it runs along (``tp``, ``dp``, hybrid sharding's
-    ``dp_shard`` and ``dp_replicate``: the rank's group on that axis, ``DeviceMesh.group``), ``pp`` (a send to the
-    stage ``peer`` stages away, wrapping around: interleaving sends the last stage's output to stage 0), ``emb``
-    (the first and last stage's ranks that hold the tied embeddings).
-    ``kind`` files its bytes under the output contract's ``comm_bytes_per_gpu`` key. ``local`` is the node-local
-    group size of a two-level collective (algorithms whose registry entry ``reads_local``). ``engine``: what moves
-    its bytes, which says what it takes from compute beside it (``plansim.costs.interference.engine_load``): NCCL's
-    kernels, or Transformer Engine's userbuffers (``copy_engine``: the GPU's copy engines; ``userbuffers``: SM
-    kernels beside a GEMM that left them their SMs).
-    """
-
-    collective: str
-    algorithm: str
-    group: str
-    n_bytes: float
-    kind: str
-    peer: int = 0
-    local: int | None = None
-    engine: Literal["nccl", "copy_engine", "userbuffers"] = "nccl"
 
 
 @dataclass(slots=True)

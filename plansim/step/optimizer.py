@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from plansim.costs.kernels import KernelCostModel
-    from plansim.strategy import Strategy
+    from plansim.strategy.schema import Strategy
 
 __all__ = ["ADAM_BYTES_FP32", "ADAM_BYTES_MIXED", "grad_bytes_per_param", "optimizer_step_s"]
 

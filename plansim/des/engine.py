@@ -3,8 +3,8 @@
 Each simulated GPU runs one SimPy process per stream (compute, p2p, dp) that executes the stream's tasks in order,
 waiting for each task's dependencies: one timeout per compute task, one network transfer per collective phase.
 Collectives run as their cost-model schedules (``plansim.costs.collectives``) of point-to-point transfers over the
-cluster's routes (``plansim.sim.routing``) through a flow-level network with max-min fair sharing
-(``plansim.sim.network``). Consecutive schedule steps with the same pattern form one phase: one bundled transfer whose
+cluster's routes (``plansim.des.routing``) through a flow-level network with max-min fair sharing
+(``plansim.des.network``). Consecutive schedule steps with the same pattern form one phase: one bundled transfer whose
 member flows move in lockstep (a ring's steps are paced by its slowest hop, so this is how a ring behaves), with
 the schedule's per-step latency once per step. A ring among ranks on several nodes runs as one channel per local rank,
 each entering and leaving every node through the NIC of one rail (``Fabric.ring_route``: NCCL's same-NIC channels,
@@ -34,21 +34,22 @@ import simpy
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
 from plansim.costs.interference import IDLE, Interference, Load, interference_model, send_load
 from plansim.costs.kernels import cost_provenance, load_kernel_table
+from plansim.costs.nccl_groups import LayerCall, layer_call, ring_overhead_s, timed
+from plansim.des.memory import MemoryTracker
+from plansim.des.network import FlowNetwork, LinkId, Route
+from plansim.des.routing import Fabric
+from plansim.des.size import sized_lowering
+from plansim.des.taskgraph import StageProgram, TaskGraph
+from plansim.des.timeline import Span, Timeline
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
-from plansim.hardware.nccl import LayerCall, layer_call, ring_overhead_s, timed
-from plansim.mesh import DP_AXES, DeviceMesh
 from plansim.result import Result
-from plansim.sim.memory import MemoryTracker
-from plansim.sim.network import FlowNetwork, LinkId, Route
-from plansim.sim.routing import Fabric
-from plansim.sim.size import sized_lowering
+from plansim.step.comm import Comm
 from plansim.step.prepare import beside
 from plansim.step.result import COMM_KINDS, TIME_PARTS, overlap_figures, step_result
-from plansim.strategy import Strategy
-from plansim.taskgraph import Comm, StageProgram, TaskGraph
-from plansim.timeline import Span, Timeline
+from plansim.strategy.mesh import DP_AXES, DeviceMesh
+from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload import ModelSpec
 
@@ -65,7 +66,7 @@ class WhatIf:
     """Perturbations a discrete-event simulation can answer.
 
     ``stragglers``: rank -> factor by which that GPU's kernels are slower (1.5 = 50 % slower). ``link_factors``:
-    link selector (``plansim.sim.routing``: a vertex such as ``node0/nic0`` or an edge ``u--v``) -> bandwidth
+    link selector (``plansim.des.routing``: a vertex such as ``node0/nic0`` or an edge ``u--v``) -> bandwidth
     factor. ``failed_links``: selectors removed from the topology; routes go around them. ``jitter``: standard
     deviation of the log of a random factor on every kernel time (log-normal with mean 1), drawn with ``seed``; it
     replaces the expected wait of each blocking collective for its slowest member (``Task.wait_s``), which the run
@@ -336,7 +337,7 @@ class _Engine:
         return entry[1]
 
     def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
-        """What NCCL adds to a call's bytes (``plansim.hardware.nccl``, as the analytic engine adds it), charged at the
+        """What NCCL adds to a call's bytes (``costs.nccl_groups``, as the analytic engine adds it), charged at the
         end of its last phase: a layer's call as NCCL's default runs it (``layer_call``: ring, tree or NVLS), a ring
         call's or an ``nccl`` call's (the ring's flows, the time of the call NCCL's tuner picks, ``ring_overhead_s``);
         0 for other algorithms, sends and nodes without NCCL figures (whose phases carry the per-step latency
@@ -363,7 +364,7 @@ class _Engine:
 
     def _layer_call(self, comm: Comm, members: tuple[int, ...]) -> LayerCall | None:
         """How a layer's collective (a mesh axis other than dp) runs with NCCL's default algorithm, as the analytic
-        engine's ``comm_pricer`` asks (``plansim.hardware.nccl.layer_call``: ring, tree or NVLS); None for
+        engine's ``comm_pricer`` asks (``plansim.costs.nccl_groups.layer_call``: ring, tree or NVLS); None for
         data-parallel collectives, sends, the embedding sync and ``simulate_collective``'s (its algorithm is given)."""
         if comm.group in (*DP_AXES, "pp", "emb", "custom") or comm.algorithm != "ring" or len(members) < 2:
             return None

@@ -1,7 +1,7 @@
 """The ``plansim`` command line. It prints what the public API returns and holds no logic of its own.
 
 Bad input ends with one line on stderr (``error: ...``; a usage error: ``plansim COMMAND: --option: ...``, see
-``plansim.cli_usage``) and exit code 2, never a traceback.
+``plansim.cli.usage``) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from plansim.cli_usage import OneLineGroup
+from plansim.cli.usage import OneLineGroup
 
 app = typer.Typer(
     name="plansim",
@@ -67,7 +67,7 @@ def _clear_errors(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from plansim.errors import PlansimError
-        from plansim.yamlfile import recording_inputs
+        from plansim.files.yamlfile import recording_inputs
 
         try:
             with recording_inputs():
@@ -147,7 +147,7 @@ def hardware(
     from plansim.hardware import list_hardware, load_hardware
 
     if links:
-        from plansim.sim.routing import Fabric
+        from plansim.des.routing import Fabric
 
         cluster = load_hardware(node, gpus=gpus)
         typer.echo(f"{cluster.name}, {cluster.num_gpus:,} GPUs\n{Fabric(cluster).describe_links()}")
@@ -205,7 +205,7 @@ def simulate(
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
     from plansim.errors import PlansimError, shown_path
-    from plansim.outputs import check_output_file
+    from plansim.files.outputs import check_output_file
 
     if trace is not None and engine != "des":
         raise PlansimError("--trace needs the discrete-event engine: add --engine des")
@@ -247,7 +247,7 @@ def _under(strategy: str, framework: str | None) -> Any:
     if framework is None:
         return strategy
     from plansim.api import as_strategy
-    from plansim.frameworks import load_framework
+    from plansim.strategy.frameworks import load_framework
 
     load_framework(framework)  # one line naming the known ones if it is not
     return as_strategy(strategy).model_copy(update={"framework": framework})
@@ -330,7 +330,7 @@ def plan(
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
     from plansim.errors import PlansimError, shown
-    from plansim.outputs import check_output_folder
+    from plansim.files.outputs import check_output_folder
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
@@ -441,10 +441,10 @@ def compare(
     ] = None,
 ) -> None:
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
-    from plansim.comparison import compare as run_compare
-    from plansim.comparison_output import comparison_summary, print_comparison, write_comparison
+    from plansim.comparison.compare import compare as run_compare
+    from plansim.comparison.output import comparison_summary, print_comparison, write_comparison
     from plansim.errors import PlansimError, shown
-    from plansim.outputs import check_output_folder
+    from plansim.files.outputs import check_output_folder
 
     check_output_folder(out)  # before the runs, not after them
     counts: list[int] = []
@@ -501,7 +501,7 @@ def sweep(
     ] = None,
 ) -> None:
     """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
-    from plansim.outputs import check_output_folder
+    from plansim.files.outputs import check_output_folder
     from plansim.step.result import THIN_MARGIN
     from plansim.sweep import SweepSettings, grid_from_options
     from plansim.sweep import sweep as run_sweep
@@ -612,7 +612,7 @@ def profile(
 ) -> None:
     """Time the kernels of a transformer training step on this machine and write a measured profile (needs torch)."""
 
-    from plansim.outputs import check_output_file, write_output_text
+    from plansim.files.outputs import check_output_file, write_output_text
     from plansim.workload import load_model
 
     if out is not None:
@@ -689,10 +689,10 @@ def remat(
 ) -> None:
     """Which activations to keep and which to recompute within --budget: the Checkmate MILP against the baselines."""
     from plansim.errors import PlansimError, quoted
+    from plansim.files.outputs import check_output_folder
     from plansim.limits import number, whole
-    from plansim.milp import SOLVERS
-    from plansim.outputs import check_output_folder
     from plansim.remat.api import parse_bytes, plan_remat, remat_graph
+    from plansim.remat.milp import SOLVERS
 
     budget_bytes = parse_bytes(budget, "--budget")
     check_output_folder(out)  # before the solves, not after them
@@ -735,7 +735,8 @@ def _remat_curve(
     """The trade-off curve over ``curve[0]`` budgets (``default_budgets``) and the plan's budget, within
     ``curve[1]`` seconds in all (each budget's MILP at most ``time_limit``), with a progress bar on stderr; write it.
     No budgets: the plan's schedule alone."""
-    from plansim.remat.api import default_budgets, tradeoff_curve, write_schedule, write_tradeoff
+    from plansim.remat.api import default_budgets, tradeoff_curve
+    from plansim.report.remat_output import write_schedule, write_tradeoff
 
     g = plan.graph
     points, total_s = curve
@@ -860,7 +861,7 @@ def import_model(
 
     from rich.table import Table
 
-    from plansim.outputs import check_output_file, write_output_text
+    from plansim.files.outputs import check_output_file, write_output_text
     from plansim.report.fit import terminal_console
     from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
@@ -922,5 +923,5 @@ def main() -> None:
         sys.exit(130)
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m plansim.cli`
+if __name__ == "__main__":  # pragma: no cover - `python -m plansim.cli.app`
     main()

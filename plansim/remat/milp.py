@@ -13,7 +13,7 @@ from typing import Any, Literal
 import pulp
 
 from plansim.errors import PlansimError
-from plansim.outputs import c_stdout_silenced
+from plansim.files.outputs import c_stdout_silenced
 
 __all__ = ["SOLVERS", "SolveOutcome", "add_variable", "make_solver", "run_solver"]
 

@@ -21,14 +21,14 @@ from plansim.api import ENGINES, as_model, as_strategy
 from plansim.arguments import callback, choice, type_name
 from plansim.describe import describe
 from plansim.errors import PlansimError
-from plansim.frameworks import framework_names
 from plansim.hardware import Cluster, load_hardware, resize
 from plansim.hardware.topology import link_tier
 from plansim.limits import whole
 from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
 from plansim.step.result import MEMORY_CATEGORIES
-from plansim.strategy import Strategy
+from plansim.strategy.frameworks import framework_names
+from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec
 
 __all__ = ["COMPARE_OBJECTIVES", "SCALING_BATCH", "Comparison", "Run", "ScalingPoint", "compare", "scaled_strategy"]
@@ -245,7 +245,7 @@ def compare(
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
     ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``frameworks`` runs each strategy under each of these frameworks (``plansim.frameworks``), side by side,
+    out). ``frameworks`` runs each strategy under each of these frameworks (``strategy.frameworks``), side by side,
     each run labelled with its framework; without them each strategy runs under its own ``framework``.
     ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
 

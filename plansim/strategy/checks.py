@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
-from plansim.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
 from plansim.hardware import Cluster
-from plansim.schedules import SCHEDULES
-from plansim.strategy import Strategy
+from plansim.pipeline.schedules import SCHEDULES
+from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
+from plansim.strategy.schema import Strategy
+from plansim.strategy.traced import traced_problems
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel
-from plansim.workload.traced import Workload, traced_problems
+from plansim.workload.traced import Workload
 
 __all__ = ["check_strategy"]
 

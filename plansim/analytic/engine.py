@@ -12,22 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import networkx as nx
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.interference import Beside, Interference, interference_model, overlap_cost, send_load
 from plansim.costs.kernels import KernelCostModel
-from plansim.costs.optimizer import optimizer_step_s
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
-from plansim.mesh import mesh_of
+from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.stages import chunk_layers, stage_layers
+from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
-from plansim.schedules import get_schedule
-from plansim.stages import chunk_layers, stage_layers
 from plansim.step.data_parallel import (
     CHAINED,
     START,
@@ -53,10 +52,10 @@ from plansim.step.memory import (
     LayerBytes,
     activation_peak,
     fixed_bytes,
-    milp_stage_plans,
     stage_params,
     static_bytes,
 )
+from plansim.step.optimizer import optimizer_step_s
 from plansim.step.p2p import OverlappedSends, call_overhead_s, regather
 from plansim.step.prepare import (
     PreparedStep,
@@ -70,13 +69,11 @@ from plansim.step.prepare import (
     tp_overlap,
 )
 from plansim.step.result import overlap_figures, step_flops, step_result
-from plansim.strategy import Strategy, StrategyProjection
-from plansim.strategy_checks import check_strategy
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy, StrategyProjection
 from plansim.units import GB
 from plansim.workload.traced import Workload
-
-if TYPE_CHECKING:
-    from plansim.remat.plan import StageRemat
 
 __all__ = ["AnalyticCache", "simulate_analytic"]
 
@@ -724,8 +721,8 @@ def _stage_cost(
 
 def _chunk_sizes(sums: _StageSums, chunks: int) -> tuple[int, ...]:
     """How many of the stage's backward passes (``sums.backward``) each of its ``chunks`` model chunks holds, in
-    backward order: the blocks split evenly (``plansim.stages.chunk_layers``), the output layer with the last chunk
-    (first in backward), the embedding with the first (last in backward).
+    backward order: the blocks split evenly (``plansim.pipeline.stages.chunk_layers``), the output layer with the
+    last chunk (first in backward), the embedding with the first (last in backward).
 
     One chunk, or fewer blocks than chunks: a single entry."""
     blocks = sum(is_block for is_block, _ in sums.backward)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from plansim.costs.collectives import algorithm_entry, schedule
 from plansim.costs.remat_policies import REMAT_POLICIES
+from plansim.des.lower import lower
+from plansim.des.taskgraph import TaskGraph
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.limits import refuse_work
-from plansim.lower import lower
-from plansim.mesh import DP_AXES
-from plansim.strategy import Strategy
-from plansim.taskgraph import TaskGraph
+from plansim.strategy.mesh import DP_AXES
+from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
 __all__ = ["des_estimate", "des_work", "sized_lowering"]

@@ -1,0 +1,1 @@
+"""The analytic engine: one training step in closed form."""

@@ -1,0 +1,1 @@
+"""The ``plansim`` command line (typer) and its one-line usage errors."""

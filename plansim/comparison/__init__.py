@@ -1,0 +1,1 @@
+"""``plansim compare``: strategies and hardware side by side, and what it writes."""
