@@ -40,7 +40,7 @@ from plansim.uncertainty import perturbed, worst_corners
 from plansim.units import GB
 from plansim.workload import ModelSpec
 
-__all__ = ["Constraints", "PlanResult", "TrainingCost", "plan"]
+__all__ = ["Constraints", "PlanResult", "TrainingCost", "plan", "training_cost"]
 
 
 @dataclass(frozen=True)
