@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from plansim.pipeline.runs import order_runs
 from plansim.pipeline.schedules import get_schedule
-from plansim.step.memory import _order_runs, _walk
+from plansim.step.memory import _walk
 
 
 def _flat(nodes) -> list:  # type: ignore[no-untyped-def]
@@ -52,7 +53,7 @@ def test_the_runs_are_the_order(seed: int) -> None:
     rng = random.Random(seed)
     for name, s, p, m, v in _cases():
         order = get_schedule(name).order(s, p, m, v)
-        runs = _order_runs(name, s, p, m, v)
+        runs = order_runs(name, s, p, m, v)
         assert _flat(runs) == [(op.chunk, op.kind) for op in order], (name, s, p, m, v)
         # a forward leaves bytes live, its backward (and W) frees them; rises above the start are kept positive
         profiles = []

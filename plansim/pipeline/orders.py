@@ -19,7 +19,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["PipeOp", "gpipe_order", "interleaved_order", "one_f_one_b_order", "zb_h1_order"]
+__all__ = [
+    "Pass",
+    "PipeOp",
+    "Run",
+    "gpipe_order",
+    "gpipe_runs",
+    "interleaved_order",
+    "interleaved_passes",
+    "one_f_one_b_order",
+    "one_f_one_b_runs",
+    "zb_h1_order",
+    "zb_h1_runs",
+]
 
 
 @dataclass(frozen=True)
@@ -148,3 +160,54 @@ def zb_h1_order(stage: int, p: int, m: int, v: int = 1) -> list[PipeOp]:
     for i in range(m - warm, m):
         backward(i)
     return order + [PipeOp("W", i, 0) for i in held]
+
+
+#: A pass as (chunk, kind); a run is a block of passes and how many times it repeats in a row (closed forms of
+#: the orders above, for walks that cost what a schedule's phases do, not its passes).
+Pass = tuple[int, str]
+Run = tuple[tuple[Pass, ...], int]
+_F, _B, _W = (0, "F"), (0, "B"), (0, "W")
+
+
+def gpipe_runs(s: int, p: int, m: int) -> list[Run]:
+    """``gpipe_order`` as runs: m forwards, then m backwards."""
+    return [((_F,), m), ((_B,), m)]
+
+
+def one_f_one_b_runs(s: int, p: int, m: int) -> list[Run]:
+    """``one_f_one_b_order`` as runs: the warm-up forwards, the forward-backward pairs, the cool-down backwards."""
+    warm = min(p - s - 1, m)
+    return [((_F,), warm), ((_F, _B), m - warm), ((_B,), warm)]
+
+
+def zb_h1_runs(s: int, p: int, m: int) -> list[Run]:
+    """1F1B's F and B; the i-th B is followed by a W from micro-batch ``stage`` on; the ``min(m, stage)`` W passes
+    held back close the order."""
+    warm = min(p - s - 1, m)
+    steady_held = min(s, m - warm)  # steady-state backwards (i < m - warm) that hold their W
+    cool_held = max(0, min(m, s) - (m - warm))  # cool-down backwards (m - warm <= i < m) that do
+    return [
+        ((_F,), warm),
+        ((_F, _B), steady_held),
+        ((_F, _B, _W), m - warm - steady_held),
+        ((_B,), cool_held),
+        ((_B, _W), warm - cool_held),
+        ((_W,), min(m, s)),
+    ]
+
+
+def interleaved_passes(s: int, p: int, m: int, v: int) -> list[Pass]:
+    """``interleaved_order``'s passes as (chunk, kind), without building its operations."""
+    total = m * v
+    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+
+    def fwd(k: int) -> Pass:
+        return ((k // p) % v, "F")
+
+    def bwd(k: int) -> Pass:
+        return (v - 1 - (k // p) % v, "B")
+
+    ops = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        ops += [fwd(warm + k), bwd(k)]
+    return ops + [bwd(k) for k in range(total - warm, total)]

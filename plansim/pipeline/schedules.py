@@ -21,7 +21,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from plansim.pipeline.orders import PipeOp, gpipe_order, interleaved_order, one_f_one_b_order, zb_h1_order
+from plansim.pipeline.orders import (
+    Pass,
+    PipeOp,
+    Run,
+    gpipe_order,
+    gpipe_runs,
+    interleaved_order,
+    interleaved_passes,
+    one_f_one_b_order,
+    one_f_one_b_runs,
+    zb_h1_order,
+    zb_h1_runs,
+)
 
 __all__ = ["SCHEDULES", "HeldPoint", "PipelineSchedule", "StepTime", "get_schedule"]
 
@@ -77,6 +89,10 @@ class PipelineSchedule:
     split_backward: bool = False
     model_chunks: bool = False
     split_held: Callable[[int, int, int, int], tuple[HeldPoint, ...]] | None = None
+    #: the order as runs in closed form ``(stage, p, m) -> [(block of passes, repeats)]`` (``plansim.pipeline.runs``)
+    runs: Callable[[int, int, int], list[Run]] | None = None
+    #: the order's (chunk, kind) passes without building its operations, where no closed form of runs is given
+    passes: Callable[[int, int, int, int], list[Pass]] | None = None
 
     def held(self, stage: int, p: int, m: int, v: int) -> tuple[HeldPoint, ...]:
         """The points of ``stage``'s order where its activations can peak: the stage's peak is the largest of them
@@ -219,6 +235,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             _gpipe_ends,
             "all forwards, then all backwards",
             gpipe_order,
+            runs=gpipe_runs,
         ),
         PipelineSchedule(
             "1f1b",
@@ -227,6 +244,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             _one_f_one_b_ends,
             "one forward, one backward (PipeDream-Flush)",
             one_f_one_b_order,
+            runs=one_f_one_b_runs,
         ),
         PipelineSchedule(
             "interleaved",
@@ -236,6 +254,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             "1F1B over v model chunks per stage (Megatron-LM)",
             interleaved_order,
             model_chunks=True,
+            passes=interleaved_passes,
         ),
         PipelineSchedule(
             "zb-h1",
@@ -246,6 +265,7 @@ SCHEDULES: dict[str, PipelineSchedule] = {
             zb_h1_order,
             split_backward=True,
             split_held=_zb_h1_held,
+            runs=zb_h1_runs,
         ),
     )
 }

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
+from plansim.pipeline.runs import Node, order_runs
 from plansim.pipeline.schedules import get_schedule
 from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.prepare import tied_copy_params
@@ -478,7 +479,7 @@ def activation_peak(
     plan = {i: (st, rb, on) for i, st, rb, on in milp}
     split = get_schedule(schedule).split_backward
     profiles = [pass_profiles(remat, c, num_blocks, layer_input, split, plan) for c in chunks]
-    return _walk(profiles, _order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
+    return _walk(profiles, order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
 
 
 #: A chunk's layers by kind and position only: (the layer's index for the embedding and the output layer, else
@@ -527,18 +528,18 @@ def _activation_peak(
 ) -> tuple[float, float]:
     split = get_schedule(schedule).split_backward
     profiles = [_pass_profiles(remat, c, num_blocks, layer_input, split) for c in chunks]
-    return _walk(profiles, _order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
+    return _walk(profiles, order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
 
 
-def _walk(profiles: Sequence[Mapping[str, PassProfile]], runs: tuple[_Node, ...]) -> tuple[float, float]:
-    """The highest (bytes, reserved) point of a stage's passes in order (``_order_runs``), each pass's effect its
+def _walk(profiles: Sequence[Mapping[str, PassProfile]], runs: tuple[Node, ...]) -> tuple[float, float]:
+    """The highest (bytes, reserved) point of a stage's passes in order (``order_runs``), each pass's effect its
     chunk's ``PassProfile``; (0, 0) if nothing is ever live."""
     top_n, top_res, _, _ = _node_profile(runs, profiles)
     return (top_n, top_res) if top_res > 0 else (0.0, 0.0)
 
 
 def _node_profile(
-    nodes: tuple[_Node, ...], profiles: Sequence[Mapping[str, PassProfile]]
+    nodes: tuple[Node, ...], profiles: Sequence[Mapping[str, PassProfile]]
 ) -> tuple[float, float, float, float]:
     """(bytes, reserved) at the highest point of ``nodes`` run in order over their start, and what they leave live.
     A repeated block's highest point is in its last repetition if each leaves more live, else in its first."""
@@ -565,96 +566,3 @@ def _pass_profiles(
     remat: str, runs: _BlockRuns, num_blocks: int, layer_input: float, split: bool
 ) -> dict[str, PassProfile]:
     return pass_profiles(remat, _chunk_of(runs), num_blocks, layer_input, split)
-
-
-_Pass = tuple[int, str]  # (chunk, kind) of one pass in a stage's order
-#: A pass, or (a block of nodes, how many times it repeats in a row).
-_Node = tuple[Any, Any]
-
-
-@lru_cache(maxsize=16384)
-def _order_runs(schedule: str, stage: int, pp: int, num_microbatches: int, virtual_stages: int) -> tuple[_Node, ...]:
-    """A stage's passes under ``schedule`` (``PipelineSchedule.order``) as nested runs: a block repeated in a row is
-    one node (block, repeats), so a walk costs what the schedule's phases do, not its passes. GPipe, 1F1B and ZB-H1
-    in closed form from their orders' rules (``plansim.pipeline.orders``; tests hold them equal to the orders);
-    others by compressing the order: passes first (a chunk's warm-up forwards, forward-backward pairs), then those
-    runs (the interleaved schedule cycling through its chunks)."""
-    m, s = num_microbatches, stage
-    closed = _CLOSED_RUNS.get(schedule)
-    if closed is not None:
-        return tuple(((block, k) for block, k in closed(s, pp, m) if k > 0))
-    if schedule == "interleaved":
-        ops = _interleaved_passes(s, pp, m, virtual_stages)
-    else:
-        ops = [(op.chunk, op.kind) for op in get_schedule(schedule).order(s, pp, m, virtual_stages)]
-    passes = _compress(ops, (1, 2, 3))
-    return tuple(_compress(passes, tuple(range(1, min(4 * virtual_stages + 4, len(passes) // 2) + 1))))
-
-
-_F, _B, _W = (0, "F"), (0, "B"), (0, "W")
-
-
-def _gpipe_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
-    return [((_F,), m), ((_B,), m)]
-
-
-def _one_f_one_b_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
-    warm = min(p - s - 1, m)
-    return [((_F,), warm), ((_F, _B), m - warm), ((_B,), warm)]
-
-
-def _zb_h1_runs(s: int, p: int, m: int) -> list[tuple[tuple[_Pass, ...], int]]:
-    """1F1B's F and B; the i-th B is followed by a W from micro-batch ``stage`` on; the ``min(m, stage)`` W passes
-    held back close the order."""
-    warm = min(p - s - 1, m)
-    steady_held = min(s, m - warm)  # steady-state backwards (i < m - warm) that hold their W
-    cool_held = max(0, min(m, s) - (m - warm))  # cool-down backwards (m - warm <= i < m) that do
-    return [
-        ((_F,), warm),
-        ((_F, _B), steady_held),
-        ((_F, _B, _W), m - warm - steady_held),
-        ((_B,), cool_held),
-        ((_B, _W), warm - cool_held),
-        ((_W,), min(m, s)),
-    ]
-
-
-_CLOSED_RUNS = {"gpipe": _gpipe_runs, "1f1b": _one_f_one_b_runs, "zb-h1": _zb_h1_runs}
-
-
-def _interleaved_passes(s: int, p: int, m: int, v: int) -> list[_Pass]:
-    """``interleaved_order``'s passes as (chunk, kind), without building its operations."""
-    total = m * v
-    warm = min((p - s - 1) * 2 + (v - 1) * p, total)
-
-    def fwd(k: int) -> _Pass:
-        return ((k // p) % v, "F")
-
-    def bwd(k: int) -> _Pass:
-        return (v - 1 - (k // p) % v, "B")
-
-    ops = [fwd(k) for k in range(warm)]
-    for k in range(total - warm):
-        ops += [fwd(warm + k), bwd(k)]
-    return ops + [bwd(k) for k in range(total - warm, total)]
-
-
-def _compress(seq: list[Any], lengths: tuple[int, ...]) -> list[Any]:
-    """``seq`` with each block of one of ``lengths`` items that repeats in a row replaced by (block, repeats),
-    greedily from the start, the block covering most items first."""
-    out: list[Any] = []
-    i = 0
-    while i < len(seq):
-        best_len, best_k = 1, 1
-        for length in lengths:
-            block = seq[i : i + length]
-            if len(block) < length:
-                break
-            k = 1
-            while seq[i + k * length : i + (k + 1) * length] == block:
-                k += 1
-            if k > 1 and k * length > best_len * best_k:
-                best_len, best_k = length, k
-        out.append(seq[i] if best_k == 1 else (tuple(seq[i : i + best_len]), best_k))
-        i += best_len * best_k
-    return out
