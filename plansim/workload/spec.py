@@ -2,7 +2,8 @@
 Hugging Face configs.
 
 A model file holds one mapping with the keys below; unknown keys are rejected. Keys a family does not use are
-rejected too, so a typo cannot silently change nothing.
+rejected too, so a typo cannot silently change nothing. Which keys each family requires, defaults or refuses is
+its entry's (``plansim.workload.families.FAMILIES``); ``family`` is any of the registry's names.
 
 ========================  =====================================================================================
 key                       meaning
