@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from plansim.cli.app import app
 from plansim.errors import PlansimError
 from plansim.workload import ModelSpec, build_graph, graph_totals, load_model
-from plansim.workload.hf_config import FAMILIES, from_hf_config, model_yaml, read_hf_config, unmodelled
+from plansim.workload.families import hf_model_types
+from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
 
 DATA = Path(__file__).parent / "data" / "hf"
 HF = "https://huggingface.co"
@@ -129,9 +130,8 @@ def one_line_error(call: Any, *words: str) -> str:
 
 def test_every_config_is_cited_and_five_families_are_covered() -> None:
     assert sorted(p.name for p in DATA.glob("*.json")) == sorted(CONFIGS)
-    assert (
-        {config(f)["model_type"] for f in CONFIGS} == set(FAMILIES) == {"gpt2", "gpt_neox", "llama", "mistral", "qwen2"}
-    )
+    types = {"gpt2", "gpt_neox", "llama", "mistral", "qwen2"}
+    assert {config(f)["model_type"] for f in CONFIGS} == set(hf_model_types()) == types
 
 
 @pytest.mark.parametrize(("file", "published", "source"), PUBLISHED, ids=[p[0] for p in PUBLISHED])
@@ -177,14 +177,14 @@ def test_llama_2_7b_is_the_preset() -> None:
 @pytest.mark.parametrize("file", sorted(CONFIGS))
 def test_keys_map_to_fields(file: str) -> None:
     c = config(file)
-    family = FAMILIES[c["model_type"]]
+    family, hf = hf_model_types()[c["model_type"]]
     spec = from_hf_config(DATA / file)
-    assert spec.family == family.family
-    for field, key in family.keys.items():
+    assert spec.family == family.name
+    for field, key in hf.keys.items():
         if c.get(key) is not None:
             assert getattr(spec, field) == c[key], field
     assert spec.name == file.removesuffix(".json")
-    assert spec.tied_embeddings == c.get("tie_word_embeddings", family.tied)
+    assert spec.tied_embeddings == c.get("tie_word_embeddings", hf.tied)
 
 
 def test_family_defaults() -> None:

@@ -39,6 +39,7 @@ from plansim.strategy.schema import Strategy
 from plansim.uncertainty import perturbed, worst_corners
 from plansim.units import GB
 from plansim.workload import ModelSpec
+from plansim.workload.families import axis_problems
 
 __all__ = ["Constraints", "PlanResult", "TrainingCost", "plan", "training_cost"]
 
@@ -315,14 +316,9 @@ def training_cost(
 
 
 def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
-    """Tensor parallelism up to a node: the largest divisor of the node's GPUs that the heads allow."""
-    ok = [
-        t
-        for t in divisors(cluster.gpus_per_node)
-        if cluster.num_gpus % t == 0
-        and (model.family not in ("gpt", "llama") or (model.heads % t == 0 and model.kv_heads % t == 0))
-        and (model.family != "cnn" or t == 1)
-    ]
+    """Tensor parallelism up to a node: the largest divisor of the node's GPUs that the model's family allows (the
+    heads)."""
+    ok = [t for t in divisors(cluster.gpus_per_node) if cluster.num_gpus % t == 0 and not axis_problems(model, "tp", t)]
     return max(ok, default=1)
 
 

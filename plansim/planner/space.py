@@ -35,6 +35,7 @@ from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.strategy.schema import DTYPES, Strategy
 from plansim.workload import ModelSpec
+from plansim.workload.families import axis_problems, family_of
 
 __all__ = [
     "INTERLEAVED_PER_BLOCK",
@@ -333,9 +334,7 @@ def _tp_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> list[int]:
             continue
         if tp > cluster.gpus_per_node and not c.allow_cross_node_tp:
             continue
-        if model.family in ("gpt", "llama") and (model.heads % tp or model.kv_heads % tp):
-            continue
-        if model.family == "cnn" and tp > 1:
+        if axis_problems(model, "tp", tp):  # the family's rule (plansim.workload.families)
             continue
         out.append(tp)
     return out
@@ -407,7 +406,7 @@ def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> lis
     values = [(False, False)]
     if tp > 1:
         values += [(True, False)]
-        if pipelined is not None and model.family in ("gpt", "llama"):
+        if pipelined is not None and family_of(model).transformer:
             values += [(True, True)]
     return [
         (sp, overlap)

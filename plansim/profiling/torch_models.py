@@ -31,6 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from plansim.errors import PlansimError
 from plansim.workload import ModelSpec
+from plansim.workload.families import FAMILIES, family_of
 
 __all__ = ["REMAT_POLICIES", "build_model", "num_parameters"]
 
@@ -51,12 +52,15 @@ def build_model(
     >>> num_parameters(build_model(spec, device="meta")) == spec.num_parameters()
     True
     """
-    if spec.family not in ("gpt", "llama"):
-        raise PlansimError(f"model {spec.name}: family {spec.family!r}: the validator builds gpt and llama only")
+    block = family_of(spec).torch_model  # the family's entry (plansim.workload.families)
+    if block is None:
+        built = " and ".join(name for name, family in FAMILIES.items() if family.torch_model is not None)
+        raise PlansimError(f"model {spec.name}: family {spec.family!r}: the validator builds {built} only")
     if remat not in REMAT_POLICIES:
         raise PlansimError(f"remat {remat!r}: the validator runs {', '.join(REMAT_POLICIES)}")
+    gpt = block == "gpt"
     with torch.device(device or "cpu"):
-        model = _Transformer(spec, remat, (0.1 if spec.family == "gpt" else 0.0) if dropout is None else dropout)
+        model = _Transformer(spec, remat, (0.1 if gpt else 0.0) if dropout is None else dropout, gpt=gpt)
     return model.to(dtype=dtype) if dtype is not None else model
 
 
@@ -162,9 +166,9 @@ class _SwiGLU(torch.autograd.Function):
 
 
 class _Block(nn.Module):
-    def __init__(self, spec: ModelSpec, remat: str, dropout: float) -> None:
+    def __init__(self, spec: ModelSpec, remat: str, dropout: float, *, gpt: bool) -> None:
         super().__init__()
-        h, f, gpt = spec.hidden, spec.ffn_hidden, spec.family == "gpt"
+        h, f = spec.hidden, spec.ffn_hidden
         self.gpt, self.remat, self.rotary, self.dropout = gpt, remat, not spec.learned_positions, dropout
         self.heads, self.kv_heads, self.head_dim = spec.heads, spec.kv_heads, spec.head_dim
         kv = 2 * spec.kv_heads * spec.head_dim
@@ -210,13 +214,13 @@ class _Block(nn.Module):
 
 
 class _Transformer(nn.Module):
-    def __init__(self, spec: ModelSpec, remat: str, dropout: float) -> None:
+    def __init__(self, spec: ModelSpec, remat: str, dropout: float, *, gpt: bool) -> None:
         super().__init__()
-        h, gpt = spec.hidden, spec.family == "gpt"
+        h = spec.hidden
         self.dropout = dropout
         self.embed = nn.Embedding(spec.vocab, h)
         self.positions = nn.Embedding(spec.seq_len, h) if spec.learned_positions else None
-        self.blocks = nn.ModuleList(_Block(spec, remat, dropout) for _ in range(spec.layers))
+        self.blocks = nn.ModuleList(_Block(spec, remat, dropout, gpt=gpt) for _ in range(spec.layers))
         self.norm = nn.LayerNorm(h) if gpt else _RMSNorm(h)
         self.head = nn.Linear(h, spec.vocab, bias=False)
         if spec.tied_embeddings:

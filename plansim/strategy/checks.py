@@ -14,6 +14,7 @@ from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
+from plansim.workload.families import axis_problems, family_of
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
@@ -210,16 +211,9 @@ def _check_model_split(s: Strategy, model: Workload) -> list[str]:
 
 
 def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
-    """What a model family allows of tensor parallelism (the builders' sharding)."""
-    problems = []
-    if model.family in ("gpt", "llama"):
-        if model.heads % s.tp:
-            problems.append(f"tp={s.tp} does not divide heads={model.heads}: choose tp among the divisors of the heads")
-        elif model.kv_heads % s.tp:
-            problems.append(f"tp={s.tp} does not divide kv_heads={model.kv_heads}: use tp <= {model.kv_heads}")
-    if model.family == "cnn" and s.tp > 1:
-        problems.append(f"tp={s.tp}: cnn models support tp=1 only: use dp or pp")
-    if s.tp_comm_overlap and model.family not in ("gpt", "llama"):
+    """What a model family allows of tensor parallelism (its entry's rule, ``plansim.workload.families``)."""
+    problems = axis_problems(model, "tp", s.tp)
+    if s.tp_comm_overlap and not family_of(model).transformer:
         # Megatron-LM gives Transformer Engine userbuffers only for its blocks' qkv, proj, fc1 and fc2 GEMMs
         # (megatron/core/extensions/transformer_engine.py:302-312 at core_v0.15.0)
         problems.append(

@@ -42,14 +42,11 @@ def point(
     return ValidationPoint(spec, micro_batch, remat)
 
 
-def _tiny(family: str, layers: int = 2) -> ModelSpec:
-    """A model small enough for a CPU step in milliseconds."""
-    if family == "gpt":
-        return ModelSpec(name="tiny-gpt", family="gpt", layers=layers, hidden=64, heads=4, seq_len=64, vocab=512)
-    return ModelSpec(
-        name="tiny-llama", family="llama", layers=layers, hidden=64, heads=4, kv_heads=2, ffn_hidden=176, seq_len=64,
-        vocab=512,
-    )  # fmt: skip
+#: Models small enough for a CPU step in milliseconds.
+_TINY_GPT = ModelSpec(name="tiny-gpt", family="gpt", layers=2, hidden=64, heads=4, seq_len=64, vocab=512)
+_TINY_LLAMA = ModelSpec(
+    name="tiny-llama", family="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn_hidden=176, seq_len=64, vocab=512
+)
 
 
 #: A Llama 3 8B with 4 of its 32 blocks: its widths (4096, GQA 32/8 heads, SwiGLU 14,336, vocabulary 128,256) at a
@@ -60,7 +57,7 @@ _LLAMA_4L = load_model("llama3-8b").model_copy(update={"name": "llama3-8b-4l", "
 def default_points(device: str = "cuda", quick: bool = False) -> list[ValidationPoint]:
     """The grid for ``device``: on ``cuda`` 14 points (``quick``: 4); on ``cpu`` 6 tiny ones (``quick``: 3)."""
     if device.startswith("cpu"):
-        gpt, llama = _tiny("gpt"), _tiny("llama")
+        gpt, llama = _TINY_GPT, _TINY_LLAMA
         points = [
             point(gpt, 2, "none"),
             point(gpt, 4, "selective"),

@@ -17,6 +17,7 @@ from plansim.validation.compare import validation_frame
 from plansim.validation.points import ValidationPoint
 from plansim.validation.predict import predict_point
 from plansim.workload import ModelSpec
+from plansim.workload.families import FAMILIES
 
 __all__ = [
     "MODEL_COLUMNS",
@@ -77,6 +78,12 @@ def measure(
     return pd.DataFrame(rows)
 
 
+def _uses(family: Any, key: str) -> bool:
+    """Whether a measured row's ``family`` reads ``key`` (an unknown family: no; ``ModelSpec`` then says why)."""
+    entry = FAMILIES.get(family) if isinstance(family, str) else None
+    return entry is not None and entry.uses(key)
+
+
 def _point(row: Any) -> ValidationPoint:
     spec = ModelSpec(
         name=row.model,
@@ -89,7 +96,7 @@ def _point(row: Any) -> ValidationPoint:
         vocab=int(row.vocab),
         seq_len=int(row.seq_len),
         tied_embeddings=bool(row.tied_embeddings),
-        **({"learned_positions": bool(row.learned_positions)} if row.family == "gpt" else {}),
+        **({"learned_positions": bool(row.learned_positions)} if _uses(row.family, "learned_positions") else {}),
     )
     return ValidationPoint(spec, int(row.micro_batch), str(row.remat))
 

@@ -1,27 +1,18 @@
-"""``build_graph``: the op graph of one micro-batch on one tensor-parallel rank, for any model family."""
+"""``build_graph``: the op graph of one micro-batch on one tensor-parallel rank, for any model family (its entry's
+builder, ``plansim.workload.families``)."""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
 
 import networkx as nx
 
 from plansim.errors import PlansimError, quoted
-from plansim.workload.cnn import add_cnn
+from plansim.workload.families import family_of
 from plansim.workload.graph import Sharding
-from plansim.workload.mlp import add_mlp
 from plansim.workload.spec import ModelSpec
-from plansim.workload.transformer import add_transformer
 
 __all__ = ["ATTENTION", "build_graph"]
-
-_BUILDERS: dict[str, Callable[[nx.DiGraph, ModelSpec, Sharding], int]] = {
-    "gpt": add_transformer,
-    "llama": add_transformer,
-    "mlp": add_mlp,
-    "cnn": add_cnn,
-}
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -106,5 +97,5 @@ def build_graph(
         act_bytes=sharding.act_bytes,
         attention=sharding.attention,
     )
-    graph.graph["layer_input_bytes"] = _BUILDERS[spec.family](graph, spec, sharding)
+    graph.graph["layer_input_bytes"] = family_of(spec).build(graph, spec, sharding)
     return graph

@@ -1,7 +1,8 @@
 """Hugging Face ``config.json`` files as plansim models (``plansim import``; ``load_model("path/config.json")``).
 
 The file is read with ``json`` alone (no ``transformers``). Each supported ``model_type`` maps onto a plansim
-family; the keys read are those of the transformers configuration classes of that name:
+family (its entry's ``hf_model_types`` in ``plansim.workload.families``); the keys read are those of the
+transformers configuration classes of that name:
 
 ===========================  ========  =================================================================  =======
 ``model_type``               family    keys (layers, hidden, heads, kv heads, ffn, context, vocabulary)   tied
@@ -32,7 +33,6 @@ Qwen2.5-7B); Llama's optional ``attention_bias`` / ``mlp_bias``; GPT-NeoX's para
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -41,54 +41,10 @@ import yaml
 from plansim.arguments import type_name
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.files.yamlfile import is_dir, is_file, read_json_object, validated
+from plansim.workload.families import Family, HFFamily, hf_model_types
 from plansim.workload.spec import ModelSpec
 
-__all__ = ["FAMILIES", "HFFamily", "from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
-
-
-@dataclass(frozen=True)
-class HFFamily:
-    """How one Hugging Face ``model_type`` maps onto a plansim family.
-
-    ``keys`` maps each ModelSpec field to its config key (``seq_len`` to the context length); ``optional`` lists
-    the fields whose key may be absent or null (the family default applies); ``tied`` is ``tie_word_embeddings``
-    when the file leaves it out.
-    """
-
-    family: str
-    keys: dict[str, str]
-    tied: bool
-    learned_positions: bool
-    optional: tuple[str, ...] = field(default=())
-
-
-_ROTARY_KEYS = {
-    "layers": "num_hidden_layers",
-    "hidden": "hidden_size",
-    "heads": "num_attention_heads",
-    "ffn_hidden": "intermediate_size",
-    "seq_len": "max_position_embeddings",
-    "vocab": "vocab_size",
-}
-_GPT2_KEYS = {
-    "layers": "n_layer",
-    "hidden": "n_embd",
-    "heads": "n_head",
-    "ffn_hidden": "n_inner",
-    "seq_len": "n_positions",
-    "vocab": "vocab_size",
-}
-_LLAMA_KEYS = {**_ROTARY_KEYS, "kv_heads": "num_key_value_heads"}
-_LLAMA = HFFamily("llama", _LLAMA_KEYS, tied=False, learned_positions=False, optional=("kv_heads",))
-
-#: Supported ``model_type`` values.
-FAMILIES: dict[str, HFFamily] = {
-    "gpt2": HFFamily("gpt", _GPT2_KEYS, tied=True, learned_positions=True, optional=("ffn_hidden",)),
-    "gpt_neox": HFFamily("gpt", _ROTARY_KEYS, tied=False, learned_positions=False),
-    "llama": _LLAMA,
-    "mistral": _LLAMA,
-    "qwen2": _LLAMA,
-}
+__all__ = ["from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
 
 _MEANING = {
     "layers": "transformer blocks",
@@ -163,19 +119,21 @@ def from_hf_config(
         )
     else:
         config, where = read_hf_config(source), shown_path(_config_path(source))
-    model_type, family = _family(config, where)
+    model_type, family, hf = _family(config, where)
     values = {
-        key: _integer(config, hf_key, where, model_type, optional=_optional(family, key, seq_len))
-        for key, hf_key in family.keys.items()
+        key: _integer(config, hf_key, where, model_type, optional=_optional(hf, key, seq_len))
+        for key, hf_key in hf.keys.items()
     }
-    context = values.pop("seq_len")
+    context = values.pop("seq_len", None)
     data: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
-    data["seq_len"] = _seq_len(seq_len, context, family, where)
+    if seq_len is not None or context is not None:
+        data["seq_len"] = _seq_len(seq_len, context, hf, where)
     _check_head_dim(config, data, where)
-    data["tied_embeddings"] = _tied(config, family, where)
-    if family.family == "gpt":
-        data["learned_positions"] = family.learned_positions
-    data = {"name": name if name is not None else _default_name(source, config), "family": family.family, **data}
+    if family.uses("tied_embeddings"):
+        data["tied_embeddings"] = _tied(config, hf, where)
+    if family.uses("learned_positions"):
+        data["learned_positions"] = hf.learned_positions
+    data = {"name": name if name is not None else _default_name(source, config), "family": family.name, **data}
     return validated(ModelSpec, data, where)
 
 
@@ -255,18 +213,20 @@ def _config_path(source: str | Path) -> Path:
     return path
 
 
-def _family(config: Mapping[str, Any], where: str) -> tuple[str, HFFamily]:
-    supported = ", ".join(FAMILIES)
+def _family(config: Mapping[str, Any], where: str) -> tuple[str, Family, HFFamily]:
+    """The config's ``model_type``, the family the registry maps it onto, and how its keys read."""
+    known = hf_model_types()
+    supported = ", ".join(known)
     model_type = config.get("model_type")
     if model_type is None:
         raise PlansimError(f"{where}: no 'model_type': add it (plansim reads {supported})")
-    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
-    if family is None:
+    found = known.get(model_type) if isinstance(model_type, str) else None
+    if found is None:
         raise PlansimError(
             f"{where}: model_type '{shown(model_type)}' is not supported: plansim reads {supported} "
             "(or write a model YAML)"
         )
-    return model_type, family
+    return model_type, *found
 
 
 def _optional(family: HFFamily, key: str, seq_len: int | None) -> bool:
@@ -301,8 +261,9 @@ def _described(value: object) -> str:
 
 
 def _meaning(model_type: str, key: str) -> str:
-    field_name = next(f for f, k in FAMILIES[model_type].keys.items() if k == key)
-    extra = "; or give seq_len" if field_name == "seq_len" and not FAMILIES[model_type].learned_positions else ""
+    _, hf = hf_model_types()[model_type]
+    field_name = next(f for f, k in hf.keys.items() if k == key)
+    extra = "; or give seq_len" if field_name == "seq_len" and not hf.learned_positions else ""
     return _MEANING[field_name] + extra
 
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.files.yamlfile import is_dir, looks_like_path, read_mapping, validated
-from plansim.workload.spec import FAMILY_ORDER, ModelSpec
+from plansim.workload.families import FAMILIES
+from plansim.workload.spec import ModelSpec
 
 if TYPE_CHECKING:
     from plansim.workload.torch_trace import TracedModel
@@ -130,7 +131,7 @@ def load_model(
 
 
 def list_models() -> list[dict[str, Any]]:
-    """The bundled presets as rows for ``plansim models``, ordered by family and then size.
+    """The bundled presets as rows for ``plansim models``, ordered by family (the registry's order) and then size.
 
     Returns
     -------
@@ -145,7 +146,8 @@ def list_models() -> list[dict[str, Any]]:
     [6738415616]
     """
     specs = [_load_file(path) for path in _preset_paths().values()]
-    specs.sort(key=lambda s: (FAMILY_ORDER.index(s.family), s.num_parameters()))
+    order = list(FAMILIES)
+    specs.sort(key=lambda s: (order.index(s.family), s.num_parameters()))
     return [
         {
             "name": s.name,

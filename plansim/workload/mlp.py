@@ -11,17 +11,21 @@ fc1 input ``E*rows*h/d``, GELU input ``E*rows*f/t``, fc2 input ``E*rows*f/t``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import networkx as nx
 
 from plansim.workload.graph import IN, PREV, Node, Sharding, gemm, pointwise, stamp
-from plansim.workload.transformer import GELU_FLOPS, Dims, dims, head_nodes, residual_add, tp_enter, tp_exit
+from plansim.workload.transformer import (
+    GELU_FLOPS,
+    Dims,
+    TransformerShape,
+    dims,
+    head_nodes,
+    residual_add,
+    tp_enter,
+    tp_exit,
+)
 
-if TYPE_CHECKING:
-    from plansim.workload.spec import ModelSpec
-
-__all__ = ["add_mlp", "mlp_block"]
+__all__ = ["add_mlp", "mlp_block", "mlp_parameters"]
 
 
 def mlp_block(d: Dims) -> list[Node]:
@@ -37,7 +41,7 @@ def mlp_block(d: Dims) -> list[Node]:
     ]
 
 
-def add_mlp(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
+def add_mlp(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding) -> int:
     """Add an MLP model's ops to ``graph``; return the bytes of one block's input on this rank."""
     d = dims(spec, sh, shard_tokens=True)
     block = mlp_block(d)
@@ -46,3 +50,9 @@ def add_mlp(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
         last = stamp(graph, block, layer, f"L{layer}.", last)
     stamp(graph, head_nodes(d, None, tied=False, bias=True), spec.layers, "out.", last)
     return d.E * d.x
+
+
+def mlp_parameters(spec: TransformerShape) -> int:
+    """Total trainable parameters: ``l(2hf + f + h) + hV + V`` (both GEMMs with biases, the classifier with its)."""
+    h, f = spec.hidden, spec.ffn_hidden
+    return spec.layers * (2 * h * f + f + h) + h * spec.vocab + spec.vocab

@@ -2,7 +2,8 @@
 Hugging Face configs.
 
 A model file holds one mapping with the keys below; unknown keys are rejected. Keys a family does not use are
-rejected too, so a typo cannot silently change nothing.
+rejected too, so a typo cannot silently change nothing. Which keys each family requires, defaults or refuses is
+its entry's (``plansim.workload.families.FAMILIES``); ``family`` is any of the registry's names.
 
 ========================  =====================================================================================
 key                       meaning
@@ -36,82 +37,15 @@ Qwen2), through ``plansim.workload.hf_config``, and traces a ``torch.nn.Module``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from plansim.limits import field, integral
-from plansim.workload.cnn import resnet_parameters
+from plansim.workload.families import FAMILIES, UNUSED, Family
 
-__all__ = ["FAMILY_ORDER", "ModelSpec"]
-
-Family = Literal["gpt", "llama", "mlp", "cnn"]
-FAMILY_ORDER = ("gpt", "llama", "mlp", "cnn")
-_ATTENTION = ("gpt", "llama")
-
-# Per optional key, per family: _REQUIRED, ("absent", value the key takes) or ("default", rule on earlier keys).
-_Rule = tuple[str, Any]
-_REQUIRED: _Rule = ("required", None)
-_RESNET50_STAGES = (3, 4, 6, 3)  # He et al. 2016, Table 1 (50-layer column)
-
-
-def _four_h(data: Mapping[str, Any]) -> Any:
-    return 4 * data["hidden"] if "hidden" in data else None
-
-
-_FAMILY_RULES: dict[str, dict[str, _Rule]] = {
-    "heads": {"gpt": _REQUIRED, "llama": _REQUIRED, "mlp": ("absent", 0), "cnn": ("absent", 0)},
-    "kv_heads": {
-        "gpt": ("default", lambda d: d.get("heads")),
-        "llama": ("default", lambda d: d.get("heads")),
-        "mlp": ("absent", 0),
-        "cnn": ("absent", 0),
-    },
-    "ffn_hidden": {
-        "gpt": ("default", _four_h),
-        "llama": _REQUIRED,
-        "mlp": ("default", _four_h),
-        "cnn": ("absent", 0),
-    },
-    "seq_len": {"gpt": _REQUIRED, "llama": _REQUIRED, "mlp": ("default", lambda d: 1), "cnn": ("absent", 1)},
-    "tied_embeddings": {
-        "gpt": ("default", lambda d: True),
-        "llama": ("default", lambda d: False),
-        "mlp": ("absent", False),
-        "cnn": ("absent", False),
-    },
-    "learned_positions": {
-        "gpt": ("default", lambda d: True),
-        "llama": ("absent", False),
-        "mlp": ("absent", False),
-        "cnn": ("absent", False),
-    },
-    "image_size": {
-        "gpt": ("absent", 0),
-        "llama": ("absent", 0),
-        "mlp": ("absent", 0),
-        "cnn": ("default", lambda d: 224),
-    },
-    "stage_blocks": {
-        "gpt": ("absent", ()),
-        "llama": ("absent", ()),
-        "mlp": ("absent", ()),
-        "cnn": ("default", lambda d: _RESNET50_STAGES),
-    },
-}
-# What a key holds when its family rule cannot apply (the family, or a key it depends on, is itself invalid).
-_FILL: dict[str, Any] = dict(
-    heads=0,
-    kv_heads=0,
-    ffn_hidden=0,
-    seq_len=1,
-    tied_embeddings=False,
-    learned_positions=False,
-    image_size=0,
-    stage_blocks=(),
-)
+__all__ = ["ModelSpec"]
 
 
 def _bad(message: str) -> PydanticCustomError:
@@ -137,7 +71,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(min_length=1)
-    family: Family
+    family: str
     layers: int = field("layers")
     hidden: int = field("hidden")
     heads: int = field("heads", default=None, validate_default=True)
@@ -159,32 +93,40 @@ class ModelSpec(BaseModel):
     def _whole(cls, value: Any) -> Any:
         return integral(value)
 
-    @field_validator(*_FAMILY_RULES, mode="before")
+    @field_validator("family", mode="before")
+    @classmethod
+    def _registered_family(cls, value: Any) -> Any:
+        """One of the registry's families (``plansim.workload.families.FAMILIES``), read when the model is."""
+        if isinstance(value, str) and value in FAMILIES:
+            return value
+        names = [repr(name) for name in FAMILIES]
+        expected = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+    @field_validator(*UNUSED, mode="before")
     @classmethod
     def _family_default(cls, value: Any, info: ValidationInfo) -> Any:
         """Fill a family's default, or reject a key the family requires but lacks or does not use."""
-        field, family = info.field_name or "", info.data.get("family")
-        rule = _FAMILY_RULES[field].get(family) if isinstance(family, str) else None
-        if rule is None:  # family itself is invalid: its error is reported; keep this key quiet
-            return _FILL[field] if value is None else value
-        what, fill = rule
-        if what == "required":
+        field, family = info.field_name or "", _family(info)
+        if family is None:  # family itself is invalid: its error is reported; keep this key quiet
+            return UNUSED[field] if value is None else value
+        if field in family.required:
             if value is None:
-                raise _bad(f"{family} models need '{field}': add it")
+                raise _bad(f"{family.name} models need '{field}': add it")
             return value
-        if what == "absent":
+        if field not in family.defaults:
             if value is not None:
-                raise _bad(f"{family} models do not use '{field}': remove it")
-            return fill
+                raise _bad(f"{family.name} models do not use '{field}': remove it")
+            return UNUSED[field]
         if value is None:
-            value = fill(info.data)
-        return _FILL[field] if value is None else value
+            value = family.defaults[field](info.data)
+        return UNUSED[field] if value is None else value
 
     @field_validator("heads")
     @classmethod
     def _heads_divide_hidden(cls, heads: int, info: ValidationInfo) -> int:
         hidden = info.data.get("hidden")
-        if info.data.get("family") in _ATTENTION and hidden is not None:
+        if _uses(info, "heads") and hidden is not None:
             if heads < 1:
                 raise _bad(f"heads={heads} must be at least 1")
             if hidden % heads:
@@ -195,21 +137,21 @@ class ModelSpec(BaseModel):
     @classmethod
     def _kv_heads_divide_heads(cls, kv_heads: int, info: ValidationInfo) -> int:
         heads = info.data.get("heads")
-        if info.data.get("family") in _ATTENTION and heads and (kv_heads < 1 or heads % kv_heads):
+        if _uses(info, "kv_heads") and heads and (kv_heads < 1 or heads % kv_heads):
             raise _bad(f"kv_heads={kv_heads} does not divide heads={heads}: pick kv_heads that divide heads")
         return kv_heads
 
     @field_validator("ffn_hidden")
     @classmethod
     def _ffn_positive(cls, ffn_hidden: int, info: ValidationInfo) -> int:
-        if info.data.get("family") in ("gpt", "llama", "mlp") and ffn_hidden < 1:
+        if _uses(info, "ffn_hidden") and ffn_hidden < 1:
             raise _bad(f"ffn_hidden={ffn_hidden} must be at least 1")
         return ffn_hidden
 
     @field_validator("image_size")
     @classmethod
     def _image_size_multiple_of_32(cls, image_size: int, info: ValidationInfo) -> int:
-        if info.data.get("family") == "cnn" and (image_size < 32 or image_size % 32):
+        if _uses(info, "image_size") and (image_size < 32 or image_size % 32):
             raise _bad(f"image_size={image_size} must be a positive multiple of 32 (five stride-2 stages)")
         return image_size
 
@@ -217,7 +159,7 @@ class ModelSpec(BaseModel):
     @classmethod
     def _stages_sum_to_layers(cls, stage_blocks: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:
         layers = info.data.get("layers")
-        if info.data.get("family") == "cnn" and layers is not None:
+        if _uses(info, "stage_blocks") and layers is not None:
             if not stage_blocks or min(stage_blocks) < 1:
                 raise _bad(f"stage_blocks={list(stage_blocks)} needs at least one block in every stage")
             if sum(stage_blocks) != layers:
@@ -231,20 +173,14 @@ class ModelSpec(BaseModel):
         return self.hidden // self.heads if self.heads else 0
 
     def num_parameters(self) -> int:
-        """Total trainable parameters, embeddings and any untied output head included.
+        """Total trainable parameters, embeddings and any untied output head included: the family's count.
 
         GPT: ``l(12h^2 + 13h) + (V + s)h + 2h`` with ``ffn_hidden = 4h`` and a tied output head (Narayanan et
         al. 2021, sec 5.1, plus biases and LayerNorms; ``sh`` is the learned position table, absent with rotary
         positions). Llama: ``l(2h^2 + 2h h_kv + 3hf + 2h) + 2Vh + h``.
         MLP: ``l(2hf + f + h) + hV + V``. CNN: conv weights, BatchNorm scale and shift, fc weight and bias.
         """
-        counts: dict[str, Callable[[ModelSpec], int]] = {
-            "gpt": _transformer_parameters,
-            "llama": _transformer_parameters,
-            "mlp": _mlp_parameters,
-            "cnn": _cnn_parameters,
-        }
-        return counts[self.family](self)
+        return FAMILIES[self.family].parameters(self)
 
     def file_fields(self) -> dict[str, Any]:
         """The keys of a model YAML file that gives this spec back: every key its family uses, none it rejects.
@@ -257,7 +193,7 @@ class ModelSpec(BaseModel):
         False
         """
         data = self.model_dump()
-        unused = [key for key, rules in _FAMILY_RULES.items() if rules[self.family][0] == "absent"]
+        unused = [key for key in UNUSED if not FAMILIES[self.family].uses(key)]
         for key in unused:
             del data[key]
         if "stage_blocks" in data:
@@ -265,22 +201,13 @@ class ModelSpec(BaseModel):
         return data
 
 
-def _transformer_parameters(spec: ModelSpec) -> int:
-    h, f, v, gpt = spec.hidden, spec.ffn_hidden, spec.vocab, spec.family == "gpt"
-    qkv = h + 2 * spec.kv_heads * spec.head_dim
-    attention = h * qkv + h * h + ((qkv + h) if gpt else 0)  # QKV and out-proj weights (+ biases for GPT)
-    mlp = (2 * h * f + f + h) if gpt else 3 * h * f  # fc1, fc2 (+ biases) or SwiGLU gate, up, down
-    norms = 4 * h if gpt else 2 * h  # LayerNorm scale+shift, or RMSNorm scale, twice per block
-    final_norm = 2 * h if gpt else h
-    embeddings = v * h + (spec.seq_len * h if spec.learned_positions else 0)  # word (+ learned positions)
-    output = 0 if spec.tied_embeddings else v * h
-    return spec.layers * (attention + mlp + norms) + final_norm + embeddings + output
+def _family(info: ValidationInfo) -> Family | None:
+    """The entry of the family validated so far; None when it was invalid (its own error is reported)."""
+    family = info.data.get("family")
+    return FAMILIES.get(family) if isinstance(family, str) else None
 
 
-def _mlp_parameters(spec: ModelSpec) -> int:
-    h, f = spec.hidden, spec.ffn_hidden
-    return spec.layers * (2 * h * f + f + h) + h * spec.vocab + spec.vocab
-
-
-def _cnn_parameters(spec: ModelSpec) -> int:
-    return resnet_parameters(spec)
+def _uses(info: ValidationInfo, key: str) -> bool:
+    """Whether the (valid) family being validated reads ``key``: its shape rules apply only then."""
+    family = _family(info)
+    return family is not None and family.uses(key)

@@ -59,17 +59,52 @@ with grouped-query attention ``dk_expanded`` and ``dv_expanded`` at the query he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import networkx as nx
 
 from plansim.errors import PlansimError
 from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, collective, gemm, op, pointwise, stamp
 
-if TYPE_CHECKING:
-    from plansim.workload.spec import ModelSpec
+__all__ = [
+    "Dims",
+    "TransformerShape",
+    "add_transformer",
+    "dims",
+    "head_nodes",
+    "residual_add",
+    "tp_enter",
+    "tp_exit",
+    "transformer_parameters",
+]
 
-__all__ = ["Dims", "add_transformer", "dims", "head_nodes", "residual_add", "tp_enter", "tp_exit"]
+
+class TransformerShape(Protocol):
+    """What a transformer's (or an MLP's) shape is read from (a ``ModelSpec`` has these fields)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def layers(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def ffn_hidden(self) -> int: ...
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def vocab(self) -> int: ...
+    @property
+    def tied_embeddings(self) -> bool: ...
+    @property
+    def learned_positions(self) -> bool: ...
+
 
 # Forward FLOPs per output element of the memory-bound ops (they matter little next to the GEMMs).
 LAYERNORM_FLOPS = 7  # mean, centre, square, variance sum, scale by rsqrt, gain, shift
@@ -130,7 +165,7 @@ def _divisors(n: int) -> str:
     return ", ".join(str(k) for k in range(1, min(n, 128) + 1) if n % k == 0)
 
 
-def _kv_heads_per_rank(spec: ModelSpec, t: int) -> int:
+def _kv_heads_per_rank(spec: TransformerShape, t: int) -> int:
     if spec.kv_heads % t == 0:
         return spec.kv_heads // t
     if t % spec.kv_heads == 0:  # fewer kv heads than ranks: each rank holds one, replicated (Megatron-LM)
@@ -138,7 +173,7 @@ def _kv_heads_per_rank(spec: ModelSpec, t: int) -> int:
     raise PlansimError(f"tp={t} and kv_heads={spec.kv_heads} of {spec.name}: one must divide the other")
 
 
-def dims(spec: ModelSpec, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
+def dims(spec: TransformerShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
     """Per-rank sizes of ``spec`` under ``sh``; PlansimError when ``tp`` does not split the model evenly.
 
     Sequence parallelism splits the sequence (``seq_len % tp == 0``), or, with ``shard_tokens``, all tokens of
@@ -349,10 +384,10 @@ def head_nodes(d: Dims, norm: Attrs | None, *, tied: bool, bias: bool) -> list[N
     return [*nodes, Node("loss", loss)]
 
 
-def add_transformer(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
-    """Add a GPT or Llama model's ops to ``graph``; return the bytes of one block's input on this rank."""
+def add_transformer(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding, *, gpt: bool) -> int:
+    """Add a GPT (``gpt``: LayerNorm, GELU, biases) or Llama model's ops to ``graph``; return the bytes of one
+    block's input on this rank."""
     d = dims(spec, sh)
-    gpt = spec.family == "gpt"
     block = gpt_block(d, rotary=not spec.learned_positions) if gpt else llama_block(d)
     last = stamp(graph, _embedding(d, gpt=gpt, positions=spec.learned_positions), -1, "in.", None)
     for layer in range(spec.layers):
@@ -360,3 +395,21 @@ def add_transformer(graph: nx.DiGraph, spec: ModelSpec, sh: Sharding) -> int:
     head = head_nodes(d, _norm(d, rms=not gpt), tied=spec.tied_embeddings, bias=False)
     stamp(graph, head, spec.layers, "out.", last)
     return d.E * d.x
+
+
+def transformer_parameters(spec: TransformerShape, *, gpt: bool) -> int:
+    """Total trainable parameters of a GPT (``gpt``) or Llama model, embeddings and any untied output head included.
+
+    GPT: ``l(12h^2 + 13h) + (V + s)h + 2h`` with ``ffn_hidden = 4h`` and a tied output head (Narayanan et al. 2021,
+    sec 5.1, plus biases and LayerNorms; ``sh`` is the learned position table, absent with rotary positions). Llama:
+    ``l(2h^2 + 2h h_kv + 3hf + 2h) + 2Vh + h``.
+    """
+    h, f, v = spec.hidden, spec.ffn_hidden, spec.vocab
+    qkv = h + 2 * spec.kv_heads * spec.head_dim
+    attention = h * qkv + h * h + ((qkv + h) if gpt else 0)  # QKV and out-proj weights (+ biases for GPT)
+    mlp = (2 * h * f + f + h) if gpt else 3 * h * f  # fc1, fc2 (+ biases) or SwiGLU gate, up, down
+    norms = 4 * h if gpt else 2 * h  # LayerNorm scale+shift, or RMSNorm scale, twice per block
+    final_norm = 2 * h if gpt else h
+    embeddings = v * h + (spec.seq_len * h if spec.learned_positions else 0)  # word (+ learned positions)
+    output = 0 if spec.tied_embeddings else v * h
+    return spec.layers * (attention + mlp + norms) + final_norm + embeddings + output
