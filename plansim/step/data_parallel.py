@@ -3,7 +3,7 @@
 ``data_parallel_plan`` says, for a strategy's ZeRO stage, which collective reduces the gradients and how often, when
 weights are all-gathered, with which algorithm and at which message size per parameter. The lowering issues those
 collectives task by task (gradient buckets, per-layer ZeRO-3 gathers with their prefetch); the analytic engine prices
-the same collectives in closed form (``plansim.analytic.engine._dp_comm``).
+the same collectives in closed form (``plansim.analytic.data_parallel.data_parallel_comm``).
 
 Sources: PyTorch DDP buckets gradients and all-reduces each bucket once backward has produced it (Li et al. 2020,
 VLDB, sec 3.2.3); ZeRO (Rajbhandari et al. 2020, sec 5 and 7): stage 1 reduce-scatters the gradients once per step
