@@ -24,7 +24,7 @@ from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
 from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
-from plansim.step.prepare import PreparedStep, comm_pricer, prepare_step, rate_beside, tied_copy_params, tp_overlap
+from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, tied_copy_params, tp_overlap
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy, StrategyProjection
@@ -249,7 +249,7 @@ class AnalyticCache:
     def model_states_bytes(self, strategy: Strategy) -> int | None:
         """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's gathered layers
         included); None for a strategy that cannot run."""
-        s = strategy.resolve(self.cluster)
+        s = strategy.resolved(self.cluster)
         if self.problems(s):  # before the cache: validity is not a matter of the key
             return None
         key = StatesKey.of(s)
@@ -277,14 +277,14 @@ class AnalyticCache:
         return hit
 
     def priced(self, prep_strategy: Strategy) -> PricedLayers:
-        """The shared part for a resolved, checked strategy."""
+        """The shared part for a resolved strategy that passed ``problems``."""
         s = prep_strategy
         key = LayerKey.of(s)
         hit = self._priced.get(key)
         if hit is None:
             from plansim.workload import kernel_recompute_flops, model_flops
 
-            prep = prepare_step(self.model, self.cluster, s)
+            prep = build_step(self.model, self.cluster, s)
             programs = layer_programs(
                 prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
             )

@@ -36,9 +36,10 @@ def simulate_analytic(
 
     Raises ``PlansimError`` when the strategy cannot run (each violation named); a strategy that runs but does not
     fit in memory is a result with ``fits=False`` and a reason. ``cache`` (for this model and cluster) shares the
-    op graph and layer costs between calls.
+    op graph and layer costs between calls. ``strategy`` as written or resolved (``Strategy.resolved``): it is
+    resolved here, once, and everything below reads the resolved one.
     """
-    s = strategy.resolve(cluster)
+    s = strategy.resolved(cluster)
     shared = (cache if cache is not None and cache.model is model and cache.cluster is cluster else None) or (
         AnalyticCache(model, cluster)
     )

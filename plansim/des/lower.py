@@ -547,7 +547,8 @@ class _StageLowering:
 
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
-    """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
+    """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run. ``strategy`` as
+    written or resolved (``Strategy.resolved``: ``simulate_des`` hands it a resolved one)."""
     from plansim.workload import kernel_recompute_flops, model_flops
 
     prep = prepare_step(model, cluster, strategy)

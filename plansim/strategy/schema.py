@@ -321,6 +321,25 @@ class Strategy(BaseModel):
                 )
         return s.model_copy(update=update) if update else s
 
+    @property
+    def is_resolved(self) -> bool:
+        """Whether every field ``resolve`` fills in is set (dp, dtype and the framework's gradient defaults):
+        resolving it again returns it unchanged."""
+        return None not in (
+            self.dp,
+            self.dtype,
+            self.fp32_grad_accum,
+            self.overlap_grad_reduce,
+            self.grad_bucket_bytes,
+            self.overlap_param_gather,
+        )
+
+    def resolved(self, cluster: Cluster) -> Strategy:
+        """``resolve`` for the boundaries that take a strategy as written or already resolved (the engines' entries,
+        the lowering, the checks): a resolved one is returned as it is, so that one simulate call resolves its
+        strategy once."""
+        return self if self.is_resolved else self.resolve(cluster)
+
     def with_gpus(self, gpus: int) -> Strategy:
         """Fill in ``dp`` from the GPU count when it was left out."""
         if self.dp is not None:
