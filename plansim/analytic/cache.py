@@ -58,8 +58,7 @@ class PipelineKey(StrategyProjection):
     virtual_stages: int
     layer_split: tuple[int, ...] | None
     dp: int | None
-    blocking_p2p: bool  # the stages' sends (``SendsKey``), under the framework's pipeline_sends rule
-    framework: str
+    framework: str  # the stages' sends (``SendsKey``): its pipeline_sends rule
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,7 @@ class SendsKey(StrategyProjection):
     pp: int
     virtual_stages: int
     dp: int | None
-    blocking_p2p: bool  # the framework's pipeline_sends rule
-    framework: str  # whether a blocking call ends in a host synchronisation (``step.p2p.call_overhead_s``)
+    framework: str  # its pipeline_sends rule: which schedules' sends block, and how (``step.p2p.pipeline_sends``)
 
 
 @dataclass(frozen=True)
@@ -88,8 +86,7 @@ class StatesKey(StrategyProjection):
     zero: int
     compute_dtype: str
     fp32_grad_accum: bool
-    gathers_per_layer: bool  # the framework's ZeRO-2 may shard the weights (FSDP's SHARD_GRAD_OP)
-    framework: str  # how far ahead its ZeRO-3 gathers (param_prefetch): the layers gathered at once
+    framework: str  # whether its ZeRO-2 shards the weights (FSDP's SHARD_GRAD_OP), how far ahead its ZeRO-3 gathers
 
 
 @dataclass(frozen=True)

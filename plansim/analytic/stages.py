@@ -21,7 +21,7 @@ from plansim.pipeline.schedules import get_schedule
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
 from plansim.step.layers import AxisComm, LayerCost, rerun, rerun_sync_s
-from plansim.step.p2p import OverlappedSends, call_overhead_s, regather
+from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
@@ -102,7 +102,7 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
-    call = call_overhead_s(cluster.gpu, s)
+    plan = pipeline_sends(cluster.gpu, s)
     seconds = 0.0
     beside: list[tuple[float, float]] = []
     transfers = {+1: 0.0, -1: 0.0}
@@ -112,11 +112,11 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
         peer = mesh.shift("pp", first, steps)
         link = cluster.p2p_link(first, peer)
         transfer = transfers[steps] = link.latency_s + n_bytes / link.bandwidth_Bps
-        if s.blocking_p2p:
-            seconds += count * (transfer + call)
+        if plan.blocking:
+            seconds += count * (transfer + plan.call_s)
         else:
             beside += [(transfer, model.rate(send_load(cluster, first, peer)))] * count
-    overlapped = OverlappedSends() if s.blocking_p2p else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
+    overlapped = OverlappedSends() if plan.blocking else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
     gather = regather(graph, s)
     if gather is None:
         return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
