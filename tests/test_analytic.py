@@ -178,7 +178,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     tensor-parallel rank sends 1/tp of the activation (scatter/gather, Narayanan et al. 2021 sec 4.1) and the stage
     rebuilds each of its two receives with a ring all-gather over its tp pair: (tp-1) steps of 1/tp of the
     activation. Sequence parallelism sends its sequence shard and gathers nothing."""
-    from plansim.analytic.engine import _p2p
+    from plansim.analytic.stages import stage_sends
     from plansim.costs.interference import interference_model
     from plansim.step.prepare import ring_call_s
 
@@ -190,7 +190,7 @@ def test_each_pipeline_boundary_is_priced_on_its_own_link(sequence_parallel: boo
     graph = build_graph(m, micro_batch=1, tp=2, sequence_parallel=sequence_parallel)
     n = activation / 2
     # Stage s's ranks start at 4s: boundary 1->2 (ranks 4 -> 8) crosses the node boundary, 0->1 does not.
-    seconds, sent, tp_sent, beside, _ = _p2p(cluster, s, 1, graph, interference_model(cluster.gpu))
+    seconds, sent, tp_sent, beside, _ = stage_sends(cluster, s, 1, graph, interference_model(cluster.gpu))
     back, fwd = cluster.p2p_link(4, 0), cluster.p2p_link(4, 8)
     assert fwd.bandwidth_Bps < back.bandwidth_Bps
     launch = cluster.gpu.kernel_launch_s
@@ -208,15 +208,15 @@ def test_interleaved_sends_do_not_block() -> None:
     """Megatron-LM runs the interleaved schedule's sends as separate isend/irecv (overlap_p2p_comm): no call
     overhead, and they run beside the stage's compute (at the interference model's rate). 1F1B's blocking calls cost
     one kernel launch per send on top of the same transfers, and nothing computes beside them."""
-    from plansim.analytic.engine import _p2p
+    from plansim.analytic.stages import stage_sends
     from plansim.costs.interference import interference_model, send_load
 
     cluster = load_hardware("dgx-a100", gpus=4)
     model = interference_model(cluster.gpu)
     graph = build_graph(gpt(), micro_batch=1, tp=1)
     base = "dp=1,tp=1,pp=4,micro_batch=1,global_batch=8"
-    blocking = _p2p(cluster, Strategy.parse(f"{base},schedule=1f1b").resolve(cluster), 1, graph, model)
-    free = _p2p(
+    blocking = stage_sends(cluster, Strategy.parse(f"{base},schedule=1f1b").resolve(cluster), 1, graph, model)
+    free = stage_sends(
         cluster, Strategy.parse(f"{base},schedule=interleaved,virtual_stages=1").resolve(cluster), 1, graph, model
     )
     # the interleaved sends are off the compute stream (their seconds are no longer charged in full per micro-batch:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import plansim
-from plansim.analytic.engine import _p2p
+from plansim.analytic.stages import stage_sends
 from plansim.costs.interference import IDLE, interference_model
 from plansim.des.engine import WhatIf, _Engine
 from plansim.des.lower import lower
@@ -134,7 +134,7 @@ def _exposed(v: int) -> tuple[float, float]:
     graph = lower(model, cluster, s)
     exposed = _des_step(graph, cluster) - _des_step(_free_sends(graph), cluster)
     g = build_graph(model, micro_batch=1, tp=1)
-    sends = [_p2p(cluster, s, stage, g, interference_model(cluster.gpu))[4] for stage in range(s.pp)]
+    sends = [stage_sends(cluster, s, stage, g, interference_model(cluster.gpu))[4] for stage in range(s.pp)]
     link = cluster.p2p_link(0, 8)  # stage 0's first rank to stage 1's, on the next node
     assert sends[0].forward_s == pytest.approx(link.latency_s + g.graph["layer_input_bytes"] / link.bandwidth_Bps)
     return exposed, sum(x.chain_s for x in sends)

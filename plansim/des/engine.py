@@ -692,7 +692,7 @@ def simulate_des(
     what_if.check(cluster)
     with gc_paused():
         wall = time.perf_counter()
-        s = strategy.resolve(cluster)
+        s = strategy.resolved(cluster)
         graph = sized_lowering(model, cluster, s, mode)  # refused here when above the work bound
         engine = _Engine(graph, cluster, mode, what_if)
         engine.run()

@@ -59,7 +59,7 @@ from plansim.step.memory import (
     stage_params,
 )
 from plansim.step.optimizer import optimizer_step_s
-from plansim.step.p2p import call_overhead_s, regather
+from plansim.step.p2p import PipelineSends, pipeline_sends, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params, tp_overlap
 from plansim.step.result import step_flops
 from plansim.strategy.mesh import DeviceMesh, mesh_of
@@ -89,11 +89,10 @@ class _Ctx:
     p2p_bytes: float
     dp_plan: DataParallelPlan | None
     mesh: DeviceMesh
-    # pipeline sends as Megatron-LM issues them (plansim/step/p2p.py): the all-gather after each receive under the
-    # scatter/gather optimization, and whether a send blocks the stage's compute (and its call's idle time after)
+    # pipeline sends as the framework issues them (plansim/step/p2p.py): the all-gather after each receive under the
+    # scatter/gather optimization, and whether a send blocks the stage's compute and its call's idle time after
     regather: Comm | None = None
-    blocking_p2p: bool = False
-    call_s: float = 0.0
+    p2p: PipelineSends = field(default_factory=lambda: PipelineSends(blocking=False))
     # remat: milp, each block's share of its stage's schedule (plansim/remat/plan.py)
     milp: dict[int, LayerRemat] = field(default_factory=dict)
     # what each layer allocates (plansim.step.memory.chunk_memory), by model chunk: layer -> its LayerMemory
@@ -434,8 +433,8 @@ class _StageLowering:
             )
         )
         self.ctx.sends[(direction, mb, g)] = (self.stage, idx)
-        if self.ctx.blocking_p2p:  # the call returns once its transfer is done, then the device idles for a launch
-            self._compute(Task(f"call{direction}{mb}.c{g}", "compute", "p2p_call", self.ctx.call_s,
+        if self.ctx.p2p.blocking:  # the call returns once its transfer is done, then the device idles for a launch
+            self._compute(Task(f"call{direction}{mb}.c{g}", "compute", "p2p_call", self.ctx.p2p.call_s,
                                deps=((self.stage, idx),), microbatch=mb))  # fmt: skip
 
     # -- data parallelism --------------------------------------------------------------------------------------
@@ -547,7 +546,8 @@ class _StageLowering:
 
 
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
-    """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run."""
+    """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run. ``strategy`` as
+    written or resolved (``Strategy.resolved``: ``simulate_des`` hands it a resolved one)."""
     from plansim.workload import kernel_recompute_flops, model_flops
 
     prep = prepare_step(model, cluster, strategy)
@@ -568,8 +568,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         dp_plan=data_parallel_plan(cluster, s),
         mesh=mesh,
         regather=regather(graph, s),
-        blocking_p2p=s.blocking_p2p,
-        call_s=call_overhead_s(cluster.gpu, s),
+        p2p=pipeline_sends(cluster.gpu, s),
     )
     milp_flops = 0.0
     if REMAT_POLICIES[s.remat].scheduled:

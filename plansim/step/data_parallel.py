@@ -3,7 +3,7 @@
 ``data_parallel_plan`` says, for a strategy's ZeRO stage, which collective reduces the gradients and how often, when
 weights are all-gathered, with which algorithm and at which message size per parameter. The lowering issues those
 collectives task by task (gradient buckets, per-layer ZeRO-3 gathers with their prefetch); the analytic engine prices
-the same collectives in closed form (``plansim.analytic.engine._dp_comm``).
+the same collectives in closed form (``plansim.analytic.data_parallel.data_parallel_comm``).
 
 Sources: PyTorch DDP buckets gradients and all-reduces each bucket once backward has produced it (Li et al. 2020,
 VLDB, sec 3.2.3); ZeRO (Rajbhandari et al. 2020, sec 5 and 7): stage 1 reduce-scatters the gradients once per step
@@ -37,8 +37,11 @@ __all__ = [
     "bucket_launches",
     "bucketed_reduction",
     "data_parallel_plan",
+    "gathers_per_layer",
+    "param_prefetch",
     "per_layer_overlap",
     "tied_gradient_bytes",
+    "weights_kept_through_step",
 ]
 
 
@@ -481,6 +484,31 @@ def _framework_rules(s: Strategy) -> FrameworkRules:
     return load_framework(s.framework).rules
 
 
+def weights_kept_through_step(s: Strategy) -> bool:
+    """ZeRO-3 with pipelining where the framework keeps each layer's gathered weights through the step and
+    reduce-scatters its whole gradients once at the end (torchtitan: its rule ``sharded_weights_kept_with_pipeline``):
+    within the step, ZeRO-1's memory and traffic, each layer's gather under its first forward."""
+    if s.zero < 3 or s.pp == 1:
+        return False
+    return _framework_rules(s).sharded_weights_kept_with_pipeline.value
+
+
+def gathers_per_layer(s: Strategy) -> bool:
+    """Whether the weights are sharded at rest and all-gathered layer by layer for each micro-batch's passes: ZeRO-3
+    (but where ``weights_kept_through_step``), and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's
+    SHARD_GRAD_OP: its rule ``zero2_shards_weights``)."""
+    if s.zero == 2:
+        return _framework_rules(s).zero2_shards_weights.value
+    return s.zero >= 3 and not weights_kept_through_step(s)
+
+
+def param_prefetch(s: Strategy) -> ParamPrefetch:
+    """How far ahead of a pass ZeRO-3's per-layer gathers are issued (the framework's rule ``param_prefetch``): the
+    lowering's gathers (``DataParallelPlan.prefetch``) and the layers the memory model holds gathered at once
+    (``step.memory.static_bytes``)."""
+    return _framework_rules(s).param_prefetch.value
+
+
 def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None:
     """The data-parallel traffic of ``s`` (resolved) on ``cluster``; None without data parallelism."""
     dp = s.dp or 1
@@ -496,7 +524,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         reduce = _on_dp(cluster, s, "reduce_scatter", sharded, axis)
         if s.hybrid_shard:  # HSDP: the shard's reduced gradients all-reduced among its replicas
             replicate = _on_dp(cluster, s, "all_reduce", s.dp_algorithm, "dp_replicate")
-    kept = s.weights_kept_through_step  # torchtitan's FSDP with pipelining: ZeRO-1's traffic, one layer per bucket
+    kept = weights_kept_through_step(s)  # torchtitan's FSDP with pipelining: ZeRO-1's traffic, one layer per bucket
     return DataParallelPlan(
         dp=dp,
         reduce=reduce,
@@ -504,20 +532,20 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         reduce_every_microbatch=(
             s.zero >= 2 and not kept and _framework_rules(s).sharded_grads_reduced_every_microbatch.value
         ),
-        per_layer=s.gathers_per_layer,
+        per_layer=gathers_per_layer(s),
         regather_backward=s.zero >= 3,
-        gather_after_step=kept or (s.zero in (1, 2) and not s.gathers_per_layer),
+        gather_after_step=kept or (s.zero in (1, 2) and not gathers_per_layer(s)),
         grad_bytes=grad_bytes_per_param(s),
         weight_bytes=dtype_bytes(s.compute_dtype),
         bucket_bytes=1.0 if kept else s.grad_bucket_bytes,  # each FSDP unit (a layer) reduces and gathers alone
         # the REDUCE_GRAD action after the stage's last backward: one reduction here, where torch issues one per layer
         # back to back (the same bytes, fewer launches)
         overlap=s.overlap_grad_reduce and not kept,
-        gather_overlapped=kept or (s.zero in (1, 2) and not s.gathers_per_layer and bool(s.overlap_param_gather)),
+        gather_overlapped=kept or (s.zero in (1, 2) and not gathers_per_layer(s) and bool(s.overlap_param_gather)),
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
         replicate=replicate,
         shard=s.shard_degree if s.hybrid_shard else 0,
-        prefetch=_framework_rules(s).param_prefetch.value,
+        prefetch=param_prefetch(s),
     )
 
 

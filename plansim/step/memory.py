@@ -30,6 +30,7 @@ from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
 from plansim.pipeline.runs import Node, order_runs
 from plansim.pipeline.schedules import get_schedule
+from plansim.step.data_parallel import gathers_per_layer, param_prefetch, weights_kept_through_step
 from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.prepare import tied_copy_params
 from plansim.strategy.frameworks import ParamPrefetch, load_framework
@@ -162,10 +163,10 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
     states = model_state_bytes(
         params,
         s.shard_degree,
-        1 if s.weights_kept_through_step else s.zero,  # weights and gradients whole through the step
+        1 if weights_kept_through_step(s) else s.zero,  # weights and gradients whole through the step
         mixed_precision=s.mixed_precision,
         fp32_grad_accum=s.grads_fp32,
-        weights_sharded=s.gathers_per_layer,
+        weights_sharded=gathers_per_layer(s),
     )
     return {
         "weights": states.weights,
@@ -200,10 +201,10 @@ def static_bytes(cluster: Cluster, s: Strategy, params: float, layer_params: Seq
     gathered in forward until that layer's backward, so at the end of forward, where the activations peak too, the
     stage's weights are all gathered."""
     states = model_states(cluster, s, params)
-    gathering = s.gathers_per_layer and s.shard_degree > 1
+    gathering = gathers_per_layer(s) and s.shard_degree > 1
     held = params
     if s.zero >= 3:
-        prefetch = load_framework(s.framework).rules.param_prefetch.value
+        prefetch = param_prefetch(s)
         held = min(params, gathered_at_once(prefetch, tuple(layer_params)))
     gathered = held * dtype_bytes(s.compute_dtype) if gathering else 0.0
     return {

@@ -1,7 +1,7 @@
 """Pipeline sends as the framework issues them, defined once for both engines: what a send costs the stage that
 makes it beyond its transfer, and what a received activation costs before it can be used.
 
-Which sends block is the framework's ``pipeline_sends`` rule (``Strategy.blocking_p2p``): Megatron-LM's under 1F1B,
+Which sends block is the framework's ``pipeline_sends`` rule (``pipeline_sends``): Megatron-LM's under 1F1B,
 with a host synchronisation after each call (below); DeepSpeed's pipeline engine's, whose blocking ``dist.send`` makes
 the compute stream wait for the transfer without one; none under torch's pipelining (``fsdp``), which waits a send
 only in a batch with the receive the next pass needs, or at the end of a phase, so its sends run beside compute as
@@ -65,15 +65,29 @@ from plansim.step.comm import Comm
 from plansim.strategy.frameworks import load_framework
 from plansim.strategy.schema import Strategy
 
-__all__ = ["OverlappedSends", "call_overhead_s", "regather"]
+__all__ = ["OverlappedSends", "PipelineSends", "pipeline_sends", "regather"]
 
 
-def call_overhead_s(gpu: GPUSpec, s: Strategy) -> float:
-    """Seconds a blocking pipeline call keeps the stage's compute idle beyond its transfer: the launch of the next
-    kernel after ``torch.cuda.synchronize()`` has drained the device, where the framework's blocking calls end in
-    one (its ``pipeline_sends`` rule: Megatron-LM's); 0 where sends do not block or the wait is the stream's only."""
-    host_sync = load_framework(s.framework).rules.pipeline_sends.value.host_sync
-    return gpu.kernel_launch_s if s.blocking_p2p and host_sync else 0.0
+@dataclass(frozen=True)
+class PipelineSends:
+    """How a stage issues its pipeline sends under the strategy's schedule and framework: whether its compute waits
+    for each send's transfer (``blocking``; else the send runs beside compute and only its receiver waits for it),
+    and ``call_s``, what each blocking call keeps the compute idle beyond the transfer. The lowering turns it into a
+    send task and, when blocking, a call task of ``call_s`` after it on the compute stream; the analytic engine into
+    each send's seconds on the stage's critical path, or into ``OverlappedSends``."""
+
+    blocking: bool
+    call_s: float = 0.0
+
+
+def pipeline_sends(gpu: GPUSpec, s: Strategy) -> PipelineSends:
+    """The framework's ``pipeline_sends`` rule for ``s``'s schedule on ``gpu``: blocking where the rule names the
+    schedule, and a blocking call's idle time the launch of the next kernel after ``torch.cuda.synchronize()`` has
+    drained the device, where the framework's blocking calls end in one (Megatron-LM's); 0 where the wait is the
+    stream's only."""
+    rule = load_framework(s.framework).rules.pipeline_sends.value
+    blocking = s.schedule in rule.blocking
+    return PipelineSends(blocking, gpu.kernel_launch_s if blocking and rule.host_sync else 0.0)
 
 
 def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:

@@ -33,6 +33,7 @@ from plansim.workload.traced import Workload
 __all__ = [
     "PreparedStep",
     "beside",
+    "build_step",
     "comm_pricer",
     "p2p_message_bytes",
     "prepare_step",
@@ -54,12 +55,19 @@ class PreparedStep:
 
 
 def prepare_step(model: Workload, cluster: Cluster, strategy: Strategy) -> PreparedStep:
-    """Resolve and check ``strategy``; raises ``PlansimError`` naming every violation. A traced model's graph is
-    used as traced (``check_strategy`` has checked that the strategy fits it)."""
-    s = strategy.resolve(cluster)
+    """Resolve ``strategy`` (where it is not yet, ``Strategy.resolved``) and check it, then ``build_step``; raises
+    ``PlansimError`` naming every violation."""
+    s = strategy.resolved(cluster)
     problems = check_strategy(s, model, cluster)
     if problems:
         raise PlansimError("; ".join(problems))
+    return build_step(model, cluster, s)
+
+
+def build_step(model: Workload, cluster: Cluster, s: Strategy) -> PreparedStep:
+    """The op graph and kernel model of a resolved strategy that passed ``check_strategy`` (the analytic engine
+    checks once per strategy, before its cache). A traced model's graph is used as traced (the check has checked
+    that the strategy fits it)."""
     if isinstance(model, TracedModel):
         graph = model.graph
     else:

@@ -24,8 +24,9 @@ __all__ = ["check_strategy"]
 
 def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> list[str]:
     """Every way ``strategy`` cannot run ``model`` on ``cluster``; empty when it can. Each message names the fix.
-    A traced model (``plansim.workload.traced``) also needs tp=1, its traced batch as micro-batch and its dtype."""
-    s = strategy.resolve(cluster)
+    A traced model (``plansim.workload.traced``) also needs tp=1, its traced batch as micro-batch and its dtype.
+    ``strategy`` as written or resolved (``Strategy.resolved``)."""
+    s = strategy.resolved(cluster)
     dp = s.dp or 1
     problems: list[str] = []
     if dp * s.tp * s.pp != cluster.num_gpus:

@@ -247,12 +247,6 @@ class Strategy(BaseModel):
         return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
 
     @property
-    def blocking_p2p(self) -> bool:
-        """Whether the stage's compute waits for each of its pipeline sends under this schedule (its framework's
-        ``pipeline_sends`` rule); else a send runs beside compute and only its receiver waits for it."""
-        return self.schedule in load_framework(self.framework).rules.pipeline_sends.value.blocking
-
-    @property
     def hybrid_shard(self) -> bool:
         """Whether ZeRO's states are sharded over part of the data-parallel group and replicated across the parts
         (``dp_shard`` below ``dp``: HSDP)."""
@@ -262,25 +256,6 @@ class Strategy(BaseModel):
     def shard_degree(self) -> int:
         """The ranks ZeRO shards its states over: ``dp_shard`` under hybrid sharding, else ``dp``."""
         return self.dp_shard if self.hybrid_shard and self.dp_shard is not None else (self.dp or 1)
-
-    @property
-    def weights_kept_through_step(self) -> bool:
-        """ZeRO-3 with pipelining where the framework keeps each layer's gathered weights through the step and
-        reduce-scatters its whole gradients once at the end (torchtitan: its rule
-        ``sharded_weights_kept_with_pipeline``): within the step, ZeRO-1's memory and traffic, each layer's gather
-        under its first forward."""
-        if self.zero < 3 or self.pp == 1:
-            return False
-        return load_framework(self.framework).rules.sharded_weights_kept_with_pipeline.value
-
-    @property
-    def gathers_per_layer(self) -> bool:
-        """Whether the weights are sharded at rest and all-gathered layer by layer for each micro-batch's passes:
-        ZeRO-3 (but where ``weights_kept_through_step``), and ZeRO-2 where the framework's ZeRO-2 shards them (FSDP's
-        SHARD_GRAD_OP: its rule ``zero2_shards_weights``)."""
-        if self.zero == 2:
-            return load_framework(self.framework).rules.zero2_shards_weights.value
-        return self.zero >= 3 and not self.weights_kept_through_step
 
     @property
     def grad_bytes(self) -> int:
@@ -320,6 +295,25 @@ class Strategy(BaseModel):
                     rules.param_gather_overlap.value and bool(overlapped) and s.zero in (1, 2)
                 )
         return s.model_copy(update=update) if update else s
+
+    @property
+    def is_resolved(self) -> bool:
+        """Whether every field ``resolve`` fills in is set (dp, dtype and the framework's gradient defaults):
+        resolving it again returns it unchanged."""
+        return None not in (
+            self.dp,
+            self.dtype,
+            self.fp32_grad_accum,
+            self.overlap_grad_reduce,
+            self.grad_bucket_bytes,
+            self.overlap_param_gather,
+        )
+
+    def resolved(self, cluster: Cluster) -> Strategy:
+        """``resolve`` for the boundaries that take a strategy as written or already resolved (the engines' entries,
+        the lowering, the checks): a resolved one is returned as it is, so that one simulate call resolves its
+        strategy once."""
+        return self if self.is_resolved else self.resolve(cluster)
 
     def with_gpus(self, gpus: int) -> Strategy:
         """Fill in ``dp`` from the GPU count when it was left out."""

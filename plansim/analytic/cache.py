@@ -1,0 +1,297 @@
+"""What the analytic engine memoizes for one model and cluster (``AnalyticCache``), each memo keyed on what its result
+reads of a strategy (a ``plansim.strategy.schema.StrategyProjection``): the op graph and layer costs
+(``LayerKey``), a pipeline's stages (``PipelineKey``), its sends (``SendsKey``), the model states
+(``StatesKey``), the data-parallel plan (``DataParallelKey``) and the fixed memory per stage (``FixedKey``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plansim.analytic.data_parallel import (
+    DataParallelComm,
+    DpBesides,
+    DpMemo,
+    DpMessage,
+    DpPricer,
+    Sent,
+    data_parallel_comm,
+    price_dp,
+)
+from plansim.analytic.pipeline import Pipeline, stage_layout
+from plansim.analytic.stages import StageCost, StageSends, StageSums, interference_of, stage_sends
+from plansim.hardware import Cluster
+from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
+from plansim.step.layers import LayerCost, layer_costs, layer_programs
+from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
+from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, tied_copy_params, tp_overlap
+from plansim.strategy.checks import check_strategy
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy, StrategyProjection
+from plansim.workload.traced import Workload
+
+
+@dataclass(frozen=True)
+class LayerKey(StrategyProjection):
+    """What the op graph of a micro-batch, its per-layer costs (tensor-parallel collectives on the tp axis, which
+    is the fastest one: its groups do not depend on dp or pp) and the pipeline message size read of a strategy."""
+
+    micro_batch: int
+    tp: int
+    sequence_parallel: bool
+    compute_dtype: str
+    attention: str
+    tp_overlap_rules: tuple[
+        object, ...
+    ]  # which tensor-parallel collectives overlap GEMMs (``step.prepare.tp_overlap``)
+
+
+@dataclass(frozen=True)
+class PipelineKey(StrategyProjection):
+    """What a pipeline's stages read beyond ``LayerKey``: layout, schedule, remat and, for the stage boundaries'
+    links, the data-parallel degree (the pp axis's stride). ZeRO and the all-reduce do not enter."""
+
+    remat: str
+    schedule: str
+    pp: int
+    num_microbatches: int
+    virtual_stages: int
+    layer_split: tuple[int, ...] | None
+    dp: int | None
+    framework: str  # the stages' sends (``SendsKey``): its pipeline_sends rule
+
+
+@dataclass(frozen=True)
+class SendsKey(StrategyProjection):
+    """What the pipeline sends of every stage read beyond ``LayerKey`` (the pp axis's stride is tp * dp; the
+    schedule also says whether the sends block)."""
+
+    schedule: str
+    pp: int
+    virtual_stages: int
+    dp: int | None
+    framework: str  # its pipeline_sends rule: which schedules' sends block, and how (``step.p2p.pipeline_sends``)
+
+
+@dataclass(frozen=True)
+class StatesKey(StrategyProjection):
+    """What the stages' model states and workspace read (``AnalyticCache.model_states_exceed``)."""
+
+    tp: int
+    pp: int
+    virtual_stages: int
+    layer_split: tuple[int, ...] | None
+    dp: int | None
+    shard_degree: int  # the ranks ZeRO shards over (``dp_shard`` under hybrid sharding)
+    zero: int
+    compute_dtype: str
+    fp32_grad_accum: bool
+    framework: str  # whether its ZeRO-2 shards the weights (FSDP's SHARD_GRAD_OP), how far ahead its ZeRO-3 gathers
+
+
+@dataclass(frozen=True)
+class DataParallelKey(StrategyProjection):
+    """What the data-parallel plan (``step.data_parallel``) and its collectives' links read: the mesh (the dp
+    group's size and stride), ZeRO, the algorithm, the gradient and weight bytes, buckets and overlap."""
+
+    tp: int
+    dp: int | None
+    shard_degree: int  # hybrid sharding's shard group: the mesh's dp_shard and dp_replicate axes
+    pp: int
+    zero: int
+    dp_algorithm: str
+    compute_dtype: str
+    fp32_grad_accum: bool
+    grad_bucket_bytes: float
+    overlap_grad_reduce: bool
+    framework: str  # its rules: whether sharded gradients are reduced every micro-batch
+    overlap_param_gather: bool
+
+
+@dataclass(frozen=True)
+class FixedKey(StrategyProjection):
+    """What the CUDA context and NCCL's buffers per stage read (``step.memory.fixed_bytes``): the mesh, which
+    reductions the dp and tp groups run (all-reduce or not), the interleaved pipeline's wrap-around peer."""
+
+    tp: int
+    dp: int | None
+    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's
+    pp: int
+    virtual_stages: int
+    zero: int
+    sequence_parallel: bool
+    tp_comm_overlap: bool  # Transformer Engine's userbuffers, one micro-batch's activation each
+    micro_batch: int
+    framework: str
+
+
+@dataclass(frozen=True)
+class PricedLayers:
+    """What a strategy's pricing reads that depends only on ``LayerKey`` (micro-batch, tp, sequence
+    parallel, dtype, attention)."""
+
+    prep: PreparedStep
+    costs: dict[int, LayerCost]
+    model_flops: float
+    kernel_recompute_flops: float  # what fused kernels' backward recomputes (workload.kernel_recompute_flops)
+    stage_sums: dict[tuple[int, ...], StageSums] = field(default_factory=dict)
+    pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
+    stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
+    p2p: dict[SendsKey, list[StageSends]] = field(default_factory=dict)
+    _alike: dict[tuple[LayerCost, ...], StageSums] = field(default_factory=dict)
+    _bytes: dict[int, LayerBytes] = field(default_factory=dict)
+
+    def layer_bytes(self, layer: int) -> LayerBytes:
+        """What the memory model reads of a layer's cost (``step.memory.LayerBytes``)."""
+        hit = self._bytes.get(layer)
+        if hit is None:
+            hit = self._bytes[layer] = LayerBytes.of(self.costs[layer])
+        return hit
+
+    def sums(self, layers: tuple[int, ...], model: Workload) -> StageSums:
+        """The sums of a layer list; lists whose layers cost alike (a pipeline's middle stages) share one."""
+        hit = self.stage_sums.get(layers)
+        if hit is None:
+            alike = tuple(self.costs[i] for i in layers if i in self.costs)
+            hit = self._alike.get(alike)
+            if hit is None:
+                hit = StageSums(list(layers), self.costs, model, self.prep.graph.graph["layer_input_bytes"])
+                self._alike[alike] = hit
+            self.stage_sums[layers] = hit
+        return hit
+
+    def p2p_of(self, cluster: Cluster, s: Strategy) -> list[StageSends]:
+        """``stage_sends`` of every stage of ``s``'s pipeline, with each send's time and the compute rate beside it."""
+        key = SendsKey.of(s)
+        hit = self.p2p.get(key)
+        if hit is None:
+            model = interference_of(cluster, self.prep.kernels)
+            hit = self.p2p[key] = [stage_sends(cluster, s, idx, self.prep.graph, model) for idx in range(s.pp)]
+        return hit
+
+
+class AnalyticCache:
+    """Memoizes, for one model and cluster, the op graph and the per-layer costs that many strategies share (those
+    with equal micro-batch, tensor-parallel degree, sequence parallelism, dtype and attention), so that a planner
+    pricing thousands of strategies builds each graph once. Results are exactly ``simulate_analytic``'s without a
+    cache."""
+
+    def __init__(self, model: Workload, cluster: Cluster) -> None:
+        self.model, self.cluster = model, cluster
+        self._priced: dict[LayerKey, PricedLayers] = {}
+        self._states: dict[StatesKey, int] = {}
+        self._fixed: dict[FixedKey, list[dict[str, float]]] = {}
+        self._problems: dict[Strategy, list[str]] = {}
+        # per data-parallel key: the plan, its collectives' prices, and a stage's reductions and gathers beside its
+        # passes by what else they read (``dp_comms``)
+        self._dp_plans: dict[DataParallelKey, tuple[DataParallelPlan | None, dict[DpMessage, Sent], DpMemo]] = {}
+
+    def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, DpPricer, DpMemo]:
+        """``data_parallel_plan`` of a resolved strategy, a memoized ``price_dp`` of its collectives and the memo
+        of ``dp_comms``."""
+        key = DataParallelKey.of(s)
+        hit = self._dp_plans.get(key)
+        if hit is None:
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, {})
+        plan, prices, memo = hit
+
+        def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
+            got = prices.get((c, n_bytes))
+            if got is None:
+                assert plan is not None
+                got = prices[(c, n_bytes)] = price_dp(self.cluster, s, plan, c, n_bytes)
+            return got
+
+        return plan, price, memo
+
+    @staticmethod
+    def dp_comms(
+        s: Strategy,
+        dp: tuple[DataParallelPlan | None, DpPricer, DpMemo],
+        stages: list[StageCost],
+        besides: DpBesides,
+    ) -> list[DataParallelComm]:
+        """``data_parallel_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the
+        data-parallel key (``besides`` follow from it and the cluster), the micro-batches, the pipeline's stages and
+        the stage's parameters and passes (per model chunk: the interleaved cooldown's walk,
+        ``data_parallel._last_backwards``)."""
+        plan, price, memo = dp
+        out = []
+        for stage in stages:
+            # the passes by identity (built once per layer list and remat: ``stages._backward_layers``); the entry keeps
+            # them alive, so an identity is not reused while it is a key
+            key = (besides, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
+                   id(stage.backward_layers), stage.first_stage)  # fmt: skip
+            hit = memo.get(key)
+            if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
+                comm = data_parallel_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides)
+                hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
+            out.append(hit[2])
+        return out
+
+    def problems(self, resolved: Strategy) -> list[str]:
+        """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""
+        hit = self._problems.get(resolved)
+        if hit is None:
+            hit = self._problems[resolved] = check_strategy(resolved, self.model, self.cluster)
+        return hit
+
+    def model_states_exceed(self, strategy: Strategy) -> bool:
+        """Whether some stage's weights, gradients, optimizer states and workspace alone exceed the device's memory
+        (then ``simulate_analytic`` reports ``fits=False`` whatever the activations): the memory model's static
+        part, without pricing the step. False for a strategy that cannot run (pricing it names why)."""
+        states = self.model_states_bytes(strategy)
+        return states is not None and states > self.cluster.gpu.memory_bytes
+
+    def model_states_bytes(self, strategy: Strategy) -> int | None:
+        """The largest stage's weights, gradients, optimizer states and workspace (ZeRO-3's gathered layers
+        included); None for a strategy that cannot run."""
+        s = strategy.resolved(self.cluster)
+        if self.problems(s):  # before the cache: validity is not a matter of the key
+            return None
+        key = StatesKey.of(s)
+        if key not in self._states:
+            costs = next((p.costs for k, p in self._priced.items() if k.tp == s.tp), None) or self.priced(s).costs
+            self._states[key] = max(
+                sum(
+                    static_bytes(
+                        self.cluster, s, stage_params(layers, costs, s, self.model, idx),
+                        [costs[i].params for i in layers if i in costs],
+                    ).values()
+                )
+                for idx, layers in enumerate(stage_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))
+            )  # fmt: skip
+        return self._states[key]
+
+    def fixed(self, s: Strategy) -> list[dict[str, float]]:
+        """``fixed_bytes`` of every stage of a resolved strategy (CUDA context, NCCL buffers)."""
+        key = FixedKey.of(s)
+        hit = self._fixed.get(key)
+        if hit is None:
+            tied = tied_copy_params(self.model, s) > 0
+            layer_input = float(self.priced(s).prep.graph.graph["layer_input_bytes"]) if s.tp_comm_overlap else 0.0
+            hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied, layer_input) for idx in range(s.pp)]
+        return hit
+
+    def priced(self, prep_strategy: Strategy) -> PricedLayers:
+        """The shared part for a resolved strategy that passed ``problems``."""
+        s = prep_strategy
+        key = LayerKey.of(s)
+        hit = self._priced.get(key)
+        if hit is None:
+            from plansim.workload import kernel_recompute_flops, model_flops
+
+            prep = build_step(self.model, self.cluster, s)
+            programs = layer_programs(
+                prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
+            )
+            costs = layer_costs(
+                programs,
+                comm_pricer(self.cluster, prep.strategy),
+                rate_beside(self.cluster, prep.strategy, prep.kernels),
+            )
+            for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
+                costs.setdefault(block, LayerCost())
+            hit = PricedLayers(prep, costs, model_flops(prep.graph), kernel_recompute_flops(prep.graph))
+            self._priced[key] = hit
+        return hit
