@@ -28,6 +28,7 @@ from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
 from plansim.step.result import MEMORY_CATEGORIES
 from plansim.strategy.frameworks import framework_names
+from plansim.strategy.mesh import REPLICA_AXES, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec
 
@@ -338,9 +339,9 @@ def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
     >>> [(t.dp, t.global_batch, t.num_microbatches) for t in (scaled_strategy(s, 16, b) for b in SCALING_BATCH)]
     [(8, 32, 2), (8, 64, 4)]
     """
-    width = s.tp * s.pp
+    width = ranks_of(s, besides=("dp",))
     if gpus % width:
-        raise PlansimError(f"{gpus} GPUs: not a multiple of tp x pp = {width}")
+        raise PlansimError(f"{gpus} GPUs: not a multiple of {' x '.join(REPLICA_AXES)} = {width}")
     dp = gpus // width
     if batch == "per-replica":
         return s.model_copy(update={"dp": dp, "global_batch": s.batch // (s.dp or 1) * dp})
@@ -363,7 +364,7 @@ def _cluster(hw: Cluster | str, gpus: int | None, s: Strategy) -> Cluster:
     if isinstance(hw, Cluster):
         return hw if gpus is None or gpus == hw.num_gpus else resize(hw, gpus)
     if gpus is None and s.dp is not None:
-        gpus = s.dp * s.tp * s.pp
+        gpus = s.num_gpus
     return load_hardware(str(hw), gpus=gpus)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
+from plansim.strategy.mesh import ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
@@ -56,7 +57,7 @@ COMM_KINDS = ("dp", "tp", "pp", "zero")
 def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) -> tuple[float, float]:
     """(model, hardware) FLOPs of the whole step over every GPU, from one rank's per-micro-batch model FLOPs and
     its recompute FLOPs per micro-batch (summed over stages): every tp x dp rank runs every micro-batch."""
-    copies = s.tp * (s.dp or 1) * s.num_microbatches
+    copies = ranks_of(s, besides=("pp",)) * s.num_microbatches
     model = micro_batch_flops * copies
     return model, model + recompute_flops * copies
 
