@@ -47,8 +47,8 @@ from plansim.hardware import Cluster
 from plansim.result import Result
 from plansim.step.comm import Comm
 from plansim.step.prepare import beside
-from plansim.step.result import COMM_KINDS, TIME_PARTS, overlap_figures, step_result
-from plansim.strategy.mesh import DP_AXES, DeviceMesh
+from plansim.step.result import TIME_PARTS, overlap_figures, step_result
+from plansim.strategy.mesh import COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload import ModelSpec

@@ -13,13 +13,12 @@ from typing import Any
 
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
-from plansim.strategy.mesh import ranks_of
+from plansim.strategy.mesh import COMM_KINDS, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
 
 __all__ = [
-    "COMM_KINDS",
     "MEMORY_CATEGORIES",
     "THIN_MARGIN",
     "TIME_PARTS",
@@ -48,10 +47,6 @@ TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sy
 #: the step's (the world group), and the allocator's fragmentation from interleaved lifetimes beyond its block
 #: rounding (not modelled, plansim.costs.allocator). 5 % of 80 GiB is 4.3 GB: about ten times the CUDA context.
 THIN_MARGIN = 0.05
-
-#: ``Result.comm_bytes_per_gpu`` keys, in order: gradient reduction, tensor-parallel collectives (the tp axis),
-#: pipeline sends, ZeRO's parameter gathers.
-COMM_KINDS = ("dp", "tp", "pp", "zero")
 
 
 def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) -> tuple[float, float]:

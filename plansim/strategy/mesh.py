@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AXIS_ORDER",
+    "COMM_KINDS",
     "DP_AXES",
     "DP_PARTS",
     "REPLICA_AXES",
@@ -48,6 +49,12 @@ AXIS_ORDER = ("tp", "dp", "pp")
 #: The axes one model replica is split over: every axis but data parallelism's, fastest first. A strategy's GPUs are
 #: ``dp`` replicas of their product.
 REPLICA_AXES = tuple(axis for axis in AXIS_ORDER if axis != "dp")
+
+#: ``Result.comm_bytes_per_gpu`` keys, in order: what one GPU sends along each axis, gradient reduction over the
+#: data-parallel axis first, then the axes of one replica (tensor-parallel collectives, pipeline sends), then ZeRO's
+#: parameter gathers (over the data-parallel axis, counted apart). The one list of the kinds: a new axis brings its
+#: own.
+COMM_KINDS = ("dp", *REPLICA_AXES, "zero")
 
 #: Hybrid sharding's two data-parallel axes, fastest first, whose flattened pair is ``dp``.
 DP_PARTS = ("dp_shard", "dp_replicate")
