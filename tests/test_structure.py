@@ -133,7 +133,10 @@ MESH_MODULE = PACKAGE / "strategy" / "mesh.py"
 
 
 def _degree(node: ast.expr) -> bool:
-    """Whether ``node`` reads a parallel degree: a name or an attribute named after a mesh axis (``dp``, ``s.tp``)."""
+    """Whether ``node`` reads a parallel degree: a name or an attribute named after a mesh axis (``dp``, ``s.tp``),
+    or one with a default (``s.dp or 1``)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return _degree(node.values[0])
     return (isinstance(node, ast.Name) and node.id in DEGREES) or (
         isinstance(node, ast.Attribute) and node.attr in DEGREES
     )
@@ -152,6 +155,7 @@ def degree_products(source: str) -> list[int]:
 def test_the_degree_check_sees_products() -> None:
     snippet = "def f(s, tp):\n    a = s.dp * s.tp\n    b = 2 * s.tp\n    return a * s.pp, tp * s.pp * 3, b * 4\n"
     assert degree_products(snippet) == [2, 4]
+    assert degree_products("copies = s.tp * (s.dp or 1) * m") == [1]
 
 
 def test_no_product_of_parallel_degrees_outside_the_mesh() -> None:
