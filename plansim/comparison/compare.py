@@ -245,9 +245,10 @@ def compare(
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
-    ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``frameworks`` runs each strategy under each of these frameworks (``strategy.frameworks``), side by side,
-    each run labelled with its framework; without them each strategy runs under its own ``framework``.
+    ``gpus`` sizes every cluster; without it each strategy's GPUs (``Strategy.num_gpus``: dp x tp x pp) do (or
+    one node when dp is left out). ``frameworks`` runs each strategy under each of these frameworks
+    (``strategy.frameworks``), side by side, each run labelled with its framework; without them each strategy runs
+    under its own ``framework``.
     ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
 
     Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
@@ -332,8 +333,9 @@ def _listed(values: object, kinds: tuple[type, ...], option: str) -> list[Any]:
 
 
 def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
-    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus / (tp pp); the global
-    batch kept (``fixed``) or grown with dp at the same micro-batches per replica (``per-replica``).
+    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus over one replica's GPUs
+    (``ranks_of(s, besides=("dp",))``: tp x pp); the global batch kept (``fixed``) or grown with dp at the same
+    micro-batches per replica (``per-replica``).
 
     >>> s = Strategy(dp=4, tp=2, micro_batch=2, global_batch=32)
     >>> [(t.dp, t.global_batch, t.num_microbatches) for t in (scaled_strategy(s, 16, b) for b in SCALING_BATCH)]

@@ -48,7 +48,7 @@ from plansim.result import Result
 from plansim.step.comm import Comm, GroupEnds, Shift, Standalone, WholeGroup
 from plansim.step.prepare import beside
 from plansim.step.result import TIME_PARTS, overlap_figures, step_result
-from plansim.strategy.mesh import COMM_KINDS, DP_AXES, DeviceMesh
+from plansim.strategy.mesh import AXIS_ORDER, COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload import ModelSpec
@@ -821,7 +821,7 @@ def simulate_collective(
     what_if = what_if or WhatIf()
     graph = TaskGraph(
         stages=[],
-        mesh=DeviceMesh((("tp", 1), ("dp", 1), ("pp", 1))),
+        mesh=DeviceMesh(tuple((axis, 1) for axis in AXIS_ORDER)),  # one rank: the ranks are given
         num_microbatches=1,
         model_flops=0.0,
         hardware_flops=0.0,
