@@ -12,6 +12,7 @@ from plansim.files.yamlfile import validated
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import number, whole
 from plansim.result import Result
+from plansim.strategy.mesh import REPLICA_AXES
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import with_traced_defaults
 from plansim.workload import ModelSpec, TracedModel, load_model
@@ -171,5 +172,5 @@ def simulate(
     spec = as_model(model)
     strat = with_traced_defaults(as_strategy(strategy), spec)
     if gpus is None and strat.dp is not None and not isinstance(hardware, Cluster):
-        gpus = whole(strat.dp * strat.tp * strat.pp, "gpus", "strategy: dp*tp*pp =")
+        gpus = whole(strat.num_gpus, "gpus", f"strategy: {'*'.join(('dp', *REPLICA_AXES))} =")
     return ENGINES[engine](spec, as_cluster(hardware, gpus), strat, **options)

@@ -33,7 +33,7 @@ from plansim.errors import PlansimError
 from plansim.hardware import load_gpu, load_hardware
 from plansim.hardware.schema import OverlapMeasurement
 from plansim.profiling.schema import Environment, KernelProfile, Overlap, OverlapPoint
-from plansim.step.comm import Comm
+from plansim.step.comm import Comm, Shift
 from plansim.strategy.mesh import DeviceMesh
 
 A100 = load_gpu("a100-sxm4-80gb")
@@ -177,7 +177,7 @@ def test_des_equals_the_closed_form_beside_a_pipeline_send(n_bytes: float) -> No
     """A send from stage 0 to stage 1 on another node (tp = dp = 8): 2 channels, 3 HBM bytes per byte sent."""
     cluster = load_hardware("dgx-a100", gpus=16)
     mesh = DeviceMesh((("tp", 8), ("dp", 1), ("pp", 2)))
-    comm = Comm("send_recv", "direct", "pp", n_bytes, "pp", peer=1)
+    comm = Comm("send_recv", "direct", "pp", n_bytes, "pp", peers=Shift(1))
     end, comm_s, _ = _one_overlap(cluster, comm, 5e-3, mesh)
     load = send_load(cluster, 0, 8)
     assert load == Load(2, 3.0 * cluster.p2p_link(0, 8).bandwidth_Bps)

@@ -1,7 +1,9 @@
-"""The package's layers point one way: no import cycles, and no engine that reads the reports or the planner.
+"""The package's layers point one way: no import cycles, and no engine that reads the reports or the planner; and
+no product of parallel degrees outside the mesh.
 
 Every import counts: module level, inside functions (lazy) and under ``TYPE_CHECKING``, since each is a dependency
-a reader must follow. The walk reads the source with ``ast``; nothing is imported.
+a reader must follow. The walks read the source with ``ast``; nothing of the package is imported but the mesh's
+axis names.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+
+from plansim.strategy.mesh import AXIS_ORDER, DP_PARTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "plansim"
 
@@ -119,3 +123,48 @@ def test_layers_point_one_way(lower: tuple[str, ...], upper: tuple[str, ...]) ->
     graph = import_graph()
     wrong = sorted((a, b) for a, b in graph.edges if _within(a, lower) and _within(b, upper) and not _within(a, upper))
     assert not wrong, "imports against the layering: " + ", ".join(f"{a} -> {b}" for a, b in wrong)
+
+
+#: The parallel degrees by name: the mesh's axes and hybrid sharding's two data-parallel parts.
+DEGREES = frozenset((*AXIS_ORDER, *DP_PARTS))
+
+#: The one module that multiplies parallel degrees: the mesh, which every GPU count and group size is asked of.
+MESH_MODULE = PACKAGE / "strategy" / "mesh.py"
+
+
+def _degree(node: ast.expr) -> bool:
+    """Whether ``node`` reads a parallel degree: a name or an attribute named after a mesh axis (``dp``, ``s.tp``),
+    or one with a default (``s.dp or 1``)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        return _degree(node.values[0])
+    return (isinstance(node, ast.Name) and node.id in DEGREES) or (
+        isinstance(node, ast.Attribute) and node.attr in DEGREES
+    )
+
+
+def degree_products(source: str) -> list[int]:
+    """Lines of ``source`` that multiply two parallel degrees (``s.dp * s.tp``, ``tp * pp``): a GPU count written
+    out instead of asked of the mesh (``plansim.strategy.mesh.ranks_of``, ``Strategy.num_gpus``)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and _degree(node.left) and _degree(node.right)
+    )
+
+
+def test_the_degree_check_sees_products() -> None:
+    snippet = "def f(s, tp):\n    a = s.dp * s.tp\n    b = 2 * s.tp\n    return a * s.pp, tp * s.pp * 3, b * 4\n"
+    assert degree_products(snippet) == [2, 4]
+    assert degree_products("copies = s.tp * (s.dp or 1) * m") == [1]
+
+
+def test_no_product_of_parallel_degrees_outside_the_mesh() -> None:
+    """A new parallel axis is an entry of the mesh (``AXIS_ORDER``): no module re-derives a GPU count or a replica's
+    width by multiplying degrees, which the new axis would silently miss."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != MESH_MODULE
+        for line in degree_products(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "products of parallel degrees (ask the mesh): " + ", ".join(found)

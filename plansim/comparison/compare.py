@@ -28,6 +28,7 @@ from plansim.planner.search import OBJECTIVES
 from plansim.result import Result
 from plansim.step.result import MEMORY_CATEGORIES
 from plansim.strategy.frameworks import framework_names
+from plansim.strategy.mesh import REPLICA_AXES, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec
 
@@ -244,9 +245,10 @@ def compare(
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
-    ``gpus`` sizes every cluster; without it each strategy's ``dp * tp * pp`` does (or one node when dp is left
-    out). ``frameworks`` runs each strategy under each of these frameworks (``strategy.frameworks``), side by side,
-    each run labelled with its framework; without them each strategy runs under its own ``framework``.
+    ``gpus`` sizes every cluster; without it each strategy's GPUs (``Strategy.num_gpus``: dp x tp x pp) do (or
+    one node when dp is left out). ``frameworks`` runs each strategy under each of these frameworks
+    (``strategy.frameworks``), side by side, each run labelled with its framework; without them each strategy runs
+    under its own ``framework``.
     ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
 
     Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
@@ -331,16 +333,17 @@ def _listed(values: object, kinds: tuple[type, ...], option: str) -> list[Any]:
 
 
 def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
-    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus / (tp pp); the global
-    batch kept (``fixed``) or grown with dp at the same micro-batches per replica (``per-replica``).
+    """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus over one replica's GPUs
+    (``ranks_of(s, besides=("dp",))``: tp x pp); the global batch kept (``fixed``) or grown with dp at the same
+    micro-batches per replica (``per-replica``).
 
     >>> s = Strategy(dp=4, tp=2, micro_batch=2, global_batch=32)
     >>> [(t.dp, t.global_batch, t.num_microbatches) for t in (scaled_strategy(s, 16, b) for b in SCALING_BATCH)]
     [(8, 32, 2), (8, 64, 4)]
     """
-    width = s.tp * s.pp
+    width = ranks_of(s, besides=("dp",))
     if gpus % width:
-        raise PlansimError(f"{gpus} GPUs: not a multiple of tp x pp = {width}")
+        raise PlansimError(f"{gpus} GPUs: not a multiple of {' x '.join(REPLICA_AXES)} = {width}")
     dp = gpus // width
     if batch == "per-replica":
         return s.model_copy(update={"dp": dp, "global_batch": s.batch // (s.dp or 1) * dp})
@@ -363,7 +366,7 @@ def _cluster(hw: Cluster | str, gpus: int | None, s: Strategy) -> Cluster:
     if isinstance(hw, Cluster):
         return hw if gpus is None or gpus == hw.num_gpus else resize(hw, gpus)
     if gpus is None and s.dp is not None:
-        gpus = s.dp * s.tp * s.pp
+        gpus = s.num_gpus
     return load_hardware(str(hw), gpus=gpus)
 
 

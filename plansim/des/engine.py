@@ -45,10 +45,10 @@ from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.result import Result
-from plansim.step.comm import Comm
+from plansim.step.comm import Comm, GroupEnds, Shift, Standalone, WholeGroup
 from plansim.step.prepare import beside
-from plansim.step.result import COMM_KINDS, TIME_PARTS, overlap_figures, step_result
-from plansim.strategy.mesh import DP_AXES, DeviceMesh
+from plansim.step.result import TIME_PARTS, overlap_figures, step_result
+from plansim.strategy.mesh import AXIS_ORDER, COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload import ModelSpec
@@ -287,21 +287,26 @@ class _Engine:
 
     # -- communication ---------------------------------------------------------------------------------------------
     def members(self, dev: _Device, comm: Comm) -> tuple[int, ...]:
-        """Global ranks of the group ``comm`` runs in, for the rank ``dev`` stands for, asked of the mesh: a group
-        along the comm's axis; a pipeline send's peer ``peer`` stages away; the tied embedding's first and last
-        stage."""
-        if comm.group == "pp":
-            return dev.rank, self.mesh.shift("pp", dev.rank, comm.peer)
-        if comm.group == "emb":
-            stages = self.mesh.group("pp", dev.offset)
-            return stages[0], stages[-1]
-        return self.mesh.group(comm.group, dev.rank)
+        """Global ranks of the group ``comm`` runs in, for the rank ``dev`` stands for, asked of the mesh by the kind
+        of its peers (``plansim.step.comm.Peers``): the rank's group along the comm's axis; a send's peer ``steps``
+        along it (a pipeline send's, stages away); the first and last rank of the group (the tied embedding's first
+        and last stage)."""
+        match comm.peers:
+            case Shift(steps=steps):
+                return dev.rank, self.mesh.shift(comm.group, dev.rank, steps)
+            case GroupEnds():
+                ends = self.mesh.group(comm.group, dev.rank)
+                return ends[0], ends[-1]
+            case WholeGroup():
+                return self.mesh.group(comm.group, dev.rank)
+            case Standalone():
+                raise ValueError("a standalone collective's ranks are its caller's (simulate_collective)")
 
     def images(self, group: str) -> tuple[int, ...]:
-        """Rank offsets of the copies of a group's transfers that the representative stands for (symmetric mode)."""
+        """Rank offsets of the copies of an axis' transfers that the representative stands for (symmetric mode)."""
         if self.mode == "full":
             return (0,)
-        return self.mesh.copies("pp" if group == "emb" else group, "pp")
+        return self.mesh.copies(group, "pp")
 
     def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
         """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived. One
@@ -313,7 +318,7 @@ class _Engine:
         known = self.groups.get(group_key)
         if known is None:
             members = self.members(dev, comm)
-            participants = 1 if comm.group == "pp" else sum(1 for r in members if r in self.devices)
+            participants = 1 if isinstance(comm.peers, Shift) else sum(1 for r in members if r in self.devices)
             load = self._load_of(dev, comm, members) if beside else IDLE
             known = self.groups[group_key] = (members, participants, self.phases(comm, members), load)
         members, participants, phases, load = known
@@ -346,13 +351,13 @@ class _Engine:
         if call is not None:
             return call.overhead_s or 0.0
         mode = algorithm_entry(comm.collective, comm.algorithm).nccl
-        if mode is None or comm.group == "pp" or not timed(self.cluster) or len(members) < 2:
+        if mode is None or isinstance(comm.peers, Shift) or not timed(self.cluster) or len(members) < 2:
             return 0.0
         key = (comm.collective, comm.algorithm, len(members), members[0], members[-1], comm.n_bytes)
         got = self.extra_cache.get(key)
         if got is None:
             nodes = len({self.cluster.node_of(r) for r in members})
-            if comm.group == "emb":  # the analytic engine's links (p2p_link for the two embedding copies, mesh.link)
+            if isinstance(comm.peers, GroupEnds):  # the analytic engine's links (p2p_link for the pair, mesh.link)
                 link = self.cluster.p2p_link(members[0], members[-1])
             else:
                 link = self.cluster.group_link(len(members), members[1] - members[0])
@@ -365,8 +370,11 @@ class _Engine:
     def _layer_call(self, comm: Comm, members: tuple[int, ...]) -> LayerCall | None:
         """How a layer's collective (a mesh axis other than dp) runs with NCCL's default algorithm, as the analytic
         engine's ``comm_pricer`` asks (``plansim.costs.nccl_groups.layer_call``: ring, tree or NVLS); None for
-        data-parallel collectives, sends, the embedding sync and ``simulate_collective``'s (its algorithm is given)."""
-        if comm.group in (*DP_AXES, "pp", "emb", "custom") or comm.algorithm != "ring" or len(members) < 2:
+        data-parallel collectives, sends, the embedding sync (a pair) and ``simulate_collective``'s (its algorithm is
+        given)."""
+        if not isinstance(comm.peers, WholeGroup) or comm.group in DP_AXES:
+            return None
+        if comm.algorithm != "ring" or len(members) < 2:
             return None
         key = ("layer", comm.collective, len(members), members[0], members[-1], comm.n_bytes)
         got = self.layer_calls.get(key)
@@ -382,7 +390,7 @@ class _Engine:
         send's or a pair's from the link between the two; a group's from its size and stride on the mesh, at the
         call's own pace where NCCL runs it (``plansim.step.prepare.beside``: its bytes at the group's link rate plus
         what NCCL adds, ``_nccl_extra``, as the analytic engine prices it)."""
-        if comm.group in ("pp", "emb"):
+        if isinstance(comm.peers, Shift | GroupEnds):
             return send_load(self.cluster, members[0], members[-1], comm.collective)
         group = beside(self.cluster, self.mesh, self.interference, comm.group, comm.collective, comm.algorithm,
                        comm.engine)  # fmt: skip
@@ -452,7 +460,7 @@ class _Engine:
         receives as much (``plansim.costs.nccl.nvls_sent_factor``), as a flow to its ring neighbour through it."""
         call = self._layer_call(comm, members)
         nvls = call is not None and call.algorithm == "nvls"
-        key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.group)
+        key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.group, type(comm.peers))
         cached = self.phase_cache.get(key)
         if cached is None:
             if nvls:
@@ -515,7 +523,7 @@ class _Engine:
         sched = schedule(comm.collective, comm.algorithm, p, comm.local)
         nccl = (
             algorithm_entry(comm.collective, comm.algorithm).nccl is not None
-            and comm.group != "pp"
+            and not isinstance(comm.peers, Shift)
             and timed(self.cluster)
         )
         channels = self._channels(comm, members)
@@ -664,8 +672,8 @@ def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
         c = task.comm
         if c is None:
             continue
-        if c.group == "pp":
-            out["pp"] += c.n_bytes
+        if isinstance(c.peers, Shift):  # a send: its bytes, once
+            out[c.kind] += c.n_bytes
             continue
         members = engine.members(dev, c)
         p = len(members)
@@ -813,13 +821,13 @@ def simulate_collective(
     what_if = what_if or WhatIf()
     graph = TaskGraph(
         stages=[],
-        mesh=DeviceMesh((("tp", 1), ("dp", 1), ("pp", 1))),
+        mesh=DeviceMesh(tuple((axis, 1) for axis in AXIS_ORDER)),  # one rank: the ranks are given
         num_microbatches=1,
         model_flops=0.0,
         hardware_flops=0.0,
     )
     engine = _Engine(graph, cluster, "full", what_if)
-    comm = Comm(collective, algorithm, "custom", n_bytes, "dp", local=local)
+    comm = Comm(collective, algorithm, "dp", n_bytes, "dp", peers=Standalone(), local=local)
     phases = engine._build_phases(comm, members)
     extra = engine._nccl_extra(comm, members)
     done = engine.env.event()

@@ -37,7 +37,7 @@ from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.pipeline.stages import chunk_layers
 from plansim.remat.plan import LayerRemat, milp_stage_plans
-from plansim.step.comm import Comm
+from plansim.step.comm import Comm, GroupEnds, Shift
 from plansim.step.data_parallel import (
     CHAINED,
     START,
@@ -419,7 +419,7 @@ class _StageLowering:
         return None, ()
 
     def _send(self, direction: str, mb: int, g: int, peer: int) -> None:
-        comm = Comm("send_recv", "direct", "pp", self.ctx.p2p_bytes, "pp", peer=peer)
+        comm = Comm("send_recv", "direct", "pp", self.ctx.p2p_bytes, "pp", peers=Shift(peer))
         # what is sent may be an asynchronous collective's result (a column-parallel linear's input gradient)
         pending = tuple((self.stage, collective) for collective, _ in self.joins)
         idx = self.prog.add(
@@ -528,7 +528,7 @@ class _StageLowering:
         params = stage_params(layers, ctx.programs, s, model, self.stage)
         tied = tied_gradient_bytes(model, s)
         if tied and self.stage in (0, s.pp - 1):
-            comm = Comm("all_reduce", "ring", "emb", tied, "dp")
+            comm = Comm("all_reduce", "ring", "pp", tied, "dp", peers=GroupEnds())
             self._dp(Task("embedding_sync", "dp", "embedding_sync", comm=comm, deps=((self.stage, self.last_compute),)))
         deps = [(self.stage, self.last_compute)]
         if self.last_dp >= 0:

@@ -2,8 +2,9 @@
 
 ``plansim.des.lower`` builds it from (model, cluster, strategy); the discrete-event engine (``plansim.des``) runs it.
 Every rank of a pipeline stage runs the same :class:`StageProgram` (tensor-parallel ranks in lockstep, data-parallel
-replicas identical); collectives name the mesh axis they run on (``tp``, ``dp``, ``pp``; ``emb`` for the first and last
-stage of the ``pp`` axis) and the engine asks the graph's ``DeviceMesh`` for the global ranks of that group.
+replicas identical); collectives name the mesh axis they run on (``tp``, ``dp``, ``pp``) and with whom along it
+(``plansim.step.comm.Peers``: the whole group, a send some stages away, or the group's two ends for the tied
+embedding), and the engine asks the graph's ``DeviceMesh`` for the global ranks of that group.
 
 Tasks of one stream run in list order, one at a time (a CUDA stream). A task also waits for its ``deps``: tasks of
 the same stage on other streams, or of other stages (a pipeline receive waits for the sender's send).

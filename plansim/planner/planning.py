@@ -184,7 +184,7 @@ def plan(
     --------
     >>> r = plan("gpt3-125m", "dgx-a100", gpus=8, global_batch=16, des=False,
     ...          constraints=Constraints(dp_algorithms=("ring",), remat=("none",)))
-    >>> r.winner is not None and r.winner.dp * r.winner.tp * r.winner.pp == 8
+    >>> r.winner is not None and r.winner.num_gpus == 8
     True
     """
     gpus = None if gpus is None else whole(gpus, "gpus", "--gpus")
@@ -528,7 +528,7 @@ def _megatron_excluded(
 
 def _no_candidate_message(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> str:
     n = cluster.num_gpus
-    dps = sorted({n // (tp * pp) for tp in divisors(n) for pp in divisors(n // tp) if c.dp in (None, n // (tp * pp))})
+    dps = [dp for dp in divisors(n) if c.dp in (None, dp)]  # every split of n GPUs leaves dp some divisor of n
     mb = c.micro_batch or 1
     if not any(global_batch % (dp * mb) == 0 for dp in dps):
         unit = min(dps) * mb

@@ -21,7 +21,7 @@ NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from plansim.arguments import choice, flag, names, type_name
@@ -33,6 +33,7 @@ from plansim.limits import number, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
+from plansim.strategy.mesh import degree_splits
 from plansim.strategy.schema import DTYPES, Strategy
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
@@ -312,19 +313,28 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
     return SearchWork(total, blocks + -(-interleaved // INTERLEAVED_PER_BLOCK))
 
 
+#: The parallel axes the planner gives degrees, in its search order (the first changing slowest): each but the last
+#: takes the values its ``_axis_values`` entry allows, data parallelism the GPUs the others leave.
+SEARCH_AXES = ("tp", "pp", "dp")
+
+
+def _axis_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> dict[str, Callable[[int], list[int]]]:
+    """The degrees the planner tries for each axis of ``SEARCH_AXES`` but the last, given the GPUs left to split."""
+    return {"tp": lambda left: _tp_values(model, cluster, c), "pp": lambda left: _pp_values(model, left, c)}
+
+
 def _placements(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints
 ) -> Iterator[tuple[int, int, int, int, list[tuple[str, int]]]]:
     """The outer loops of the space: (tp, pp, dp, micro-batch, its schedules with virtual stages)."""
-    n = cluster.num_gpus
-    for tp in _tp_values(model, cluster, c):
-        for pp in _pp_values(model, n // tp, c):
-            dp = n // (tp * pp)
-            if (c.dp is not None and dp != c.dp) or global_batch % dp:
-                continue
-            for mb in _micro_batches(global_batch // dp, c):
-                m = global_batch // (dp * mb)
-                yield tp, pp, dp, mb, _schedules(model, pp, m, c)
+    values = _axis_values(model, cluster, c)
+    for degrees in degree_splits(cluster.num_gpus, SEARCH_AXES, lambda axis, left: values[axis](left)):
+        tp, pp, dp = degrees["tp"], degrees["pp"], degrees["dp"]
+        if (c.dp is not None and dp != c.dp) or global_batch % dp:
+            continue
+        for mb in _micro_batches(global_batch // dp, c):
+            m = global_batch // (dp * mb)
+            yield tp, pp, dp, mb, _schedules(model, pp, m, c)
 
 
 def _tp_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> list[int]:

@@ -22,6 +22,7 @@ from plansim.report.figures import (
 )
 from plansim.step.result import MEMORY_CATEGORIES as _MEMORY
 from plansim.step.result import TIME_PARTS as _PARTS
+from plansim.strategy.mesh import COMM_KINDS
 from plansim.units import GB
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
     "timeline_figure",
 ]
 
-_KINDS = ("dp", "tp", "pp", "zero")
 #: Gantt colours by task category (the lowering's categories), one hue per kind of work.
 _CATEGORY_COLOURS = {
     "forward": "C0",
@@ -109,8 +109,8 @@ def communication_figure(frame: Any, title: str) -> Any:
     fig, axes = bar_figure(len(frame), columns=2 if tiers else 1, width=14 if tiers else 10, sharey=True)
     labels = list(frame["label"])
     ax = axes[0]
-    series = {k: [float(v) / GB for v in frame[f"comm_{k}_bytes"]] for k in _KINDS}
-    stacked_barh(ax, labels, nonzero_series(series), _colours(_KINDS))
+    series = {k: [float(v) / GB for v in frame[f"comm_{k}_bytes"]] for k in COMM_KINDS}
+    stacked_barh(ax, labels, nonzero_series(series), _colours(COMM_KINDS))
     ax.set_xlabel("sent per GPU per step (GB)")
     ax.set_title(f"{title}: communication by kind", fontsize=10)
     if ax.get_legend_handles_labels()[0]:

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from plansim.result import Result
-from plansim.step.result import COMM_KINDS, TIME_PARTS
+from plansim.step.result import TIME_PARTS
+from plansim.strategy.mesh import COMM_KINDS
 from plansim.units import GB
 
 __all__ = ["FIGURE_COLUMNS", "OPTIONAL_COLUMNS", "print_result", "results_table"]

@@ -13,12 +13,12 @@ from typing import Any
 
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
+from plansim.strategy.mesh import COMM_KINDS, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
 
 __all__ = [
-    "COMM_KINDS",
     "MEMORY_CATEGORIES",
     "THIN_MARGIN",
     "TIME_PARTS",
@@ -48,15 +48,11 @@ TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sy
 #: rounding (not modelled, plansim.costs.allocator). 5 % of 80 GiB is 4.3 GB: about ten times the CUDA context.
 THIN_MARGIN = 0.05
 
-#: ``Result.comm_bytes_per_gpu`` keys, in order: gradient reduction, tensor-parallel collectives (the tp axis),
-#: pipeline sends, ZeRO's parameter gathers.
-COMM_KINDS = ("dp", "tp", "pp", "zero")
-
 
 def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) -> tuple[float, float]:
     """(model, hardware) FLOPs of the whole step over every GPU, from one rank's per-micro-batch model FLOPs and
     its recompute FLOPs per micro-batch (summed over stages): every tp x dp rank runs every micro-batch."""
-    copies = s.tp * (s.dp or 1) * s.num_microbatches
+    copies = ranks_of(s, besides=("pp",)) * s.num_microbatches
     model = micro_batch_flops * copies
     return model, model + recompute_flops * copies
 

@@ -12,6 +12,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
+from plansim.strategy.mesh import REPLICA_AXES, degrees_of
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
 from plansim.workload.families import axis_problems, family_of
@@ -29,9 +30,11 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
     s = strategy.resolved(cluster)
     dp = s.dp or 1
     problems: list[str] = []
-    if dp * s.tp * s.pp != cluster.num_gpus:
+    if s.num_gpus != cluster.num_gpus:
+        axes, degrees = ("dp", *REPLICA_AXES), degrees_of(s)
         problems.append(
-            f"dp*tp*pp = {dp}*{s.tp}*{s.pp} = {dp * s.tp * s.pp} but --gpus is {cluster.num_gpus}: make them equal"
+            f"{'*'.join(axes)} = {'*'.join(str(degrees[axis]) for axis in axes)} = {s.num_gpus} "
+            f"but --gpus is {cluster.num_gpus}: make them equal"
         )
     problems += _check_model_split(s, model)
     problems += _check_batch(s, dp)

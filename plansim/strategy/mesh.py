@@ -22,24 +22,57 @@ over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from plansim.hardware import Cluster, Link
-    from plansim.strategy.schema import Strategy
 
-__all__ = ["AXIS_ORDER", "DP_AXES", "DP_PARTS", "DeviceMesh", "mesh_of"]
+__all__ = [
+    "AXIS_ORDER",
+    "COMM_KINDS",
+    "DP_AXES",
+    "DP_PARTS",
+    "REPLICA_AXES",
+    "DeviceMesh",
+    "degree_splits",
+    "degrees_of",
+    "mesh_of",
+    "ranks_of",
+]
 
 #: The strategy's parallel axes, fastest first: the rank layout of both engines.
 AXIS_ORDER = ("tp", "dp", "pp")
+
+#: The axes one model replica is split over: every axis but data parallelism's, fastest first. A strategy's GPUs are
+#: ``dp`` replicas of their product.
+REPLICA_AXES = tuple(axis for axis in AXIS_ORDER if axis != "dp")
+
+#: ``Result.comm_bytes_per_gpu`` keys, in order: what one GPU sends along each axis, gradient reduction over the
+#: data-parallel axis first, then the axes of one replica (tensor-parallel collectives, pipeline sends), then ZeRO's
+#: parameter gathers (over the data-parallel axis, counted apart). The one list of the kinds: a new axis brings its
+#: own.
+COMM_KINDS = ("dp", *REPLICA_AXES, "zero")
 
 #: Hybrid sharding's two data-parallel axes, fastest first, whose flattened pair is ``dp``.
 DP_PARTS = ("dp_shard", "dp_replicate")
 
 #: The axes a data-parallel collective runs over: the whole group, or one of hybrid sharding's two.
 DP_AXES = ("dp", *DP_PARTS)
+
+
+class Degrees(Protocol):
+    """What the mesh reads of a strategy (``plansim.strategy.schema.Strategy``, which imports the mesh): a field per
+    axis of ``AXIS_ORDER`` holding its degree (``dp`` None until resolved, read by name), and hybrid sharding's
+    split of ``dp``."""
+
+    @property
+    def hybrid_shard(self) -> bool: ...
+
+    @property
+    def shard_degree(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -147,7 +180,52 @@ def _mesh(axes: tuple[tuple[str, int], ...], flattened: tuple[tuple[str, tuple[s
     return DeviceMesh(axes, flattened)
 
 
-def mesh_of(s: Strategy) -> DeviceMesh:
+def degrees_of(s: Degrees) -> dict[str, int]:
+    """Each axis of ``AXIS_ORDER`` with its degree: the strategy's field of that name (``dp`` 1 until resolved).
+
+    >>> from plansim.strategy.schema import Strategy
+    >>> degrees_of(Strategy(tp=2, pp=3))
+    {'tp': 2, 'dp': 1, 'pp': 3}
+    """
+    return {axis: getattr(s, axis) or 1 for axis in AXIS_ORDER}
+
+
+def ranks_of(s: Degrees, *, besides: Collection[str] = ()) -> int:
+    """The GPUs the strategy's axes span: the product of their degrees (``degrees_of``); ``besides``: of every axis
+    but these (``besides=("dp",)``: one replica's GPUs; ``besides=("pp",)``: one pipeline stage's).
+
+    >>> from plansim.strategy.schema import Strategy
+    >>> s = Strategy(dp=4, tp=2, pp=3)
+    >>> ranks_of(s), ranks_of(s, besides=("dp",)), ranks_of(s, besides=("pp",))
+    (24, 6, 8)
+    """
+    return math.prod(degree for axis, degree in degrees_of(s).items() if axis not in besides)
+
+
+def degree_splits(n: int, axes: Sequence[str], values: Callable[[str, int], Iterable[int]]) -> Iterator[dict[str, int]]:
+    """Every way to give ``axes`` degrees whose product is ``n``, the first axis changing slowest: each axis but the
+    last takes each of ``values(axis, ranks left)`` (divisors of the ranks left, in the order given), the last axis
+    the ranks the others leave.
+
+    >>> def divisors(n): return [d for d in range(1, n + 1) if n % d == 0]
+    >>> [tuple(d.values()) for d in degree_splits(4, ("tp", "pp", "dp"), lambda axis, left: divisors(left))]
+    [(1, 1, 4), (1, 2, 2), (1, 4, 1), (2, 1, 2), (2, 2, 1), (4, 1, 1)]
+    """
+    if not axes:
+        return
+    *chosen, last = axes
+
+    def split(k: int, left: int, given: dict[str, int]) -> Iterator[dict[str, int]]:
+        if k == len(chosen):
+            yield {**given, last: left}
+            return
+        for degree in values(chosen[k], left):
+            yield from split(k + 1, left // degree, {**given, chosen[k]: degree})
+
+    yield from split(0, n, {})
+
+
+def mesh_of(s: Degrees) -> DeviceMesh:
     """The mesh of a resolved strategy: each axis of ``AXIS_ORDER`` sized by the strategy's field of that name
     (``dp`` 1 until resolved); under hybrid sharding (``Strategy.hybrid_shard``) ``dp`` is the flattened pair of
     ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``.
@@ -158,9 +236,10 @@ def mesh_of(s: Strategy) -> DeviceMesh:
     >>> mesh_of(Strategy(dp=8, tp=2, zero=3, framework="fsdp", dp_shard=4)).axes
     (('tp', 2), ('dp_shard', 4), ('dp_replicate', 2), ('pp', 1))
     """
-    axes = tuple((axis, getattr(s, axis) or 1) for axis in AXIS_ORDER)
+    degrees = degrees_of(s)
+    axes = tuple(degrees.items())
     if not s.hybrid_shard:
         return _mesh(axes, ())
     shard = s.shard_degree
-    split = (("dp_shard", shard), ("dp_replicate", (s.dp or 1) // shard))
+    split = (("dp_shard", shard), ("dp_replicate", degrees["dp"] // shard))
     return _mesh(tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))), (("dp", DP_PARTS),))

@@ -23,6 +23,7 @@ from plansim.files.yamlfile import is_file, parse_yaml, read_mapping, refuse_spe
 from plansim.limits import field, integral
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, is_framework, load_framework
+from plansim.strategy.mesh import REPLICA_AXES, ranks_of
 from plansim.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object]
 
 
 class Strategy(BaseModel):
-    """One parallel strategy. ``dp`` may be left out: it is then the GPU count over ``tp * pp``.
+    """One parallel strategy. ``dp`` may be left out: it is then the GPU count over one replica's (the product of
+    the other axes' degrees, ``plansim.strategy.mesh.REPLICA_AXES``: tp and pp).
 
     >>> s = Strategy.parse("dp=2,tp=4,pp=2,micro_batch=1,global_batch=16")
     >>> (s.dp, s.tp, s.pp, s.num_microbatches)
@@ -211,6 +213,12 @@ class Strategy(BaseModel):
         return self
 
     @property
+    def num_gpus(self) -> int:
+        """The GPUs the strategy spans: the product of its mesh axes' degrees (``plansim.strategy.mesh.ranks_of``;
+        ``dp`` 1 until resolved)."""
+        return ranks_of(self)
+
+    @property
     def num_microbatches(self) -> int:
         """Micro-batches per step per replica: global_batch / (micro_batch * dp); 1 when global_batch is unset."""
         dp = self.dp or 1
@@ -319,12 +327,13 @@ class Strategy(BaseModel):
         """Fill in ``dp`` from the GPU count when it was left out."""
         if self.dp is not None:
             return self
-        if gpus % (self.tp * self.pp):
+        replica = ranks_of(self, besides=("dp",))
+        if gpus % replica:
             raise PlansimError(
-                f"strategy: --gpus {gpus} is not a multiple of tp*pp={self.tp * self.pp}: "
-                "set dp explicitly or change tp/pp"
+                f"strategy: --gpus {gpus} is not a multiple of {'*'.join(REPLICA_AXES)}={replica}: "
+                f"set dp explicitly or change {'/'.join(REPLICA_AXES)}"
             )
-        return self.model_copy(update={"dp": gpus // (self.tp * self.pp)})
+        return self.model_copy(update={"dp": gpus // replica})
 
     @classmethod
     def parse(cls, text: str) -> Strategy:

@@ -30,7 +30,8 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     bytes a fused kernel allocates for the length of its backward only (FlashAttention-2's fp32 accumulators).
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
     forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
-    process group (``tp``), and the size in bytes of the full, unsharded tensor communicated.
+    process group: the mesh axis whose groups shard the tensor (``Sharding.tp_axis``, ``tp`` today; a name of
+    ``plansim.strategy.mesh.AXIS_ORDER``), and the size in bytes of the full, unsharded tensor communicated.
 """
 
 from __future__ import annotations
@@ -164,29 +165,35 @@ def pointwise(
     )
 
 
-def collective(forward: str, backward: str, comm_bytes: int) -> Attrs:
-    """A tensor-parallel communication op; ``comm_bytes`` is the full, unsharded tensor size.
+def collective(forward: str, backward: str, comm_bytes: int, group: str) -> Attrs:
+    """A communication op among the ranks of a ``group`` (the mesh axis that shards the tensor,
+    ``Sharding.tp_axis``); ``comm_bytes`` is the full, unsharded tensor size.
 
-    >>> collective("all_reduce", "none", 64)["bwd_collective"]
+    >>> collective("all_reduce", "none", 64, "tp")["bwd_collective"]
     'none'
     """
     if forward not in COLLECTIVES or backward not in COLLECTIVES:
         raise ValueError(f"unknown collective {forward!r} / {backward!r}")
     attrs = op("collective")
-    attrs.update(collective=forward, bwd_collective=backward, group="tp", comm_bytes=comm_bytes)
+    attrs.update(collective=forward, bwd_collective=backward, group=group, comm_bytes=comm_bytes)
     return attrs
 
 
 @dataclass(frozen=True)
 class Sharding:
     """What one rank runs: micro-batch size, tensor-parallel degree, sequence parallel, bytes per activation, and
-    how attention runs (``flash``: one fused kernel; ``unfused``: QK^T, softmax, dropout, attention over V)."""
+    how attention runs (``flash``: one fused kernel; ``unfused``: QK^T, softmax, dropout, attention over V).
+
+    ``tp_axis`` names the mesh axis (``plansim.strategy.mesh.AXIS_ORDER``) whose groups split the tensor-parallel
+    dimension (heads, feed-forward columns, vocabulary) ``tp`` ways: the group its collectives run over. A new kind of
+    sharding (context, expert) is a degree and an axis of its own here, its ops' collectives naming that axis."""
 
     micro_batch: int
     tp: int = 1
     sequence_parallel: bool = False
     act_bytes: int = 2
     attention: str = "flash"
+    tp_axis: str = "tp"
 
     @property
     def seq_shards(self) -> int:

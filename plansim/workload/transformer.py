@@ -133,6 +133,7 @@ class Dims:
     kv_heads_l: int  # key/value heads on this rank
     f_l: int  # feed-forward width on this rank
     v_l: int  # vocabulary rows on this rank
+    t_axis: str  # the mesh axis whose groups split t ways: the group of the tensor-parallel collectives
     flash: bool = True  # attention as one fused kernel (FlashAttention-2), else unfused
 
     @property
@@ -202,6 +203,7 @@ def dims(spec: TransformerShape, sh: Sharding, *, shard_tokens: bool = False) ->
         kv_heads_l=_kv_heads_per_rank(spec, t) if spec.heads else 0,
         f_l=spec.ffn_hidden // t,
         v_l=-(-spec.vocab // t),
+        t_axis=sh.tp_axis,
         flash=sh.attention == "flash",
     )
 
@@ -212,7 +214,7 @@ def tp_enter(d: Dims, name: str) -> list[Node]:
     if d.t == 1:
         return []
     fwd, bwd = ("all_gather", "reduce_scatter") if d.sp else ("none", "all_reduce")
-    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h))]
+    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis))]
 
 
 def tp_exit(d: Dims, name: str) -> list[Node]:
@@ -221,7 +223,7 @@ def tp_exit(d: Dims, name: str) -> list[Node]:
     if d.t == 1:
         return []
     fwd, bwd = ("reduce_scatter", "all_gather") if d.sp else ("all_reduce", "none")
-    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h))]
+    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis))]
 
 
 def residual_add(d: Dims) -> Attrs:
@@ -374,7 +376,7 @@ def head_nodes(d: Dims, norm: Attrs | None, *, tied: bool, bias: bool) -> list[N
     nodes += tp_enter(d, "logits_in")
     nodes.append(Node("logits", gemm(d.rows, d.v_l, d.h, E, bias=d.v_l if bias else 0, saved=E * d.x, params=weights)))
     if d.t > 1:
-        nodes.append(Node("loss_stats", collective("all_reduce", "none", 3 * 4 * d.rows)))
+        nodes.append(Node("loss_stats", collective("all_reduce", "none", 3 * 4 * d.rows, d.t_axis)))
     # The loss keeps the fp32 softmax (Korthikanti et al. 2022 sec 4.3, 4sbV) until backward. The logits GEMM's output
     # (E bytes per logit) lives beside it while the loss runs, and the logits' gradient (as large) beside it at the
     # start of backward: a transient of the last stage, at its peak when every activation is live, never at the same
