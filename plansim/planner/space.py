@@ -328,7 +328,13 @@ def _placements(
 ) -> Iterator[tuple[int, int, int, int, list[tuple[str, int]]]]:
     """The outer loops of the space: (tp, pp, dp, micro-batch, its schedules with virtual stages)."""
     values = _axis_values(model, cluster, c)
-    for degrees in degree_splits(cluster.num_gpus, SEARCH_AXES, lambda axis, left: values[axis](left)):
+
+    def allowed(axis: str, left: int) -> list[int]:  # the axis's values the model's family splits over
+        return [d for d in values[axis](left) if not axis_problems(model, axis, d)]
+
+    for degrees in degree_splits(cluster.num_gpus, SEARCH_AXES, allowed):
+        if axis_problems(model, SEARCH_AXES[-1], degrees[SEARCH_AXES[-1]]):  # the GPUs left, by the same rules
+            continue
         tp, pp, dp = degrees["tp"], degrees["pp"], degrees["dp"]
         if (c.dp is not None and dp != c.dp) or global_batch % dp:
             continue
@@ -343,8 +349,6 @@ def _tp_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> list[int]:
         if c.tp is not None and tp != c.tp:
             continue
         if tp > cluster.gpus_per_node and not c.allow_cross_node_tp:
-            continue
-        if axis_problems(model, "tp", tp):  # the family's rule (plansim.workload.families)
             continue
         out.append(tp)
     return out

@@ -215,8 +215,8 @@ def _check_model_split(s: Strategy, model: Workload) -> list[str]:
 
 
 def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
-    """What a model family allows of tensor parallelism (its entry's rule, ``plansim.workload.families``)."""
-    problems = axis_problems(model, "tp", s.tp)
+    """What a model family allows of each parallel axis (its entry's rules, ``plansim.workload.families``)."""
+    problems = [p for axis, degree in degrees_of(s).items() for p in axis_problems(model, axis, degree)]
     if s.tp_comm_overlap and not family_of(model).transformer:
         # Megatron-LM gives Transformer Engine userbuffers only for its blocks' qkv, proj, fc1 and fc2 GEMMs
         # (megatron/core/extensions/transformer_engine.py:302-312 at core_v0.15.0)
