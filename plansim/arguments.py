@@ -1,6 +1,7 @@
 """Checks of the public API's arguments at the boundary: each bad argument is one ``PlansimError`` naming it (by the
 CLI's option name, so a Python call and a command get the same message), before any work. Numbers are checked
-against ``plansim.limits``; these check the kinds of the other arguments.
+against ``plansim.limits``; these check the kinds of the other arguments: a choice, a flag, names (one string is
+one name), a mapping, a name or a path, a callback.
 
 >>> names(("node0/nic0"), "failed_links (--fail-link)")  # one string is one name, not a list of characters
 ('node0/nic0',)

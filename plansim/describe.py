@@ -1,5 +1,7 @@
-"""Words for strategies and results, shared by the planner, ``compare`` and the reports: a strategy on one line,
-and how one step's result compares with another's."""
+"""Words for strategies and results, shared by the planner, ``compare`` and the reports: a strategy on one line
+(``describe``, its framework named unless the default), and how one step's result compares with another's
+(``compare_sentence``, ``objective_sentence``; ``pace``: a gain from ``RATIO_FROM`` (1.5x) on said as a ratio, a
+smaller one as a percentage)."""
 
 from __future__ import annotations
 

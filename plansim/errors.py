@@ -3,8 +3,10 @@
 A ``PlansimError`` is a user's mistake (unknown name, malformed file, impossible strategy). Its message is one line
 that names the field and the fix; the CLI prints it and exits with code 2. Anything else is a bug.
 
-A value the user gave is echoed back through ``shown`` (or ``shown_path`` for a file name): control characters
-escaped, cut to a few dozen characters, so that a 5,000-character or multi-line value cannot break the one line.
+A value the user gave is echoed back through ``shown`` (``quoted`` for values of any type, ``shown_path`` for a file
+name, which keeps its end): control characters escaped, cut to ``SHOWN_CHARS`` (40) characters, so that a
+5,000-character or multi-line value cannot break the one line. ``format_validation_error`` turns a pydantic error into
+one line naming the file and the first few bad fields.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ option (or file field), the value and the limit. The schemas (``ModelSpec``, ``S
 the CLI and the Python API check the rest with ``whole`` and ``number``. ``docs/limits.md`` lists the same table
 (``tests/test_limits.py`` checks that it does).
 
-Work bounds (``WORK``) cap what a run may cost; the user can raise each with an environment variable, and the
+Work bounds (``WORK``) cap what a run may cost: the planner's candidates and the blocks it walks (counted before
+pricing by ``plansim.planner.space.search_work``), a sweep's points and blocks, the discrete-event tasks of one run
+and of the planner's finalists, and the topology graph. The user can raise each with an environment variable, and the
 refusal says which.
 
 >>> whole(8, "gpus", "--gpus")

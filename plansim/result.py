@@ -1,4 +1,6 @@
-"""The one result type every engine returns; it converts to the JSON output contract and to a pandas row."""
+"""The one result type every engine returns; it converts to the JSON output contract (``Result.to_dict``) and to a
+pandas row (``Result.to_row``). ``step_rates`` gives the fields that follow from a step time (throughput, FLOP rates,
+MFU and HFU), for both engines."""
 
 from __future__ import annotations
 

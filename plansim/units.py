@@ -1,4 +1,6 @@
-"""Unit helpers. Everything inside plansim is SI (seconds, bytes, FLOPs, bytes/s); these convert at the edges."""
+"""Unit helpers. Everything inside plansim is SI (seconds, bytes, FLOPs, bytes/s); these convert at the edges: bytes
+per element of each training dtype (``dtype_bytes``), GB and GiB, and byte sizes as users write them
+(``parse_bytes``)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 step time = pipeline time (per-stage forward + backward + recompute + tensor-parallel and pipeline communication,
 laid out by the schedule's closed form, bubble included) + exposed data-parallel/ZeRO communication (what the
-overlap with backward does not hide) + the optimizer step. Memory is the analytic memory model per stage; the worst
-stage is reported. Every cost comes from ``plansim.costs`` (kernels, collectives, memory), which the discrete-event
-engine uses too.
+overlap with backward does not hide) + the optimizer step. Memory is what each stage holds (``plansim.step.memory``:
+model states, fixed buffers, and the activations' peak walked over the stage's passes, ``activation_peak``); the
+worst stage is reported. Every cost comes from ``plansim.costs`` and the step model ``plansim.step``, which the
+discrete-event engine reads too.
 
 This module is the glue: a stage's closed form is ``stages``, the pipeline's ``pipeline``, the data-parallel plan's
 ``data_parallel``, the step's breakdown and result ``assemble``, and what strategies share ``cache``.

@@ -1,4 +1,6 @@
-"""The ``plansim`` command line. It prints what the public API returns and holds no logic of its own.
+"""The ``plansim`` command line (typer): ``simulate``, ``plan``, ``compare``, ``remat``, ``profile``, ``validate``,
+``import``, ``sweep``, ``models``, ``hardware``. It prints what the public API returns and holds no logic of its own.
+A long command shows its progress on stderr (``_progress``, ``_timed``, ``_with_steps``: ``plansim.report.progress``).
 
 Bad input ends with one line on stderr (``error: ...``; a usage error: ``plansim COMMAND: --option: ...``, see
 ``plansim.cli.usage``) and exit code 2, never a traceback.

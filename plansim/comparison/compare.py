@@ -1,6 +1,8 @@
 """Compare strategies and hardware for one model: every (hardware, strategy) pair simulated, as one DataFrame, and
 optionally scaling curves (throughput against GPU count). ``plansim compare`` prints and charts what this returns
-(``report.compare_text``, ``report.compare_charts``).
+(``plansim.comparison.output``, ``report.compare_charts``). With ``frameworks``, each strategy runs under each
+framework, side by side; a run a framework cannot run is listed with the reason (``Comparison.refused``), not
+simulated.
 
 Scaling: a run's strategy keeps its tp, pp, micro-batch and schedule, and dp follows the GPU count. With
 ``scaling_batch="fixed"`` (strong scaling, the default: the same job on more GPUs) the global batch stays, so each

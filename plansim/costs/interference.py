@@ -20,11 +20,12 @@ the GPU's measured profile's ``overlap`` section (``plansim profile`` on CUDA) w
 profile's published ``overlap`` (A100-SXM4-80GB: a GEMM 1.18 -> 2.08 ms beside an AllGather, NVIDIA/nccl issue
 #1428), else that A100 measurement's ``k`` with this GPU's own SMs and HBM bandwidth.
 
-A collective's load: ``c`` is NCCL's channel count for the group (the node profile's ``nccl`` channels, inside a
-node or across nodes; two per NIC without one: issue #689 gives 2 SMs for one NIC and 16 for 8); ``H`` is its bus
-rate (the group's effective link, ``Cluster.group_link``; for an NCCL call the rate it actually moves its bytes at,
-``paced``: a call whose per-call costs or channel rates hold it below the link moves as many bytes over a longer
-time) times the HBM bytes per bus byte of its data movement:
+A collective's load (``Load``; a group's, with its link and pace, ``Beside``, which both engines get from
+``plansim.step.prepare.beside``): ``c`` is NCCL's channel count for the group (the node profile's ``nccl`` channels,
+inside a node or across nodes; two per NIC without one: issue #689 gives 2 SMs for one NIC and 16 for 8); ``H`` is
+its bus rate (the group's effective link, ``Cluster.group_link``; for an NCCL call the rate it actually moves its
+bytes at, ``paced``: a call whose per-call costs or channel rates hold it below the link moves as many bytes over a
+longer time) times the HBM bytes per bus byte of its data movement:
 ``HBM_PER_BUS_BYTE`` for a ring collective; a pipeline send touches the sender's memory once inside a node and three
 times across nodes (``SEND_HBM_PER_BYTE``) on ``SEND_CHANNELS`` channels. A tensor-parallel collective that
 Transformer Engine's userbuffers move instead of NCCL (``engine_load``) takes no SM from the compute beside it (the

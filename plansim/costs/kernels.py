@@ -2,7 +2,8 @@
 
 Roofline (Williams, Waterman & Patterson 2009): a kernel takes max(FLOPs / achieved FLOP/s, bytes / achieved
 bytes/s) plus a launch overhead. Achieved rates are the spec-sheet peak times the GPU profile's efficiency curve (by
-kernel size).
+kernel size): GEMM-like kinds (``MATMUL_KINDS``) at the training dtype's tensor-core peak on the GEMM curve,
+point-wise kinds at the flat fp32 ceiling, every kind's bytes on the memory curve.
 
 Measured: where ``hardware_profiles/measured/<gpu>.yaml`` exists (``plansim profile --out`` with plansim's GPU name),
 a kernel's achieved rate is interpolated over the measured points of its group (GEMMs and batched matmuls by FLOPs

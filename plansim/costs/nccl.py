@@ -17,6 +17,15 @@ inside a node, and the extra network latency of the graph (``latencyInter``, usu
 tree, NVLS (NVLink SHARP, one node) and PAT (one GPU per node) for all-reduce, all-gather and reduce-scatter; CollNet
 (SHARP in the switches) is off, as it is by default. ``NCCL_ALGO``/``NCCL_PROTO`` overrides are ``algorithms`` and
 ``protocols`` arguments.
+
+Calls as they run, beside NCCL's model: a ring (``ring_time_us``: ``src/enqueue.cc``'s channels and chunks, the
+costs per synchronisation and per call and a thread block's LL128 rate, ``NcclTuning``), a tree all-reduce
+(``tree_time_us``: chunks pipelined up and down the node's chain and the double binary tree) and an NVLS all-reduce
+on one node (``nvls_time_us``, ``NvlsTuning``), the tunings fitted by ``scripts/fit_nccl.py`` to published
+nccl-tests curves (``calibration/nccl-tests-a100.yaml``; ``--nvls``: ``calibration/nccl-tests-h100.yaml``).
+``nccl_call`` is a call with ``NCCL_ALGO`` unset, the fastest as run of the pairs NCCL weighs (monotone in every
+bandwidth); ``tuned_call`` NCCL's own pick, timed as run (what the fits model); ``ring_overhead_s`` and
+``nccl_overhead_s`` what a call adds to its bytes at the group's bus bandwidth.
 """
 
 from __future__ import annotations

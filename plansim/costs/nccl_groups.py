@@ -1,4 +1,14 @@
-"""A group of ranks as NCCL's tuner sees it, from the node profile's ``nccl`` section."""
+"""A group of ranks as NCCL's tuner sees it, from the node profile's ``nccl`` section (channels, per-channel
+bandwidths, and the per-call costs ``scripts/fit_nccl.py`` fits), memoized per group and message size.
+
+``ring_overhead_s``: what a call costs beyond its bytes at the group's bus bandwidth, as NCCL runs it with
+``NCCL_ALGO=Ring`` or, for a registry entry whose ``nccl`` mode is "auto", as NCCL's tuner picks it
+(``plansim.costs.nccl``). Both engines add it to such a call in place of the alpha-beta per-step latency (the
+analytic engine through ``plansim.step.prepare.ring_call_s``, the discrete-event engine at the call's last phase).
+``layer_call``: a layer's tensor-parallel collective as NCCL runs it by default (ring, tree, PAT, or NVLS on one node
+that times NVLS calls): its algorithm, bytes per rank and overhead, read by ``plansim.step.prepare.comm_pricer`` and
+the discrete-event engine. A node profile without the call-timing fields gets None: the alpha-beta latency applies.
+"""
 
 from __future__ import annotations
 

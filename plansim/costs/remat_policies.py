@@ -1,8 +1,11 @@
-"""Rematerialization policies (``Strategy.remat``): the one list of their names, and what each keeps and reruns.
+"""Rematerialization policies (``Strategy.remat``): the one list of their names (``REMAT_POLICIES``), and what each
+keeps and reruns.
 
 Each entry says, once for both engines, what a transformer block keeps from its forward to its backward, what its
 backward rebuilds first, and how a stage's stored and working activation bytes follow (``activations``). The
-analytic engine sums these per stage; the lowering emits them task by task.
+analytic engine sums these per stage; the lowering emits them task by task. What is particular to a policy is a field
+of its entry (``reruns``, ``segments``: sqrt(N)'s replayed segments, ``scheduled``: a solver decides per stage), never
+a test of its name. ``weight_grad_kept`` is what a split-backward schedule (ZB-H1) keeps from a B pass to its W pass.
 
 Sources: full recompute keeps each block's input and reruns its forward, collectives included (Chen et al. 2016;
 Korthikanti et al. 2022, Table 2 last row); selective recompute keeps all but the attention core and reruns only

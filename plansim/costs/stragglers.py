@@ -21,7 +21,8 @@ Two sources of variation are charged, each with its own members (docs/stragglers
 - chip-to-chip variation, persistent per GPU (manufacturing and power management; Sinha et al., SC'22): the slowest
   GPU of the job is slow in every kernel, and since every step ends with a synchronisation of all GPUs (the gradient
   reduction before the optimizer step, the pipeline's flush), the step waits ``cv * e_world`` times that GPU's busy
-  time (``straggler_wait_s``).
+  time (``straggler_wait_s``). Both engines charge both (the layer walk's ``Segment.wait_s``; the step's wait for the
+slowest GPU, part of the breakdown's ``sync_wait``).
 
 Normal rather than log-normal: a run of many kernels is near normal whatever each kernel's law (central limit
 theorem), and at the coefficients of variation used here (a few percent) the log-normal's expected maximum differs

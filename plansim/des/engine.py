@@ -15,6 +15,12 @@ Symmetry (``mode="symmetric"``): tensor-parallel ranks run in lockstep and data-
 one representative rank per pipeline stage is simulated; every transfer it starts also stands for the identical
 transfers of the stage's other ranks, counted on each link they share (weights of the bundled transfer). ``mode="full"``
 simulates every rank and rendezvous each collective among its members; tests hold the two equal.
+
+A collective's phases are prepared once (routes, bundle weights) and chained by callbacks, not by a SimPy process per
+collective. What-ifs (``WhatIf``): slower GPUs, degraded or failed links, and sampled kernel jitter in place of the
+expected wait for a collective's slowest member. The step's time breakdown is the busiest stage's, every stage's
+kept beside it (``_breakdown`` says how idle time splits into exposed communication and bubble).
+``simulate_collective`` runs one collective alone on an idle network.
 """
 
 from __future__ import annotations

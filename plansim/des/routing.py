@@ -1,7 +1,8 @@
 """Directed link capacities and routes of a cluster, as the discrete-event simulator sees them.
 
 Capacities: every edge of the topology graph (``plansim.hardware.topology``) becomes two directed links of the same
-capacity (full duplex), its line rate times the efficiency of its kind: ``intra_node.efficiency`` (measured
+capacity (full duplex), its line rate times a what-if's factor (``link_factors``; a ``failed`` link is removed) times
+the efficiency of its kind: ``intra_node.efficiency`` (measured
 all-reduce bus bandwidth over line rate) for edges inside a node (GPU to NVSwitch/PCIe hub, GPU to GPU in an NVLink
 mesh), ``nics.efficiency`` for NIC edges (GPU to NIC) and fabric edges (NIC to leaf, switch to switch). So a ring
 all-reduce among the GPUs of one NVSwitch node moves exactly ``allreduce_busbw_Bps`` per GPU (each ring step crosses

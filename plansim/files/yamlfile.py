@@ -11,6 +11,11 @@ The limits, checked before any value is built:
   anchor (a "billion laughs" file is refused, not expanded);
 - keys: a key given twice in one mapping (YAML) or object (JSON) is refused, not silently overwritten;
 - integers: at most ``MAX_DIGITS`` (4,300, Python's own limit for ``int(str)``) digits.
+
+``read_text`` reads a file within those limits (a regular file only), ``parse_yaml`` parses YAML safely (``25e9``
+read as a number; a refused value named with its line), ``parse_json`` JSON (its nesting checked before ``json``
+recurses). A missing, unreadable, oversized, malformed or schema-violating file gets one message format.
+``is_file`` and ``is_dir`` answer False for a name the system cannot look up.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""A sized cluster of one node type, and the effective links that collectives and point-to-point sends see.
+"""A sized cluster of one node type, and the effective links that collectives and point-to-point sends see:
+``group_link(size, stride)`` for a group of ranks, ``p2p_link(src, dst)`` for a send, each from the node profile's
+bandwidths and efficiencies and the oversubscription of the highest fabric tier the group crosses, memoized.
 
 Ranks are node-major: ranks ``0 .. gpus_per_node-1`` are node 0, the next ``gpus_per_node`` node 1, and so on.
 """

@@ -1,7 +1,8 @@
 """Find, read and validate hardware profiles: ``hardware_profiles/gpus/<stem>.yaml`` and ``nodes/<stem>.yaml``.
 
 Nothing is read at import time. Validated profiles are cached by path and modification time, so repeated loads are
-cheap and an edited file is read again.
+cheap and an edited file is read again. ``load_hardware`` sizes a node type's cluster to a GPU count; ``resize`` gives
+a loaded cluster another count.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Pipeline schedules in closed form: step time from per-stage times, and micro-batches in flight per stage.
 
-Registry keyed by name, so the CLI's choices come from here. The discrete-event simulator (later) runs the same
-schedules task by task; where stages are equal both must agree with these closed forms.
+The registry (``SCHEDULES``: gpipe, 1f1b, interleaved, zb-h1) is the one list of names: the CLI's choices and
+``Strategy``'s check come from it, and what is particular to a schedule is its entry's (``split_backward``: separate
+weight-gradient passes; ``model_chunks``: virtual stages under Megatron-LM's rules; ``held``: where a stage's memory
+can peak). The discrete-event engine runs the same schedules task by task; where stages are equal both agree with
+these closed forms.
 
 Sources: GPipe (Huang et al. 2019, sec 2.3): bubble (p-1)/(m+p-1). 1F1B / PipeDream-Flush (Narayanan et al. 2021,
 sec 2.2.1): same bubble, at most p micro-batches in flight on the first stage. Interleaved 1F1B (Narayanan et al.

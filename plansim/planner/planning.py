@@ -2,7 +2,9 @@
 
 ``plan`` enumerates the space (``space``), prices it with the analytic engine and re-simulates the finalists with
 the discrete-event engine (``search``), and words the outcome (``explain``). The CLI's ``plansim plan`` prints what
-it returns.
+it returns. ``PlanResult`` holds the ranked finalists, the winner against the runner-up (and why when they tie: the
+lower peak) and against the Megatron-style configuration, the equivalents left out, what the headroom ruled out and
+whether the best of those would have won, the smallest change when nothing fits, and the time and cost to train.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ all-reduce, ...) and prices alike within ``TIE`` in both step time and peak memo
 
 Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
 prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
-the same.
+the same. Pricing shares one ``AnalyticCache`` per cluster (with ``--robust``, one per worst corner, ``_Pricing``)
+with the cyclic garbage collector paused (``plansim.gc_pause``); the ``--tp-comm-overlap`` twins a finalist was priced
+against are kept in ``SearchOutcome.overlap_tried`` for the explanation.
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and
 reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring beside ``ring``,
 NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
 ``check_strategy`` stays the judge.
+
+``Constraints`` are the user's (or a mapping of their fields; ``headroom``: the memory a plan must leave free).
+``count_candidates`` and ``search_work`` run the same loops without building a strategy, so that ``plan`` refuses a
+space above its work bounds (``plansim.limits.WORK``, ``PLANSIM_MAX_CANDIDATES``) before pricing any of it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ cost and the bytes its result occupies while kept.
 
 This is the input of Checkmate (Jain et al., MLSys 2020, sec 3): ``G = (V, E)`` with ``v_1 .. v_n`` topologically
 ordered, cost ``C_i`` and memory ``M_i`` per node. For training, the graph holds the forward pass and the backward
-pass derived from it (``training_graph``), with backward nodes after every forward node.
+pass derived from it (``training_graph``), with backward nodes after every forward node; ``linear_chain`` is the
+chain of like layers that tests and examples use.
 """
 
 from __future__ import annotations

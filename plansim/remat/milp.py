@@ -1,6 +1,11 @@
 """PuLP across its versions: PuLP 3.3 (what Python 3.11 gets; bundles CBC) and PuLP 4.x (Python >= 3.12; bundles no
 CBC, and variables are made by the problem, not by the ``LpVariable`` constructor). HiGHS, through highspy, is the
 default solver on both. Import this module only where a MILP is solved: PuLP is a heavy import.
+
+``run_solver`` solves with HiGHS or CBC, from a start solution where given, and reports what is proven
+(``SolveOutcome``): ``optimal`` only when the solver proved it, a time-out with a solution ``feasible``; bound and gap
+from HiGHS (PuLP's CBC interface gives none). An infeasibility from HiGHS is confirmed without presolve before it is
+reported: HiGHS 1.16's presolve calls some feasible remat MILPs infeasible.
 """
 
 from __future__ import annotations

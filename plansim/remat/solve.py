@@ -1,4 +1,9 @@
-"""One entry point for every rematerialization method, and the memory-vs-overhead trade-off curve."""
+"""One entry point for every rematerialization method, and the memory-vs-overhead trade-off curve.
+
+``solve_remat`` runs a method of ``METHODS`` (the MILP, then the baselines of ``baselines``) on a remat graph within a
+budget. The MILP starts from ``start.milp_start``; the cases its bounds decide (a budget below what one node needs,
+or one the keep-everything schedule fits) need no solver. ``tradeoff`` runs every method at every budget. Every
+method returns one ``RematResult``."""
 
 from __future__ import annotations
 

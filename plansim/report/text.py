@@ -1,4 +1,5 @@
-"""A Result as a terminal report (rich), in human units: ms, GB, TFLOP/s."""
+"""A Result as a terminal report (rich), in human units: ms, GB, TFLOP/s; and ``results_table``, the table of
+results that ``plan`` and ``compare`` print."""
 
 from __future__ import annotations
 

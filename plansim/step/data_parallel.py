@@ -3,7 +3,16 @@
 ``data_parallel_plan`` says, for a strategy's ZeRO stage, which collective reduces the gradients and how often, when
 weights are all-gathered, with which algorithm and at which message size per parameter. The lowering issues those
 collectives task by task (gradient buckets, per-layer ZeRO-3 gathers with their prefetch); the analytic engine prices
-the same collectives in closed form (``plansim.analytic.data_parallel.data_parallel_comm``).
+the same collectives in closed form (``plansim.analytic.data_parallel.data_parallel_comm``). Under hybrid sharding
+the stage's collectives run on the ``dp_shard`` group and each reduction is followed by ``replicate``, an all-reduce
+over ``dp_replicate``; with ``pp > 1`` and tied embeddings the first and last stage all-reduce the embedding's
+gradient (``tied_gradient_bytes``).
+
+When each collective is issued is defined here too, in the lowering's order on a compute and a dp stream, which the
+analytic engine walks: ``bucketed_reduction`` (a bucket launched once its gradients are complete, never across two
+model chunks), ``per_layer_overlap`` (ZeRO-3's gathers as far ahead as the framework prefetches, ``param_prefetch``,
+and its per-layer reduce-scatters), ``weight_gathers`` and ``prefetched_gathers`` (ZeRO-1/2's weight buckets and
+when each is gathered).
 
 Sources: PyTorch DDP buckets gradients and all-reduces each bucket once backward has produced it (Li et al. 2020,
 VLDB, sec 3.2.3); ZeRO (Rajbhandari et al. 2020, sec 5 and 7): stage 1 reduce-scatters the gradients once per step

@@ -4,7 +4,9 @@
 input-gradient only) and weight-gradient work as runs of compute split at its collectives, with the bytes and FLOPs
 that memory, recompute and the FLOP rates read. The lowering runs those segments as tasks; the analytic engine sums
 them (``layer_costs``), pricing each collective on the mesh axis its op names. So a layer costs the same in both
-engines by construction: there is one walk, and the closed form is its sum.
+engines by construction: there is one walk, and the closed form is its sum. A layer stamped from the same block
+template as an earlier one (``graph.graph["copies"]``, recorded by ``plansim.workload.graph.stamp``) is walked once;
+``rerun`` is what a remat policy rebuilds of the blocks.
 
 Sources: Megatron-LM's tensor-parallel collectives are blocking, so they sit between compute kernels on the critical
 path (Shoeybi et al. 2019, sec 3), except the one a linear layer launches asynchronously in its own backward (see

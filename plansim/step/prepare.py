@@ -3,7 +3,10 @@
 ``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank (a traced
 model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
 quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the sharded collectives'
-algorithm).
+algorithm). ``comm_pricer`` prices a layer's collectives on their mesh axis (NCCL's default call,
+``plansim.costs.nccl_groups.layer_call``), ``ring_call_s`` a call of an entry NCCL runs, ``tp_overlap`` says
+which tensor-parallel collectives the framework runs beside GEMMs, and ``beside`` what a collective loads the compute
+beside it with (``plansim.costs.interference``).
 """
 
 from __future__ import annotations

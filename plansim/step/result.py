@@ -1,6 +1,8 @@
 """The Result of one priced training step, assembled once for both engines: who ran what (model, hardware, GPUs,
 strategy, engine), the step's FLOPs and the rates that follow from its time, the memory categories and communication
 kinds in the output contract's order, and where kernel times came from. Each engine brings only its own figures.
+``bubble_fraction`` (the breakdown's bubble over the step time) is defined here, and the warning for a fit with
+less than 5 % of the memory free at its peak (``THIN_MARGIN``, ``margin_warning``).
 
 Sources: model FLOPs exclude recompute, hardware FLOPs include it (Korthikanti et al. 2022, sec 6); per-GPU rates
 and MFU as Narayanan et al. 2021, sec 5.1.

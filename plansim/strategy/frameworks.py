@@ -6,7 +6,11 @@ Each profile states these as rules, every rule with the framework's code it come
 that a rule can be checked against its source and changed with it. ``Strategy.resolve`` takes a strategy's defaults
 from its framework's rules and ``plansim.strategy.checks`` refuses what the framework cannot run, naming it.
 
-Profiles are read once per file version (validated, frozen). ``framework_names()`` lists them.
+Profiles are read once per file version (validated, frozen). ``framework_names()`` lists them, ``load_framework``
+reads one; ``modelled_zero_stages`` is what the planner searches (the ZeRO stages a framework runs that plansim
+models; ``unmodelled`` says why not), ``library_algorithms`` the all-reduces its communication library runs (its
+``collective_library`` rule, each registry entry's ``Algorithm.library``). docs/frameworks.md says where each rule
+is read.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares
 parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM ``parallel_state``: tp, dp, pp from
 fastest to slowest). A new kind of parallelism (context, expert) is a new axis in ``AXIS_ORDER``, as PyTorch's
 ``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
-from an assumed rank order.
+from an assumed rank order. The mesh also gives the copies a symmetric simulation stands for, node-local group
+sizes and the links a group spans; both engines, the lowering and ``plansim.step.prepare.comm_pricer`` ask it, and
+a ``TaskGraph`` carries it.
 
 Hybrid sharding (HSDP) splits the data-parallel axis in two, ``dp_shard`` (fastest: the group a ZeRO stage shards
 over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as torchtitan's mesh names them

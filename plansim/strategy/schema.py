@@ -1,7 +1,11 @@
 """The parallel strategy: how one training step is split over GPUs (the schema and its parsing).
 
-A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline (``dp=8,tp=2,pp=4,zero=1``).
-``plansim.strategy.checks.check_strategy`` collects every violation against a model and a cluster.
+A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline (``dp=8,tp=2,pp=4,zero=1``). Its
+``schedule``, ``remat`` and ``dp_algorithm`` are validated against their registries (``SCHEDULES``,
+``REMAT_POLICIES``, the all-reduce entries of ``COLLECTIVES``), so an entry added there is accepted here; numbers
+take their bounds from ``plansim.limits``. ``Strategy.resolve`` fills in what the strategy leaves to its framework's
+rules (``plansim.strategy.frameworks``). ``plansim.strategy.checks.check_strategy`` collects every violation against a
+model and a cluster. A cache keys on a ``StrategyProjection``, the fields its computation reads.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``plansim validate``: measure real training steps (``train``, needs torch), predict the same configurations
 (``predict``), and set them side by side (``compare``). Measuring and comparing are separate steps so that the
 measurements of a GPU machine (``measured.csv``) can be compared again anywhere, without torch, for example after
-a new kernel profile: ``repredict``.
+a new kernel profile: ``repredict``, and ``compare_saved`` for a folder ``validate`` wrote. The node type is checked
+before any step is measured.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Workloads: model specs (presets and YAML files) and their per-rank op graphs.
+"""Workloads: model specs (presets, YAML files, Hugging Face ``config.json``, traced torch modules; ``loader``) and
+their per-rank op graphs, built by each family's entry in the registry (``families``: GPT, Llama, MLP, ResNet-like
+CNN).
 
 >>> from plansim.workload import build_graph, load_model, model_flops
 >>> graph = build_graph(load_model("llama3-8b"), micro_batch=1, tp=2)

@@ -2,6 +2,12 @@
 
 A collective algorithm is a sequence of :class:`Step` s. Every transfer in a step starts at the same time; the step
 ends when the busiest node is done. Volumes and times are derived from the steps, never written separately.
+
+Long runs of like steps (a ring phase: ``p - 1`` steps of ``p`` transfers; the naive all-reduce; all-to-all) are
+:class:`StepRun` s, built only when iterated and priced in closed form, so a schedule costs memory and time linear in
+``p``. Placed on nodes (``Schedule.time(..., local=)``), each step's transfers are priced on the node-local or
+inter-node link they cross; ``Schedule.gpus`` places a helper (the parameter server) on worker 0's GPU, for the
+discrete-event engine too.
 """
 
 from __future__ import annotations

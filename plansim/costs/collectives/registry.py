@@ -1,5 +1,9 @@
 """Collective communication costs, each algorithm defined once as a schedule of point-to-point transfers.
 
+``COLLECTIVES`` is the one list of algorithms (``Strategy.dp_algorithm`` is checked against its all-reduce entries):
+each an :class:`Algorithm` entry holding what is particular to it (``reads_local``, ``power_of_two``,
+``rings_per_local_rank``, ``sharded_with``, ``nccl``, ``library``), read where it matters, never by name.
+
 Per-rank volume, total volume and alpha-beta time all derive from the one :class:`Schedule`, and
 :func:`simulate` moves real data through it, so the tests check the schedule against both arithmetic and closed forms.
 
