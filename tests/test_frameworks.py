@@ -409,7 +409,8 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
 def _block_program(strategy: str, preset: str = "gpt3-1.3b", gpus: int = 8):  # type: ignore[no-untyped-def]
     """Block 0's program under ``strategy``, with the op graph and kernel model it was walked from."""
     from plansim.step.layers import layer_programs
-    from plansim.step.prepare import prepare_step, tp_overlap
+    from plansim.step.prepare import prepare_step
+    from plansim.step.tp_overlap import tp_overlap
     from plansim.strategy.mesh import mesh_of
 
     cluster = _cluster(gpus)

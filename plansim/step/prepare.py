@@ -20,9 +20,8 @@ from plansim.costs.nccl_groups import layer_call, ring_overhead_s, timed
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.step.comm import Comm
-from plansim.step.layers import CommPricer, RateBeside, TPOverlap
+from plansim.step.layers import CommPricer, RateBeside
 from plansim.strategy.checks import check_strategy
-from plansim.strategy.frameworks import load_framework
 from plansim.strategy.mesh import DeviceMesh, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
@@ -41,7 +40,6 @@ __all__ = [
     "ring_call_s",
     "shard_algorithm",
     "tied_copy_params",
-    "tp_overlap",
 ]
 
 
@@ -144,25 +142,6 @@ def ring_call_s(
     if overhead is None:
         return collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
     return collective_time(collective, algorithm, p, n_bytes, 0.0, link.bandwidth_Bps) + overhead
-
-
-def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
-    """Which tensor-parallel collectives run beside the GEMMs next to them under ``s``'s framework on ``cluster``'s
-    GPU: the input gradient's reductions its rule ``tp_grad_input_overlap`` names, and with ``tp_comm_overlap`` its
-    ``tp_comm_overlap`` rule's pipelining, a GEMM beside its SM kernels on the SMs they leave
-    (``plansim.step.layers.TPOverlap``)."""
-    rules = load_framework(s.framework).rules
-    pipelined = rules.tp_comm_overlap.value if s.tp_comm_overlap else None
-    if pipelined is None:
-        return TPOverlap(grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value))
-    return TPOverlap(
-        grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value),
-        ring_exchange=pipelined.ring_exchange,
-        reduce_scatter_splits=pipelined.reduce_scatter_splits,
-        userbuffers=True,
-        # the SM-share part of the interference model: its kernels' SMs taken for the GEMM's whole run, no HBM load
-        gemm_slowdown=interference_model(cluster.gpu).slowdown(pipelined.kernel_sms, 0.0),
-    )
 
 
 def beside(
