@@ -34,8 +34,9 @@ from plansim.workload.traced import Workload
 
 @dataclass(frozen=True)
 class LayerKey(StrategyProjection):
-    """What the op graph of a micro-batch, its per-layer costs (tensor-parallel collectives on the tp axis, which
-    is the fastest one: its groups do not depend on dp or pp) and the pipeline message size read of a strategy."""
+    """What the op graph of a micro-batch (its ``Sharding``: ``step.prepare.sharding_of``), its per-layer costs
+    (tensor-parallel collectives on the tp axis, which is the fastest one: its groups do not depend on dp or pp) and
+    the pipeline message size read of a strategy."""
 
     micro_batch: int
     tp: int

@@ -1,7 +1,7 @@
 """What both engines derive from (model, cluster, strategy) before pricing a step: one definition each.
 
-``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank (a traced
-model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
+``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one rank of its mesh (``sharding_of``;
+a traced model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
 quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the sharded collectives'
 algorithm).
 """
@@ -22,10 +22,11 @@ from plansim.hardware import Cluster, Link
 from plansim.step.comm import Comm
 from plansim.step.layers import CommPricer, RateBeside
 from plansim.strategy.checks import check_strategy
-from plansim.strategy.mesh import DeviceMesh, mesh_of
+from plansim.strategy.mesh import DeviceMesh, degrees_of, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
-from plansim.workload import build_graph
+from plansim.workload.build import build_sharded
+from plansim.workload.graph import Sharding
 from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
 
@@ -39,6 +40,7 @@ __all__ = [
     "rate_beside",
     "ring_call_s",
     "shard_algorithm",
+    "sharding_of",
     "tied_copy_params",
 ]
 
@@ -66,19 +68,25 @@ def build_step(model: Workload, cluster: Cluster, s: Strategy) -> PreparedStep:
     """The op graph and kernel model of a resolved strategy that passed ``check_strategy`` (the analytic engine
     checks once per strategy, before its cache). A traced model's graph is used as traced (the check has checked
     that the strategy fits it)."""
-    if isinstance(model, TracedModel):
-        graph = model.graph
-    else:
-        graph = build_graph(
-            model,
-            micro_batch=s.micro_batch,
-            tp=s.tp,
-            sequence_parallel=s.sequence_parallel,
-            act_bytes=dtype_bytes(s.compute_dtype),
-            attention=s.attention,
-        )
+    graph = model.graph if isinstance(model, TracedModel) else build_sharded(model, sharding_of(s))
     kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     return PreparedStep(s, graph, kernels)
+
+
+def sharding_of(s: Strategy) -> Sharding:
+    """What one rank of ``s`` runs of a micro-batch, as the op-graph builders read it (``plansim.workload.build``):
+    the micro-batch, each sharded dimension's degree and mesh axis (``plansim.strategy.mesh``), sequence
+    parallelism, the activations' bytes and how attention runs. The one place a strategy becomes a ``Sharding``: the
+    analytic engine's layer cache keys on what it reads (``plansim.analytic.cache.LayerKey``)."""
+    degrees = degrees_of(s)
+    return Sharding(
+        micro_batch=s.micro_batch,
+        tp=degrees["tp"],
+        tp_axis="tp",
+        sequence_parallel=s.sequence_parallel,
+        act_bytes=dtype_bytes(s.compute_dtype),
+        attention=s.attention,
+    )
 
 
 def p2p_message_bytes(graph: nx.DiGraph, s: Strategy) -> float:
