@@ -459,15 +459,15 @@ def _priced(
     lost = overlapped = 0.0
     for seg in segments:
         if seg.comm is not None:
-            seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
+            seconds, sent = price(seg.comm.axis, seg.comm.collective, seg.comm.n_bytes)
             exposed = seconds
             if seg.hidden_s > 0:
                 ran, cost = overlap_cost(seg.hidden_s, seconds, rate(seg.comm, seconds, sent))
                 lost += cost
                 overlapped += ran
                 exposed = max(0.0, seconds - seg.hidden_s - cost)
-            was = out.get(seg.comm.group, (0.0, 0.0))
-            out[seg.comm.group] = (was[0] + exposed, was[1] + sent)
+            was = out.get(seg.comm.axis, (0.0, 0.0))
+            out[seg.comm.axis] = (was[0] + exposed, was[1] + sent)
     return out, lost, overlapped
 
 

@@ -174,7 +174,7 @@ def rate_beside(cluster: Cluster, s: Strategy, kernels: KernelCostModel) -> Rate
     model = interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
 
     def rate(comm: Comm, seconds: float, sent: float) -> float:
-        group = beside(cluster, mesh, model, comm.group, comm.collective, comm.algorithm, comm.engine)
+        group = beside(cluster, mesh, model, comm.axis, comm.collective, comm.algorithm, comm.engine)
         return group.rate(seconds, sent)
 
     return rate
