@@ -409,7 +409,8 @@ def test_rule_differences_are_the_rules_that_bear_on_the_strategy() -> None:
 def _block_program(strategy: str, preset: str = "gpt3-1.3b", gpus: int = 8):  # type: ignore[no-untyped-def]
     """Block 0's program under ``strategy``, with the op graph and kernel model it was walked from."""
     from plansim.step.layers import layer_programs
-    from plansim.step.prepare import prepare_step, tp_overlap
+    from plansim.step.prepare import prepare_step
+    from plansim.step.tp_overlap import tp_overlap
     from plansim.strategy.mesh import mesh_of
 
     cluster = _cluster(gpus)
@@ -702,8 +703,8 @@ def test_hybrid_shard_fsdp_shards_within_a_group_and_all_reduces_across() -> Non
     assert (plan.reduce.axis, plan.gather.axis, plan.replicate.axis) == ("dp_shard", "dp_shard", "dp_replicate")
     assert plan.replicate.collective == "all_reduce" and plan.shard_ranks == 8
     tasks = lower(model, cluster, hsdp).stages[0].tasks
-    rs = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.group == "dp_shard"]
-    ar = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.group == "dp_replicate"]
+    rs = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.axis == "dp_shard"]
+    ar = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.axis == "dp_replicate"]
     assert len(rs) == len(ar) > 0
     assert all(b.comm.n_bytes * 8 == pytest.approx(a.comm.n_bytes) for a, b in zip(rs, ar, strict=True))
     s, r = 8, 4

@@ -132,7 +132,7 @@ def test_overlap_cost_matches_a_time_integration(work: float, comm: float, rate:
 def _one_overlap(cluster, comm: Comm, work_s: float, mesh: DeviceMesh) -> tuple[float, float, float]:
     """Run one compute task of ``work_s`` and, beside it from t = 0, one collective on the dp (or p2p) stream.
     Returns (compute end, collective seconds, interference the engine booked)."""
-    stream = "p2p" if comm.group == "pp" else "dp"
+    stream = "p2p" if comm.axis == "pp" else "dp"
     prog = StageProgram(0, [Task("gemm", "compute", "forward", work_s), Task("coll", stream, "grad_reduce", comm=comm)])
     stages = [prog] + [StageProgram(i) for i in range(1, mesh.size("pp"))]
     graph = TaskGraph(stages=stages, mesh=mesh, num_microbatches=1, model_flops=0.0, hardware_flops=0.0)

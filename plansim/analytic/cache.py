@@ -24,26 +24,27 @@ from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
 from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
-from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, tied_copy_params, tp_overlap
+from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, tied_copy_params
+from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.mesh import mesh_of
-from plansim.strategy.schema import Strategy, StrategyProjection
+from plansim.strategy.schema import Strategy, StrategyProjection, read_with
 from plansim.workload.traced import Workload
 
 
 @dataclass(frozen=True)
 class LayerKey(StrategyProjection):
-    """What the op graph of a micro-batch, its per-layer costs (tensor-parallel collectives on the tp axis, which
-    is the fastest one: its groups do not depend on dp or pp) and the pipeline message size read of a strategy."""
+    """What the op graph of a micro-batch (its ``Sharding``: ``step.prepare.sharding_of``), its per-layer costs
+    (tensor-parallel collectives on the tp axis, which is the fastest one: its groups do not depend on dp or pp) and
+    the pipeline message size read of a strategy."""
 
     micro_batch: int
     tp: int
     sequence_parallel: bool
     compute_dtype: str
     attention: str
-    tp_overlap_rules: tuple[
-        object, ...
-    ]  # which tensor-parallel collectives overlap GEMMs (``step.prepare.tp_overlap``)
+    #: which tensor-parallel collectives overlap GEMMs: what ``step.tp_overlap.tp_overlap`` reads of the strategy
+    tp_overlap: tuple[object, ...] = read_with(overlap_key)
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ class AnalyticCache:
         hit = self._fixed.get(key)
         if hit is None:
             tied = tied_copy_params(self.model, s) > 0
-            layer_input = float(self.priced(s).prep.graph.graph["layer_input_bytes"]) if s.tp_comm_overlap else 0.0
+            layer_input = float(self.priced(s).prep.graph.graph["layer_input_bytes"]) if uses_userbuffers(s) else 0.0
             hit = self._fixed[key] = [fixed_bytes(self.cluster, s, idx, tied, layer_input) for idx in range(s.pp)]
         return hit
 

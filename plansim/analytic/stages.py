@@ -121,7 +121,7 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     if gather is None:
         return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
-    gather_s, gather_sent = comm_pricer(cluster, s)(gather.group, gather.collective, gather.n_bytes)
+    gather_s, gather_sent = comm_pricer(cluster, s)(gather.axis, gather.collective, gather.n_bytes)
     return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
 
 

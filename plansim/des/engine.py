@@ -299,12 +299,12 @@ class _Engine:
         and last stage)."""
         match comm.peers:
             case Shift(steps=steps):
-                return dev.rank, self.mesh.shift(comm.group, dev.rank, steps)
+                return dev.rank, self.mesh.shift(comm.axis, dev.rank, steps)
             case GroupEnds():
-                ends = self.mesh.group(comm.group, dev.rank)
+                ends = self.mesh.group(comm.axis, dev.rank)
                 return ends[0], ends[-1]
             case WholeGroup():
-                return self.mesh.group(comm.group, dev.rank)
+                return self.mesh.group(comm.axis, dev.rank)
             case Standalone():
                 raise ValueError("a standalone collective's ranks are its caller's (simulate_collective)")
 
@@ -378,7 +378,7 @@ class _Engine:
         engine's ``comm_pricer`` asks (``plansim.costs.nccl_groups.layer_call``: ring, tree or NVLS); None for
         data-parallel collectives, sends, the embedding sync (a pair) and ``simulate_collective``'s (its algorithm is
         given)."""
-        if not isinstance(comm.peers, WholeGroup) or comm.group in DP_AXES:
+        if not isinstance(comm.peers, WholeGroup) or comm.axis in DP_AXES:
             return None
         if comm.algorithm != "ring" or len(members) < 2:
             return None
@@ -398,7 +398,7 @@ class _Engine:
         what NCCL adds, ``_nccl_extra``, as the analytic engine prices it)."""
         if isinstance(comm.peers, Shift | GroupEnds):
             return send_load(self.cluster, members[0], members[-1], comm.collective)
-        group = beside(self.cluster, self.mesh, self.interference, comm.group, comm.collective, comm.algorithm,
+        group = beside(self.cluster, self.mesh, self.interference, comm.axis, comm.collective, comm.algorithm,
                        comm.engine)  # fmt: skip
         if not group.nccl_paced:
             return group.load
@@ -466,7 +466,7 @@ class _Engine:
         receives as much (``plansim.costs.nccl.nvls_sent_factor``), as a flow to its ring neighbour through it."""
         call = self._layer_call(comm, members)
         nvls = call is not None and call.algorithm == "nvls"
-        key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.group, type(comm.peers))
+        key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.axis, type(comm.peers))
         cached = self.phase_cache.get(key)
         if cached is None:
             if nvls:
@@ -478,7 +478,7 @@ class _Engine:
 
     def _nvls_phase(self, comm: Comm, members: tuple[int, ...], factor: float) -> _Phase:
         p = len(members)
-        offsets = self.images(comm.group)
+        offsets = self.images(comm.axis)
         weights: dict[LinkId, float] = defaultdict(float)
         own: set[LinkId] = set()
         injected = 0.0
@@ -536,7 +536,7 @@ class _Engine:
         gpus = sched.gpus.tolist()
         # NCCL's channels keep each inter-node hop on one rail (Fabric.ring_route); other schedules take the plain route
         route = self.fabric.ring_route if len(channels) > 1 else self.fabric.route
-        offsets = self.images(comm.group)
+        offsets = self.images(comm.axis)
         phases: list[_Phase] = []
         steps = list(sched.steps)
         i = 0

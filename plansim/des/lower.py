@@ -60,8 +60,9 @@ from plansim.step.memory import (
 )
 from plansim.step.optimizer import optimizer_step_s
 from plansim.step.p2p import PipelineSends, pipeline_sends, regather
-from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params, tp_overlap
+from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
+from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import DeviceMesh, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload

@@ -78,7 +78,7 @@ def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
     tasks = runs * sum(len(program.tasks) for program in graph.stages)
     kinds = {task.comm for program in graph.stages for task in program.tasks if task.comm is not None}
     transfers = 0.0
-    for comm in {(c.collective, c.algorithm, c.group, c.local) for c in kinds if isinstance(c.peers, WholeGroup)}:
+    for comm in {(c.collective, c.algorithm, c.axis, c.local) for c in kinds if isinstance(c.peers, WholeGroup)}:
         collective, algorithm, group, local = comm
         p = mesh.size(group)
         if p < 2:

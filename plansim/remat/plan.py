@@ -26,7 +26,8 @@ from plansim.remat.solve import solve_remat
 from plansim.remat.stage import stage_graph
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
 from plansim.step.memory import backward_workspace, ends_saved, fixed_bytes, stage_params, static_bytes
-from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params, tp_overlap
+from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params
+from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import mesh_of
 from plansim.workload.traced import Workload
 

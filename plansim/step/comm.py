@@ -11,12 +11,12 @@ __all__ = ["Comm", "GroupEnds", "Peers", "Shift", "Standalone", "WholeGroup"]
 
 @dataclass(frozen=True, slots=True)
 class WholeGroup:
-    """Every rank of the rank's group along ``Comm.group`` (``DeviceMesh.group``): a collective of that axis."""
+    """Every rank of the rank's group along ``Comm.axis`` (``DeviceMesh.group``): a collective of that axis."""
 
 
 @dataclass(frozen=True, slots=True)
 class Shift:
-    """One send to the rank ``steps`` along ``Comm.group``, wrapping around (``DeviceMesh.shift``): a pipeline send
+    """One send to the rank ``steps`` along ``Comm.axis``, wrapping around (``DeviceMesh.shift``): a pipeline send
     to the stage ``steps`` away (interleaving sends the last stage's output to stage 0). Only the sender takes part:
     the receiver waits for its end."""
 
@@ -25,14 +25,14 @@ class Shift:
 
 @dataclass(frozen=True, slots=True)
 class GroupEnds:
-    """The first and last ranks of the rank's group along ``Comm.group``, a pair over the link between the two: the
+    """The first and last ranks of the rank's group along ``Comm.axis``, a pair over the link between the two: the
     tied embedding's copies on the first and last pipeline stages."""
 
 
 @dataclass(frozen=True, slots=True)
 class Standalone:
     """Ranks its caller gives, outside any strategy's mesh (``plansim.des.engine.simulate_collective``);
-    ``Comm.group`` then names no group of them."""
+    ``Comm.axis`` then names no axis of theirs."""
 
 
 #: With whom a ``Comm`` runs, by kind.
@@ -44,7 +44,7 @@ class Comm:
     """A collective (or a point-to-point send) of one task.
 
     ``collective``/``algorithm`` are keys of ``plansim.costs.collectives.COLLECTIVES``; ``n_bytes`` is its message
-    size (see ``MESSAGE_SIZE``). ``group``: the mesh axis it runs along (``tp``, ``dp``, hybrid sharding's
+    size (see ``MESSAGE_SIZE``). ``axis``: the mesh axis it runs along (``tp``, ``dp``, hybrid sharding's
     ``dp_shard`` and ``dp_replicate``, ``pp``: a name of ``plansim.strategy.mesh``'s axes), ``peers`` which of that
     axis' ranks: the rank's whole group (``WholeGroup``), one rank some steps away (``Shift``: a pipeline send),
     the group's two ends (``GroupEnds``: the tied embedding's copies), or ranks given outside the mesh
@@ -58,7 +58,7 @@ class Comm:
 
     collective: str
     algorithm: str
-    group: str
+    axis: str
     n_bytes: float
     kind: str
     peers: Peers = WholeGroup()

@@ -10,11 +10,11 @@ template as an earlier one (``graph.graph["copies"]``, recorded by ``plansim.wor
 
 Sources: Megatron-LM's tensor-parallel collectives are blocking, so they sit between compute kernels on the critical
 path (Shoeybi et al. 2019, sec 3), except the one a linear layer launches asynchronously in its own backward (see
-``_regathered``) and those a framework overlaps with the GEMMs beside them (``TPOverlap``: the input gradient's
-reduction beside the weight gradient, and Megatron-LM's ``--tp-comm-overlap``, GEMMs split into chunks pipelined with
-their all-gather or reduce-scatter); a GEMM's backward is an input-gradient and a weight-gradient kernel, which
-split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GEMM-like kinds only (Narayanan et al.
-2021, sec 5.1).
+``_regathered``) and those a framework overlaps with the GEMMs beside them (``plansim.step.tp_overlap.TPOverlap``: the
+input gradient's reduction beside the weight gradient, and Megatron-LM's ``--tp-comm-overlap``, GEMMs split into
+chunks pipelined with their all-gather or reduce-scatter); a GEMM's backward is an input-gradient and a
+weight-gradient kernel, which split-backward schedules run apart (Qi et al. 2023, ZB-H1); model FLOPs count GEMM-like
+kinds only (Narayanan et al. 2021, sec 5.1).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import collective_wait_s
 from plansim.step.comm import Comm
+from plansim.step.tp_overlap import TPOverlap
 from plansim.strategy.mesh import DeviceMesh
 from plansim.workload.graph import MATMUL_KINDS
 
@@ -42,7 +43,6 @@ __all__ = [
     "LayerProgram",
     "RateBeside",
     "Segment",
-    "TPOverlap",
     "layer_activations",
     "layer_costs",
     "layer_programs",
@@ -58,31 +58,8 @@ CommPricer = Callable[[str, str, float], tuple[float, float]]
 #: (``plansim.costs.interference``)
 RateBeside = Callable[[Comm, float, float], float]
 
-
-@dataclass(frozen=True)
-class TPOverlap:
-    """Which of a layer's tensor-parallel collectives run beside its GEMMs instead of between them (the strategy's
-    framework rules and ``tp_comm_overlap``: ``plansim.step.prepare.tp_overlap``). Off by default: every
-    collective blocks, but the sequence-parallel re-gather (``_regathered``).
-
-    ``grad_input_beside_wgrad``: the collectives (``reduce_scatter`` with sequence parallelism, ``all_reduce``
-    without) a column-parallel linear's backward launches asynchronously for its input gradient after the
-    input-gradient GEMM, running the weight-gradient GEMM beside them (Transformer Engine's "Overlap dgrad-RS/AR with
-    wgrad"; Megatron-LM's ``LinearWithGradAccumulationAndAsyncCommunication``). ``ring_exchange``: an all-gather
-    feeding a GEMM (the column-parallel forward, the row-parallel backward's output-gradient gather) runs as tp
-    point-to-point steps, the GEMM split into tp chunks each computed as its chunk arrives, this rank's own first.
-    ``reduce_scatter_splits``:
-    a row-parallel forward GEMM split into that many chunks, each chunk's reduce-scatter running beside the next
-    chunk's GEMM (0: one blocking reduce-scatter after the whole GEMM)."""
-
-    grad_input_beside_wgrad: frozenset[str] = frozenset()
-    ring_exchange: bool = False
-    reduce_scatter_splits: int = 0
-    #: Transformer Engine's userbuffers move the blocks' overlapped collectives (``ring_exchange`` on the copy
-    #: engines, the rest in SM kernels), and a GEMM beside one of its SM kernels runs ``gemm_slowdown`` times longer
-    #: on the SMs they leave it (``set_sm_margin``)
-    userbuffers: bool = False
-    gemm_slowdown: float = 1.0
+#: no collective overlapped: every one blocks, but the sequence-parallel re-gather (``_regathered``)
+_BLOCKING = TPOverlap()
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +254,7 @@ def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) 
 
 
 def layer_programs(
-    graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh, overlap: TPOverlap = TPOverlap()
+    graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh, overlap: TPOverlap = _BLOCKING
 ) -> dict[int, LayerProgram]:
     """Each layer's (-1 embedding, 0..L-1 blocks, L output layer) forward, backward and weight-gradient work, split at
     its collectives. Each collective runs on the mesh axis its op names (``group``, e.g. ``tp``); one on an axis of
@@ -294,7 +271,7 @@ def layer_programs(
     taken: set[str] = set()  # collectives a GEMM's overlap ran already, in the pass being walked
     # the overlaps split only the transformer blocks' GEMMs (Transformer Engine's layers), not the output layer's
     spec = graph.graph.get("spec")
-    blocks = spec.layers if spec is not None and overlap != TPOverlap() else 0
+    blocks = spec.layers if spec is not None and overlap != _BLOCKING else 0
     for name in order:
         op = nodes[name]
         r = runs.get(op["layer"])
@@ -484,15 +461,15 @@ def _priced(
     lost = overlapped = 0.0
     for seg in segments:
         if seg.comm is not None:
-            seconds, sent = price(seg.comm.group, seg.comm.collective, seg.comm.n_bytes)
+            seconds, sent = price(seg.comm.axis, seg.comm.collective, seg.comm.n_bytes)
             exposed = seconds
             if seg.hidden_s > 0:
                 ran, cost = overlap_cost(seg.hidden_s, seconds, rate(seg.comm, seconds, sent))
                 lost += cost
                 overlapped += ran
                 exposed = max(0.0, seconds - seg.hidden_s - cost)
-            was = out.get(seg.comm.group, (0.0, 0.0))
-            out[seg.comm.group] = (was[0] + exposed, was[1] + sent)
+            was = out.get(seg.comm.axis, (0.0, 0.0))
+            out[seg.comm.axis] = (was[0] + exposed, was[1] + sent)
     return out, lost, overlapped
 
 

@@ -33,7 +33,8 @@ from plansim.pipeline.schedules import get_schedule
 from plansim.step.data_parallel import gathers_per_layer, param_prefetch, weights_kept_through_step
 from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.prepare import tied_copy_params
-from plansim.strategy.frameworks import ParamPrefetch, load_framework
+from plansim.step.tp_overlap import userbuffers_bytes
+from plansim.strategy.frameworks import ParamPrefetch
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
@@ -135,18 +136,13 @@ def fixed_bytes(
 ) -> dict[str, float]:
     """What a rank of ``stage`` holds beside its tensors for the whole run, by category (``FIXED_CATEGORIES``):
     the CUDA context, NCCL's buffers of its communicators (0 where the node profile names no NCCL channels) and,
-    with ``tp_comm_overlap``, Transformer Engine's userbuffers: the framework rule's ``buffers`` tensors of one
-    micro-batch's whole activation each (``layer_input_bytes``, one rank's shard of it with sequence parallelism),
-    registered outside PyTorch's allocator."""
+    with ``tp_comm_overlap``, Transformer Engine's userbuffers (``plansim.step.tp_overlap.userbuffers_bytes`` of
+    ``layer_input_bytes``, one block's input on this rank)."""
     channels = _channels(cluster)
     nccl = (
         0 if channels is None else sum(communicator_bytes(c, channels) for c in communicators(cluster, s, stage, tied))
     )
-    pipelined = load_framework(s.framework).rules.tp_comm_overlap.value if s.tp_comm_overlap else None
-    # every buffer holds the micro-batch's whole activation (sequence parallelism shards the layers' input) in
-    # Transformer Engine's buffer dtype, bf16 by default (initialize_ub's dtype, base.py:122-130 at v2.9)
-    elements = layer_input_bytes / dtype_bytes(s.compute_dtype) * (s.tp if s.sequence_parallel else 1)
-    userbuffers = pipelined.buffers * elements * dtype_bytes("bf16") if pipelined is not None else 0.0
+    userbuffers = userbuffers_bytes(s, layer_input_bytes)
     return {"cuda_context": float(cluster.gpu.cuda_context_bytes), "nccl": float(nccl), "userbuffers": userbuffers}
 
 

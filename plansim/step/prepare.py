@@ -1,7 +1,7 @@
 """What both engines derive from (model, cluster, strategy) before pricing a step: one definition each.
 
-``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one tensor-parallel rank (a traced
-model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
+``prepare_step`` checks the strategy, builds the op graph of one micro-batch on one rank of its mesh (``sharding_of``;
+a traced model brings its own, ``plansim.workload.traced``) and the kernel cost model; the helpers give the Megatron-LM
 quantities both engines use (pipeline message size, the tied embedding copy on the last stage, the sharded collectives'
 algorithm). ``comm_pricer`` prices a layer's collectives on their mesh axis (NCCL's default call,
 ``plansim.costs.nccl_groups.layer_call``), ``ring_call_s`` a call of an entry NCCL runs, ``tp_overlap`` says
@@ -23,13 +23,13 @@ from plansim.costs.nccl_groups import layer_call, ring_overhead_s, timed
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.step.comm import Comm
-from plansim.step.layers import CommPricer, RateBeside, TPOverlap
+from plansim.step.layers import CommPricer, RateBeside
 from plansim.strategy.checks import check_strategy
-from plansim.strategy.frameworks import load_framework
-from plansim.strategy.mesh import DeviceMesh, mesh_of
+from plansim.strategy.mesh import DeviceMesh, degrees_of, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
-from plansim.workload import build_graph
+from plansim.workload.build import build_sharded
+from plansim.workload.graph import Sharding
 from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
 
@@ -43,8 +43,8 @@ __all__ = [
     "rate_beside",
     "ring_call_s",
     "shard_algorithm",
+    "sharding_of",
     "tied_copy_params",
-    "tp_overlap",
 ]
 
 
@@ -71,19 +71,25 @@ def build_step(model: Workload, cluster: Cluster, s: Strategy) -> PreparedStep:
     """The op graph and kernel model of a resolved strategy that passed ``check_strategy`` (the analytic engine
     checks once per strategy, before its cache). A traced model's graph is used as traced (the check has checked
     that the strategy fits it)."""
-    if isinstance(model, TracedModel):
-        graph = model.graph
-    else:
-        graph = build_graph(
-            model,
-            micro_batch=s.micro_batch,
-            tp=s.tp,
-            sequence_parallel=s.sequence_parallel,
-            act_bytes=dtype_bytes(s.compute_dtype),
-            attention=s.attention,
-        )
+    graph = model.graph if isinstance(model, TracedModel) else build_sharded(model, sharding_of(s))
     kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
     return PreparedStep(s, graph, kernels)
+
+
+def sharding_of(s: Strategy) -> Sharding:
+    """What one rank of ``s`` runs of a micro-batch, as the op-graph builders read it (``plansim.workload.build``):
+    the micro-batch, each sharded dimension's degree and mesh axis (``plansim.strategy.mesh``), sequence
+    parallelism, the activations' bytes and how attention runs. The one place a strategy becomes a ``Sharding``: the
+    analytic engine's layer cache keys on what it reads (``plansim.analytic.cache.LayerKey``)."""
+    degrees = degrees_of(s)
+    return Sharding(
+        micro_batch=s.micro_batch,
+        tp=degrees["tp"],
+        tp_axis="tp",
+        sequence_parallel=s.sequence_parallel,
+        act_bytes=dtype_bytes(s.compute_dtype),
+        attention=s.attention,
+    )
 
 
 def p2p_message_bytes(graph: nx.DiGraph, s: Strategy) -> float:
@@ -149,25 +155,6 @@ def ring_call_s(
     return collective_time(collective, algorithm, p, n_bytes, 0.0, link.bandwidth_Bps) + overhead
 
 
-def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
-    """Which tensor-parallel collectives run beside the GEMMs next to them under ``s``'s framework on ``cluster``'s
-    GPU: the input gradient's reductions its rule ``tp_grad_input_overlap`` names, and with ``tp_comm_overlap`` its
-    ``tp_comm_overlap`` rule's pipelining, a GEMM beside its SM kernels on the SMs they leave
-    (``plansim.step.layers.TPOverlap``)."""
-    rules = load_framework(s.framework).rules
-    pipelined = rules.tp_comm_overlap.value if s.tp_comm_overlap else None
-    if pipelined is None:
-        return TPOverlap(grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value))
-    return TPOverlap(
-        grad_input_beside_wgrad=frozenset(rules.tp_grad_input_overlap.value),
-        ring_exchange=pipelined.ring_exchange,
-        reduce_scatter_splits=pipelined.reduce_scatter_splits,
-        userbuffers=True,
-        # the SM-share part of the interference model: its kernels' SMs taken for the GEMM's whole run, no HBM load
-        gemm_slowdown=interference_model(cluster.gpu).slowdown(pipelined.kernel_sms, 0.0),
-    )
-
-
 def beside(
     cluster: Cluster, mesh: DeviceMesh, model: Interference, axis: str, collective: str, algorithm: str, engine: str
 ) -> Beside:
@@ -190,7 +177,7 @@ def rate_beside(cluster: Cluster, s: Strategy, kernels: KernelCostModel) -> Rate
     model = interference_model(cluster.gpu, kernels.table.overlap if kernels.table is not None else None)
 
     def rate(comm: Comm, seconds: float, sent: float) -> float:
-        group = beside(cluster, mesh, model, comm.group, comm.collective, comm.algorithm, comm.engine)
+        group = beside(cluster, mesh, model, comm.axis, comm.collective, comm.algorithm, comm.engine)
         return group.rate(seconds, sent)
 
     return rate

@@ -33,7 +33,7 @@ from plansim.units import parse_bytes
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
-__all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy"]
+__all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy", "read_with"]
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -248,17 +248,6 @@ class Strategy(BaseModel):
         return load_framework(self.framework).rules.grad_reduce_fp32.value
 
     @property
-    def tp_overlap_rules(self) -> tuple[object, ...]:
-        """What the overlap of the tensor-parallel collectives with the GEMMs reads of the framework's rules
-        (``plansim.step.prepare.tp_overlap``): the input-gradient reductions run beside the weight gradient (none
-        without tensor parallelism) and, with ``tp_comm_overlap``, its pipelining; strategies equal here price their
-        layers alike under any framework."""
-        if self.tp == 1:
-            return ()
-        rules = load_framework(self.framework).rules
-        return tuple(rules.tp_grad_input_overlap.value), rules.tp_comm_overlap.value if self.tp_comm_overlap else None
-
-    @property
     def hybrid_shard(self) -> bool:
         """Whether ZeRO's states are sharded over part of the data-parallel group and replicated across the parts
         (``dp_shard`` below ``dp``: HSDP)."""
@@ -363,7 +352,17 @@ class StrategyProjection:
     """Base of a frozen dataclass whose fields are the strategy fields (or properties) one computation reads: a cache
     of that computation keys on ``Projection.of(strategy)``, defined next to the code that reads it. Strategies equal
     in the projection share the cached value, so a field the computation reads must be a field of its projection
-    (``tests/test_analytic_cache.py`` varies every strategy field to check that they are)."""
+    (``tests/test_analytic_cache.py`` varies every strategy field to check that they are). A field declared
+    ``read_with(reader)`` holds ``reader(strategy)`` instead: what a computation reads of the strategy through
+    something else (a framework's rules), said by the module that reads it (``plansim.step.tp_overlap.overlap_key``).
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Degree(StrategyProjection):
+    ...     tp: int
+    ...     gpus: int = read_with(lambda s: s.num_gpus)
+    >>> Degree.of(Strategy(dp=2, tp=4))
+    Degree(tp=4, gpus=8)
+    """
 
     _read: ClassVar[Callable[[Strategy], tuple[Any, ...]]]
 
@@ -371,11 +370,26 @@ class StrategyProjection:
     def of(cls, s: Strategy) -> Any:
         read = cls.__dict__.get("_read")
         if read is None:
-            names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-            getter = operator.attrgetter(*names)
-            read = (lambda x: (getter(x),)) if len(names) == 1 else getter
+            fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+            readers = [f.metadata.get(_READER) for f in fields]
+            if any(readers):
+                getters = [r or operator.attrgetter(f.name) for f, r in zip(fields, readers, strict=True)]
+                read = lambda x: tuple(g(x) for g in getters)  # noqa: E731
+            else:
+                getter = operator.attrgetter(*(f.name for f in fields))
+                read = (lambda x: (getter(x),)) if len(fields) == 1 else getter
             cls._read = read
         return cls(*read(s))
+
+
+#: The metadata key of a projection field's reader (``read_with``).
+_READER = "plansim_reader"
+
+
+def read_with(reader: Callable[[Strategy], Any]) -> Any:
+    """A ``StrategyProjection`` field whose value is ``reader(strategy)`` rather than the strategy's attribute of the
+    field's name."""
+    return dataclasses.field(metadata={_READER: reader})
 
 
 def _parse_inline(text: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""``build_graph``: the op graph of one micro-batch on one tensor-parallel rank, for any model family (its entry's
-builder, ``plansim.workload.families``)."""
+"""``build_sharded``: the op graph of one micro-batch on one rank of a ``Sharding``, for any model family (its entry's
+builder, ``plansim.workload.families``); ``build_graph`` the same from keyword arguments."""
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import networkx as nx
@@ -12,7 +13,7 @@ from plansim.workload.families import family_of
 from plansim.workload.graph import Sharding
 from plansim.workload.spec import ModelSpec
 
-__all__ = ["ATTENTION", "build_graph"]
+__all__ = ["ATTENTION", "build_graph", "build_sharded"]
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -37,7 +38,8 @@ def build_graph(
     act_bytes: int = 2,
     attention: str = "flash",
 ) -> nx.DiGraph:
-    """The op graph of one micro-batch on one tensor-parallel rank.
+    """The op graph of one micro-batch on one tensor-parallel rank: ``build_sharded`` of the ``Sharding`` the
+    arguments make, checked.
 
     Parameters
     ----------
@@ -61,9 +63,10 @@ def build_graph(
     -------
     networkx.DiGraph
         Nodes in execution order with the attributes in ``plansim.workload.graph.NODE_ATTRIBUTES``; edges are
-        data dependencies. ``graph.graph`` holds ``spec``, ``micro_batch``, ``tp``, ``sequence_parallel``,
-        ``act_bytes``, ``attention``, ``layer_input_bytes`` (one block's input on this rank; for CNNs the largest)
-        and ``copies`` (layer -> the earlier layer stamped from the same block template, ``graph.stamp``).
+        data dependencies. ``graph.graph`` holds ``spec``, the ``Sharding``'s fields (``micro_batch``, ``tp``,
+        ``sequence_parallel``, ``act_bytes``, ``attention``, ``tp_axis``), ``layer_input_bytes`` (one block's input
+        on this rank; for CNNs the largest) and ``copies`` (layer -> the earlier layer stamped from the same block
+        template, ``graph.stamp``).
 
     Raises
     ------
@@ -89,13 +92,19 @@ def build_graph(
         act_bytes=_positive_int("act_bytes", act_bytes),
         attention=attention,
     )
-    graph = nx.DiGraph(
-        spec=spec,
-        micro_batch=sharding.micro_batch,
-        tp=sharding.tp,
-        sequence_parallel=sharding.sequence_parallel,
-        act_bytes=sharding.act_bytes,
-        attention=sharding.attention,
-    )
+    return build_sharded(spec, sharding)
+
+
+def build_sharded(spec: ModelSpec, sharding: Sharding) -> nx.DiGraph:
+    """The op graph of one micro-batch on one rank of ``sharding`` (its fields as ``build_graph`` checks its arguments:
+    positive integers, a known ``attention``; a strategy's are, ``plansim.step.prepare.sharding_of``), built by the
+    model family's builder; ``graph.graph`` as ``build_graph`` says.
+
+    >>> from plansim.workload import load_model
+    >>> g = build_sharded(load_model("gpt3-125m"), Sharding(micro_batch=1, tp=2))
+    >>> g.graph["tp"], g.graph["tp_axis"], g.nodes["L0.attn_in"]["group"]
+    (2, 'tp', 'tp')
+    """
+    graph = nx.DiGraph(spec=spec, **dataclasses.asdict(sharding))
     graph.graph["layer_input_bytes"] = family_of(spec).build(graph, spec, sharding)
     return graph
