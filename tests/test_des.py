@@ -16,7 +16,7 @@ from plansim.des.engine import simulate_collective
 from plansim.des.lower import lower
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
-from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.schedules import SCHEDULES, get_schedule
 from plansim.pipeline.stages import chunk_layers
 from plansim.step.prepare import ring_call_s
 from plansim.strategy.mesh import DeviceMesh
@@ -485,7 +485,8 @@ configs = st.fixed_dictionaries(
 
 def _strategy(c: dict) -> str:
     zero = c["zero"] if c["pp"] == 1 else min(c["zero"], 1)
-    framework = framework_for(c["schedule"]) if c["pp"] > 1 else "megatron"
+    pipelined = c["pp"] > 1 or SCHEDULES[c["schedule"]].split_backward  # ZB-H1 splits the backward at pp=1 too
+    framework = framework_for(c["schedule"]) if pipelined else "megatron"
     if framework == "fsdp":  # GPipe and ZB-H1 run under torch's pipelining, with DDP (frameworks/fsdp.yaml)
         zero = 0
     return (

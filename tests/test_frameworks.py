@@ -800,3 +800,16 @@ def test_param_prefetch_fsdp_one_unit_megatron_a_window_deepspeed_a_live_cap() -
         assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.01)
         exposed[framework] = d.time_breakdown_s["exposed_comm"]
     assert exposed["megatron"] < 0.9 * exposed["fsdp"]
+
+
+def test_a_split_backward_schedule_needs_its_framework_without_pipelining_too() -> None:
+    """ZB-H1 splits each backward into B and W passes, which changes the step at pp=1 too (the input gradient's
+    reduction no longer runs beside the weight-gradient GEMM of the same pass), so Megatron-LM, which does not run
+    it (frameworks/megatron.yaml ``schedules``), refuses it at pp=1 as at pp>1; torch's pipelining runs it."""
+    cluster = load_hardware("dgx-a100", gpus=2)
+    model = load_model("gpt3-125m")
+    for pp_one in ("dp=1,tp=2,pp=1", "dp=2,tp=1,pp=1"):
+        refused = check_strategy(Strategy.parse(f"{pp_one},schedule=zb-h1"), model, cluster)
+        assert any("schedule=zb-h1 with framework=megatron" in p for p in refused), refused
+        assert check_strategy(Strategy.parse(f"{pp_one},schedule=zb-h1,framework=fsdp"), model, cluster) == []
+    assert check_strategy(Strategy.parse("dp=1,tp=2,pp=1,schedule=gpipe"), model, cluster) == []  # no split: alike

@@ -90,7 +90,9 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
         )
     if given.overlap_param_gather:
         problems += _param_gather_problems(s, rules.param_gather_overlap.value, title)
-    if s.pp > 1 and s.schedule not in rules.schedules.value:
+    # a schedule that splits the backward changes the step even without pipelining (its W passes apart from B)
+    pipelined = s.pp > 1 or SCHEDULES[s.schedule].split_backward
+    if pipelined and s.schedule not in rules.schedules.value:
         problems.append(
             f"schedule={s.schedule} with framework={s.framework}: {title} runs "
             + (
