@@ -19,29 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
 import networkx as nx
 
 from plansim.errors import PlansimError
 from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, gemm, op, pointwise, stamp
+from plansim.workload.shape import ModelShape
 
-__all__ = ["Bottleneck", "ResNetShape", "add_cnn", "bottlenecks", "resnet_parameters"]
-
-
-class ResNetShape(Protocol):
-    """What a ResNet's shape is read from (a ``ModelSpec`` of family ``cnn`` has these fields)."""
-
-    @property
-    def layers(self) -> int: ...
-    @property
-    def hidden(self) -> int: ...
-    @property
-    def vocab(self) -> int: ...
-    @property
-    def image_size(self) -> int: ...
-    @property
-    def stage_blocks(self) -> tuple[int, ...]: ...
+__all__ = ["Bottleneck", "add_cnn", "bottlenecks", "resnet_parameters"]
 
 
 BATCHNORM_FLOPS = 7  # training mode: mean, centre, square, variance sum, normalise, scale, shift
@@ -76,7 +61,7 @@ def _out_size(size: int, kernel: int, stride: int) -> int:
     return (size + 2 * (kernel // 2) - kernel) // stride + 1
 
 
-def bottlenecks(spec: ResNetShape) -> Iterator[Bottleneck]:
+def bottlenecks(spec: ModelShape) -> Iterator[Bottleneck]:
     """The bottleneck blocks of ``spec`` in order, with their input sizes (the stem divides the image by 4)."""
     c_in, size = spec.hidden, _out_size(_out_size(spec.image_size, 7, 2), 3, 2)
     for stage, blocks in enumerate(spec.stage_blocks):
@@ -87,11 +72,11 @@ def bottlenecks(spec: ResNetShape) -> Iterator[Bottleneck]:
             c_in, size = block.c_out, _out_size(size, 3, block.stride)
 
 
-def _final_channels(spec: ResNetShape) -> int:
+def _final_channels(spec: ModelShape) -> int:
     return EXPANSION * spec.hidden * 2 ** (len(spec.stage_blocks) - 1)
 
 
-def resnet_parameters(spec: ResNetShape) -> int:
+def resnet_parameters(spec: ModelShape) -> int:
     """Trainable parameters: convolution weights, BatchNorm scale and shift, fc weight and bias.
 
     >>> from plansim.workload import load_model
@@ -145,7 +130,7 @@ def _block_nodes(blk: Bottleneck, b: int, E: int) -> list[Node]:
     return [*nodes, Node("add", add, ("bn3", shortcut)), Node("relu3", _relu(y, E), (PREV,))]
 
 
-def _stem(spec: ResNetShape, b: int, E: int) -> list[Node]:
+def _stem(spec: ModelShape, b: int, E: int) -> list[Node]:
     c, conv_out = spec.hidden, _out_size(spec.image_size, 7, 2)
     y = b * c * conv_out**2
     pooled = b * c * _out_size(conv_out, 3, 2) ** 2
@@ -158,7 +143,7 @@ def _stem(spec: ResNetShape, b: int, E: int) -> list[Node]:
     ]
 
 
-def _head(spec: ResNetShape, size: int, b: int, E: int) -> list[Node]:
+def _head(spec: ModelShape, size: int, b: int, E: int) -> list[Node]:
     c, v = _final_channels(spec), spec.vocab
     x = b * c * size * size
     avgpool = op("pool", flops=x, nbytes=E * (x + b * c))
@@ -166,7 +151,7 @@ def _head(spec: ResNetShape, size: int, b: int, E: int) -> list[Node]:
     return [Node("avgpool", avgpool), Node("fc", gemm(b, v, c, E, bias=v, saved=E * b * c)), Node("loss", loss)]
 
 
-def add_cnn(graph: nx.DiGraph, spec: ResNetShape, sh: Sharding) -> int:
+def add_cnn(graph: nx.DiGraph, spec: ModelShape, sh: Sharding) -> int:
     """Add a ResNet's ops to ``graph``; return the bytes of the largest block input (an upper bound per block)."""
     if sh.tp != 1:
         raise PlansimError(f"cnn models support tp=1 only: use dp or pp (got tp={sh.tp})")

@@ -34,10 +34,11 @@ from typing import Any, Literal, Protocol
 import networkx as nx
 
 from plansim.errors import PlansimError
-from plansim.workload.cnn import ResNetShape, add_cnn, resnet_parameters
+from plansim.workload.cnn import add_cnn, resnet_parameters
 from plansim.workload.graph import Sharding
 from plansim.workload.mlp import add_mlp, mlp_parameters
-from plansim.workload.transformer import TransformerShape, add_transformer, transformer_parameters
+from plansim.workload.shape import ModelShape as BuilderShape
+from plansim.workload.transformer import add_transformer, transformer_parameters
 
 __all__ = [
     "FAMILIES",
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 
-class ModelShape(TransformerShape, ResNetShape, Protocol):
+class ModelShape(BuilderShape, Protocol):
     """What the entries read of a model (a ``ModelSpec`` has these fields)."""
 
     @property

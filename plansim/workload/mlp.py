@@ -14,10 +14,10 @@ from __future__ import annotations
 import networkx as nx
 
 from plansim.workload.graph import IN, PREV, Node, Sharding, gemm, pointwise, stamp
+from plansim.workload.shape import ModelShape
 from plansim.workload.transformer import (
     GELU_FLOPS,
     Dims,
-    TransformerShape,
     dims,
     head_nodes,
     residual_add,
@@ -41,7 +41,7 @@ def mlp_block(d: Dims) -> list[Node]:
     ]
 
 
-def add_mlp(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding) -> int:
+def add_mlp(graph: nx.DiGraph, spec: ModelShape, sh: Sharding) -> int:
     """Add an MLP model's ops to ``graph``; return the bytes of one block's input on this rank."""
     d = dims(spec, sh, shard_tokens=True)
     block = mlp_block(d)
@@ -52,7 +52,7 @@ def add_mlp(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding) -> int:
     return d.E * d.x
 
 
-def mlp_parameters(spec: TransformerShape) -> int:
+def mlp_parameters(spec: ModelShape) -> int:
     """Total trainable parameters: ``l(2hf + f + h) + hV + V`` (both GEMMs with biases, the classifier with its)."""
     h, f = spec.hidden, spec.ffn_hidden
     return spec.layers * (2 * h * f + f + h) + h * spec.vocab + spec.vocab

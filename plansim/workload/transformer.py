@@ -59,16 +59,15 @@ with grouped-query attention ``dk_expanded`` and ``dv_expanded`` at the query he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import networkx as nx
 
 from plansim.errors import PlansimError
 from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, collective, gemm, op, pointwise, stamp
+from plansim.workload.shape import ModelShape
 
 __all__ = [
     "Dims",
-    "TransformerShape",
     "add_transformer",
     "dims",
     "head_nodes",
@@ -77,33 +76,6 @@ __all__ = [
     "tp_exit",
     "transformer_parameters",
 ]
-
-
-class TransformerShape(Protocol):
-    """What a transformer's (or an MLP's) shape is read from (a ``ModelSpec`` has these fields)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def layers(self) -> int: ...
-    @property
-    def hidden(self) -> int: ...
-    @property
-    def heads(self) -> int: ...
-    @property
-    def kv_heads(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def ffn_hidden(self) -> int: ...
-    @property
-    def seq_len(self) -> int: ...
-    @property
-    def vocab(self) -> int: ...
-    @property
-    def tied_embeddings(self) -> bool: ...
-    @property
-    def learned_positions(self) -> bool: ...
 
 
 # Forward FLOPs per output element of the memory-bound ops (they matter little next to the GEMMs).
@@ -166,7 +138,7 @@ def _divisors(n: int) -> str:
     return ", ".join(str(k) for k in range(1, min(n, 128) + 1) if n % k == 0)
 
 
-def _kv_heads_per_rank(spec: TransformerShape, t: int) -> int:
+def _kv_heads_per_rank(spec: ModelShape, t: int) -> int:
     if spec.kv_heads % t == 0:
         return spec.kv_heads // t
     if t % spec.kv_heads == 0:  # fewer kv heads than ranks: each rank holds one, replicated (Megatron-LM)
@@ -174,7 +146,7 @@ def _kv_heads_per_rank(spec: TransformerShape, t: int) -> int:
     raise PlansimError(f"tp={t} and kv_heads={spec.kv_heads} of {spec.name}: one must divide the other")
 
 
-def dims(spec: TransformerShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
+def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
     """Per-rank sizes of ``spec`` under ``sh``; PlansimError when ``tp`` does not split the model evenly.
 
     Sequence parallelism splits the sequence (``seq_len % tp == 0``), or, with ``shard_tokens``, all tokens of
@@ -386,7 +358,7 @@ def head_nodes(d: Dims, norm: Attrs | None, *, tied: bool, bias: bool) -> list[N
     return [*nodes, Node("loss", loss)]
 
 
-def add_transformer(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding, *, gpt: bool) -> int:
+def add_transformer(graph: nx.DiGraph, spec: ModelShape, sh: Sharding, *, gpt: bool) -> int:
     """Add a GPT (``gpt``: LayerNorm, GELU, biases) or Llama model's ops to ``graph``; return the bytes of one
     block's input on this rank."""
     d = dims(spec, sh)
@@ -399,7 +371,7 @@ def add_transformer(graph: nx.DiGraph, spec: TransformerShape, sh: Sharding, *, 
     return d.E * d.x
 
 
-def transformer_parameters(spec: TransformerShape, *, gpt: bool) -> int:
+def transformer_parameters(spec: ModelShape, *, gpt: bool) -> int:
     """Total trainable parameters of a GPT (``gpt``) or Llama model, embeddings and any untied output head included.
 
     GPT: ``l(12h^2 + 13h) + (V + s)h + 2h`` with ``ffn_hidden = 4h`` and a tied output head (Narayanan et al. 2021,
