@@ -24,11 +24,12 @@ from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
 from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
-from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, tied_copy_params
+from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, sharding_of, tied_copy_params
 from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy, StrategyProjection, read_with
+from plansim.workload.graph import Sharding
 from plansim.workload.traced import Workload
 
 
@@ -38,11 +39,10 @@ class LayerKey(StrategyProjection):
     (tensor-parallel collectives on the tp axis, which is the fastest one: its groups do not depend on dp or pp) and
     the pipeline message size read of a strategy."""
 
-    micro_batch: int
-    tp: int
-    sequence_parallel: bool
-    compute_dtype: str
-    attention: str
+    compute_dtype: str  # the kernels' rates (the sharding has only its bytes)
+    #: what the op graph is built from (micro-batch, each sharded axis's degree, sequence parallelism, attention):
+    #: ``step.prepare.sharding_of``, so a new sharded axis enters the key with its ``Sharding`` field
+    sharding: Sharding = read_with(sharding_of)
     #: which tensor-parallel collectives overlap GEMMs: what ``step.tp_overlap.tp_overlap`` reads of the strategy
     tp_overlap: tuple[object, ...] = read_with(overlap_key)
 
@@ -252,7 +252,8 @@ class AnalyticCache:
             return None
         key = StatesKey.of(s)
         if key not in self._states:
-            costs = next((p.costs for k, p in self._priced.items() if k.tp == s.tp), None) or self.priced(s).costs
+            alike = (p.costs for k, p in self._priced.items() if k.sharding.tp == s.tp)  # per-layer params: tp's
+            costs = next(alike, None) or self.priced(s).costs
             self._states[key] = max(
                 sum(
                     static_bytes(
