@@ -55,7 +55,7 @@ _COMPARE_SMALL = (
     "dp=8,tp=2,pp=1,micro_batch=2,global_batch=16,zero=3",
 )
 
-#: The data-parallel all-reduce algorithms (``strategy.DP_ALGORITHMS``) in the order the gallery shows them.
+#: The data-parallel all-reduce algorithms (``costs.collectives.ALLREDUCE_ALGORITHMS``) in the gallery's order.
 _ALGORITHMS = ("ring", "hierarchical", "butterfly", "tree", "ps", "naive")
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from plansim.analytic.engine import AnalyticCache, simulate_analytic
+from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
 from plansim.strategy.schema import Strategy

@@ -67,7 +67,7 @@ def test_engines_agree_on_the_fixed_costs(remat: str) -> None:
     assert ma["cuda_context"] == md["cuda_context"] == cluster.gpu.cuda_context_bytes
     assert ma["nccl"] == md["nccl"] > 0
     # the same rounding ratio of the activations at the peak (full remat's last stage: the engines' activations
-    # differ there already, docs/memory-model.md)
+    # differ there already, plansim.costs.nccl_memory)
     assert ma["fragmentation"] / ma["activations"] == pytest.approx(md["fragmentation"] / md["activations"], rel=1e-6)
     assert 0 < ma["fragmentation"] < 0.05 * ma["activations"]
 

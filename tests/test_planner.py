@@ -227,7 +227,7 @@ def test_cli_plan_bad_input_is_one_line(argv: list[str], words: list[str]) -> No
 def test_model_states_prune_is_exact() -> None:
     """``model_states_exceed`` rejects without pricing only what the priced step also rejects, and those are the
     strategies with a stage whose weights, gradients, optimizer states and workspace alone exceed the device."""
-    from plansim.analytic.engine import AnalyticCache
+    from plansim.analytic import AnalyticCache
 
     model, cluster = load_model("gpt3-13b"), load_hardware("dgx-a100", gpus=8)
     cache = AnalyticCache(model, cluster)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import plansim
-from plansim.analytic.engine import AnalyticCache, simulate_analytic
+from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.cli.app import app
 from plansim.costs.interference import interference_model
 from plansim.errors import PlansimError

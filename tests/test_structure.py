@@ -142,13 +142,31 @@ def _degree(node: ast.expr) -> bool:
     )
 
 
+def _factors(node: ast.expr) -> list[ast.expr]:
+    """The operands of a chain of multiplications (``a * dp * pp`` -> a, dp, pp), in any grouping."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _factors(node.left) + _factors(node.right)
+    return [node]
+
+
 def degree_products(source: str) -> list[int]:
-    """Lines of ``source`` that multiply two parallel degrees (``s.dp * s.tp``, ``tp * pp``): a GPU count written
-    out instead of asked of the mesh (``plansim.strategy.mesh.ranks_of``, ``Strategy.num_gpus``)."""
+    """Lines of ``source`` that multiply two or more parallel degrees in one chain (``s.dp * s.tp``, ``tp * pp``,
+    ``s.micro_batch * dp * s.pp``): a GPU count written out instead of asked of the mesh
+    (``plansim.strategy.mesh.ranks_of``, ``Strategy.num_gpus``)."""
+    tree = ast.parse(source)
+    inner = {
+        id(operand)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)
+        for operand in (node.left, node.right)
+    }
     return sorted(
         node.lineno
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and _degree(node.left) and _degree(node.right)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and id(node) not in inner
+        and sum(map(_degree, _factors(node))) >= 2
     )
 
 
@@ -156,6 +174,7 @@ def test_the_degree_check_sees_products() -> None:
     snippet = "def f(s, tp):\n    a = s.dp * s.tp\n    b = 2 * s.tp\n    return a * s.pp, tp * s.pp * 3, b * 4\n"
     assert degree_products(snippet) == [2, 4]
     assert degree_products("copies = s.tp * (s.dp or 1) * m") == [1]
+    assert degree_products("x = s.micro_batch * dp * s.pp\ny = (s.micro_batch * dp) * 2") == [1]
 
 
 def test_no_product_of_parallel_degrees_outside_the_mesh() -> None:

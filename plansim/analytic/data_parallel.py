@@ -193,7 +193,7 @@ def _first_forwards(
     """The passes a stage runs from the step's start until its first micro-batch has been through every one of its
     model chunks, and its weight gathers (``step.data_parallel.weight_gathers``) as (the walk index of the pass that
     waits for it, bytes, the walk index at whose start it is issued: -1 the step's start, None chained). Interleaved
-    1F1B's warm-up runs the first ``p`` micro-batches' forwards chunk by chunk (``pipeline_orders.interleaved_order``),
+    1F1B's warm-up runs the first ``p`` micro-batches' forwards chunk by chunk (``pipeline.orders.interleaved_order``),
     so after the first micro-batch's forward of a chunk come the other ``p - 1`` micro-batches' forwards of that
     chunk (one filler pass), then the first's of the next. The stage's extra parameters (the tied embeddings' copy
     on the last stage) go with its last layer, whose weights the gather also brings."""
@@ -262,7 +262,7 @@ def embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[floa
 def _last_backwards(s: Strategy, layers: tuple[LayerPass, ...], sizes: tuple[int, ...]) -> tuple[LayerPass, ...]:
     """The passes a stage runs from its last micro-batch's first chunk backward on, in order (``layers`` as one
     backward runs them, ``sizes`` per chunk). Interleaved 1F1B ends with the last ``p`` micro-batches' backwards
-    chunk by chunk, the last chunk first (``pipeline_orders.interleaved_order``; Megatron-LM's cooldown): after the
+    chunk by chunk, the last chunk first (``pipeline.orders.interleaved_order``; Megatron-LM's cooldown): after the
     last micro-batch's backward of one chunk come the other ``p - 1`` micro-batches' backwards of the next chunk,
     then its last micro-batch's. Those others produce no gradient the reduction waits for; they are compute that
     the chunks' buckets, launched as each chunk completes its gradients, run beside (Megatron-LM launches each

@@ -27,7 +27,7 @@ from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
-__all__ = ["AnalyticCache", "simulate_analytic"]
+__all__ = ["simulate_analytic"]
 
 
 def simulate_analytic(

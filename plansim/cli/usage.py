@@ -7,7 +7,7 @@ fix instead, e.g.::
 
     plansim simulate: --gpus: 'abc' is not a valid integer: give a whole number, e.g. --gpus 8
 
-``--help``, the commands' output and their own errors (``PlansimError``, printed by ``cli._clear_errors``) are
+``--help``, the commands' output and their own errors (``PlansimError``, printed by ``cli.app._clear_errors``) are
 unchanged. A value echoed back is cut short (``plansim.errors.shown``).
 """
 

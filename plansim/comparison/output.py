@@ -51,7 +51,7 @@ def _run_summary(r: Any) -> dict[str, Any]:
     }
 
 
-#: How the summary names each objective (``comparison.COMPARE_OBJECTIVES``).
+#: How the summary names each objective (``comparison.compare.COMPARE_OBJECTIVES``).
 _OBJECTIVE_WORDS = {"tokens_per_s": "tokens/s", "step_time": "step time", "cost": "GPU-hours per token"}
 
 

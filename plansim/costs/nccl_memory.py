@@ -28,7 +28,7 @@ Source: NVIDIA/nccl at commit 5067397c2676d5aed50042fc39e5c8ee96eb0027 (``git sh
 - channels per network peer for point-to-point: ``src/graph/paths.cc`` (``ncclTopoGetNchannels``: at least one per
   NIC and ``ceil(NIC GB/s / NCCL_P2P_PER_CHANNEL_NET_BW = 14)``, 2 when no NIC is local).
 
-Simplifications (stated in docs/memory-model.md): a collective communicator gets the node profile's collective
+Simplifications (stated here): a collective communicator gets the node profile's collective
 channel count whether it stays in a node or not (NCCL's search usually finds fewer across nodes, so this is the
 upper end); the ring's buffers at a node boundary are counted as one point-to-point set; the world communicator and
 other groups a framework creates but the step does not use are not counted.

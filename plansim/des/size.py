@@ -84,7 +84,7 @@ def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
         if p < 2:
             continue
         sched = schedule(collective, algorithm, p, local)
-        # NCCL-like channels: one ring per member on a node, when the group spans nodes (sim.engine._channels)
+        # NCCL-like channels: one ring per member on a node, when the group spans nodes (des.engine._channels)
         per_node = max(1, min(p, cluster.gpus_per_node // mesh.stride(group)))
         rings = algorithm_entry(collective, algorithm).rings_per_local_rank and per_node < p
         channels = per_node if rings else 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from plansim.step.comm import Comm
 from plansim.strategy.mesh import DeviceMesh
 
-__all__ = ["STREAMS", "Comm", "StageProgram", "Task", "TaskGraph"]
+__all__ = ["STREAMS", "StageProgram", "Task", "TaskGraph"]
 
 #: compute: kernels and the blocking tensor-parallel collectives; p2p: pipeline sends; dp: data-parallel and ZeRO
 #: collectives (NCCL runs them on their own stream, overlapping compute); tp: tensor-parallel collectives launched

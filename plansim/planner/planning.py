@@ -22,7 +22,7 @@ from plansim.describe import pace
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import LIMITS, number, refuse_work, whole
-from plansim.planner.explain import compare_sentence, describe, megatron_style
+from plansim.planner.explain import compare_sentence, describe, is_megatron_style, megatron_style
 from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, robust_report
 from plansim.planner.search import (
     OBJECTIVES,
@@ -484,9 +484,7 @@ def _megatron_excluded(
     """The Megatron-style configuration that fits once the user's constraints ``c`` are lifted (``megatron_style``
     over the recipe's candidates, priced by the analytic engine), and the options of ``c`` that exclude it; None
     when none fits even so, or when no option of ``c`` can be named."""
-    from plansim.analytic.engine import AnalyticCache, simulate_analytic
-    from plansim.planner.explain import is_megatron_style
-    from plansim.planner.search import Priced
+    from plansim.analytic import AnalyticCache, simulate_analytic
 
     max_tp = _megatron_tp(model, cluster)
     recipe = Constraints(
@@ -580,7 +578,7 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
 
 
 def _any_fits(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints) -> bool:
-    from plansim.analytic.engine import AnalyticCache, simulate_analytic
+    from plansim.analytic import AnalyticCache, simulate_analytic
 
     cache = AnalyticCache(model, cluster)
     for s in candidates(model, cluster, global_batch, c):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from plansim.analytic.engine import AnalyticCache, simulate_analytic
+from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.describe import RATIO_FROM, describe, times
 from plansim.hardware import Cluster
 from plansim.strategy.schema import Strategy

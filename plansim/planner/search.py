@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from plansim.analytic.engine import AnalyticCache, simulate_analytic
+from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
@@ -647,7 +647,7 @@ def _refuse_des_work(
     chosen: Sequence[Priced],
     progress: Callable[[int, int], None] | None = None,
 ) -> list[int]:
-    """Each finalist's discrete-event work (``sim.size.des_estimate``, tasks and transfers), refused with a
+    """Each finalist's discrete-event work (``des.size.des_estimate``, tasks and transfers), refused with a
     ``PlansimError`` before the first run when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together
     (naming the ``--top`` that fits); a finalist the DES cannot run counts nothing (its own run says why)."""
     from plansim.des.size import des_estimate

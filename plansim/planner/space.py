@@ -14,7 +14,7 @@ no framework: ``simulate`` and ``compare`` price them as what-ifs, and asking th
 Strategies that price identically are enumerated once (``canonical``): with one pipeline stage every schedule is
 the same step, with dp = 1 ZeRO and the all-reduce algorithm change nothing, and under ZeRO >= 1 the gradient
 reduction is a reduce-scatter whose algorithm is the all-reduce entry's ``sharded_with`` (a ring beside ``ring``,
-NCCL's pick beside ``nccl``: ``step.shard_algorithm``). Strategies that cannot run are not enumerated;
+NCCL's pick beside ``nccl``: ``step.prepare.shard_algorithm``). Strategies that cannot run are not enumerated;
 ``check_strategy`` stays the judge.
 
 ``Constraints`` are the user's (or a mapping of their fields; ``headroom``: the memory a plan must leave free).

@@ -12,7 +12,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
-from plansim.strategy.mesh import REPLICA_AXES, degrees_of
+from plansim.strategy.mesh import REPLICA_AXES, degrees_of, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
 from plansim.workload.families import axis_problems, family_of
@@ -234,7 +234,7 @@ def _check_batch(s: Strategy, dp: int) -> list[str]:
         if SCHEDULES[s.schedule].model_chunks and s.pp > 1:
             return [
                 f"schedule={s.schedule} needs the micro-batch count (1 without global_batch) to be a multiple of "
-                f"pp={s.pp} (Megatron-LM): set global_batch={s.micro_batch * dp * s.pp}"
+                f"pp={s.pp} (Megatron-LM): set global_batch={s.micro_batch * ranks_of(s, only=('dp', 'pp'))}"
             ]
         return []
     per_step = s.micro_batch * dp

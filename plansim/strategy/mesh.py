@@ -192,16 +192,18 @@ def degrees_of(s: Degrees) -> dict[str, int]:
     return {axis: getattr(s, axis) or 1 for axis in AXIS_ORDER}
 
 
-def ranks_of(s: Degrees, *, besides: Collection[str] = ()) -> int:
+def ranks_of(s: Degrees, *, besides: Collection[str] = (), only: Collection[str] | None = None) -> int:
     """The GPUs the strategy's axes span: the product of their degrees (``degrees_of``); ``besides``: of every axis
-    but these (``besides=("dp",)``: one replica's GPUs; ``besides=("pp",)``: one pipeline stage's).
+    but these (``besides=("dp",)``: one replica's GPUs; ``besides=("pp",)``: one pipeline stage's); ``only``: of
+    these axes alone (``only=("dp", "pp")``: the ranks a global batch is split over, replicas times stages).
 
     >>> from plansim.strategy.schema import Strategy
     >>> s = Strategy(dp=4, tp=2, pp=3)
-    >>> ranks_of(s), ranks_of(s, besides=("dp",)), ranks_of(s, besides=("pp",))
-    (24, 6, 8)
+    >>> ranks_of(s), ranks_of(s, besides=("dp",)), ranks_of(s, besides=("pp",)), ranks_of(s, only=("dp", "pp"))
+    (24, 6, 8, 12)
     """
-    return math.prod(degree for axis, degree in degrees_of(s).items() if axis not in besides)
+    degrees = degrees_of(s).items()
+    return math.prod(d for axis, d in degrees if axis not in besides and (only is None or axis in only))
 
 
 def degree_splits(n: int, axes: Sequence[str], values: Callable[[str, int], Iterable[int]]) -> Iterator[dict[str, int]]:

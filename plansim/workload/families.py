@@ -1,6 +1,6 @@
 """The model families: ``FAMILIES``, the one list of them, each entry holding what is particular to its family.
 
-An entry (``Family``) holds its op-graph builder (``build_graph`` calls it), its parameter count
+An entry (``Family``) holds its op-graph builder (``build_sharded`` calls it), its parameter count
 (``ModelSpec.num_parameters``), the ``ModelSpec`` keys it requires or fills with a default (every other optional key
 is refused: ``ModelSpec`` reads them), what each parallel axis must satisfy to split it (``axis_problems``: the
 strategy checks and the planner's search read it), whether its blocks are transformer blocks (Megatron-LM overlaps

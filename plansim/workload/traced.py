@@ -1,7 +1,7 @@
 """A traced module (``plansim.workload.torch_trace.TracedModel``) as a workload both engines price, under data and
 pipeline parallelism.
 
-Both engines start from the op graph of one micro-batch on one tensor-parallel rank (``plansim.step.prepare_step``)
+Both engines start from the op graph of one micro-batch on one tensor-parallel rank (``step.prepare.prepare_step``)
 and read a few model facts besides: the block count (stage layout), the name, tokens per sample and the tied
 embedding copy. A ``ModelSpec`` has its graph built at the strategy's micro-batch, ``tp`` and sequence parallelism; a
 traced model *is* its graph, so the strategy must fit the trace (``traced_problems``, called by ``check_strategy``):
