@@ -47,7 +47,7 @@ def main() -> None:
         step = r.winner_result.step_time_s if r.winner_result else float("nan")
         print(
             f"{model} on {gpus} x {hardware}, batch {batch}: {r.outcome.candidates:,} candidates, "
-            f"{len(r.outcome.fitting):,} fit; analytic {phases['analytic']:.2f} s ({rate:,.0f} candidates/s), "
+            f"{r.outcome.fit_count:,} fit; analytic {phases['analytic']:.2f} s ({rate:,.0f} candidates/s), "
             f"enumerate {phases['enumerate']:.2f} s, splits {phases['splits']:.2f} s, milp {phases['milp']:.2f} s, "
             f"des {phases['des']:.2f} s "
             f"(top {len(r.outcome.finalists)}); wall {wall:.2f} s; winner {winner}, {step:.3f} s per step"

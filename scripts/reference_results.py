@@ -122,7 +122,7 @@ def compute(progress: bool = False) -> dict[str, Any]:
         ranking = {f"{i} {describe(f.priced.strategy, framework=True)}": f.result.step_time_s
                    for i, f in enumerate(found.outcome.finalists)}  # fmt: skip
         ranking.update({f"rejected {reason}": n for reason, n in found.outcome.rejected.items()})
-        ranking.update(candidates=found.outcome.candidates, fitting=len(found.outcome.fitting))
+        ranking.update(candidates=found.outcome.candidates, fitting=found.outcome.fit_count)
         out[f"planner ranking {framework}"] = ranking
     return out
 

@@ -184,7 +184,7 @@ def test_each_row_is_plan_on_that_point(serial: pd.DataFrame) -> None:
         )  # fmt: skip
         assert row["step_time_s"] == figures.step_time_s and row["mfu"] == figures.mfu
         assert row["peak_memory_bytes"] == figures.peak_memory_bytes
-        assert (row["candidates"], row["fitting"], row["engine"]) == (r.outcome.candidates, len(r.outcome.fitting),
+        assert (row["candidates"], row["fitting"], row["engine"]) == (r.outcome.candidates, r.outcome.fit_count,
                                                                       "analytic")  # fmt: skip
         # invariants that need no planner: the GPUs are used, the batch is covered, tokens/s is batch x seq / step
         assert row["dp"] * row["tp"] * row["pp"] == row["gpus"]

@@ -5,12 +5,14 @@ stage's memory, and the ``Result`` (``plansim.step.result``).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from plansim.analytic.cache import AnalyticCache
 from plansim.analytic.data_parallel import DataParallelComm, dp_besides, embedding_sync
 from plansim.analytic.pipeline import Pipeline
-from plansim.analytic.stages import interference_of
+from plansim.analytic.stages import StageHeld, interference_of
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
@@ -94,42 +96,123 @@ def _slowest_gpu_s(cluster: Cluster, s: Strategy, pipe: Pipeline, optimizer: lis
     return straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh_of(s).num_ranks, busy)
 
 
-def assemble_result(
-    model: Workload,
-    cluster: Cluster,
-    s: Strategy,
-    micro_batch_flops: float,
-    kernels: KernelCostModel,
-    pipe: Pipeline,
-    shared: AnalyticCache,
-    *,
-    kernel_recompute: float = 0.0,
-) -> Result:
+@dataclass(frozen=True)
+class StepFrame:
+    """A strategy's step up to, not including, its data-parallel traffic: every stage's memory, which does not depend
+    on its time, and the priced pipeline, built when first read (``pipe``). The planner reads what fits from it
+    before pricing any time (memory first), then a lower bound on the step time (``bound_s``) to skip what cannot
+    win; ``assemble_result`` completes it into the ``Result``."""
+
+    model: Workload
+    cluster: Cluster
+    s: Strategy
+    micro_batch_flops: float
+    kernels: KernelCostModel
+    held: tuple[StageHeld, ...]
+    build: Callable[[], Pipeline]
+    shared: AnalyticCache
+    kernel_recompute: float
+    static: list[dict[str, float]]
+    group_of: list[int]
+    fixed: list[dict[str, float]]
+    peaks: list[float]
+
+    @classmethod
+    def of(
+        cls,
+        model: Workload,
+        cluster: Cluster,
+        s: Strategy,
+        micro_batch_flops: float,
+        kernels: KernelCostModel,
+        held: tuple[StageHeld, ...],
+        build: Callable[[], Pipeline],
+        shared: AnalyticCache,
+        kernel_recompute: float = 0.0,
+    ) -> StepFrame:
+        """Each stage's peak: its model states and workspace (priced once per group of stages that hold alike, as
+        ``Pipeline.memory_groups``), its activations and the allocator's rounding of them, its fixed buffers (CUDA
+        context, NCCL; ``plansim.step.memory``)."""
+        groups: dict[tuple[int, int], int] = {}
+        static: list[dict[str, float]] = []
+        group_of = []
+        for st in held:
+            g = groups.setdefault((st.params, st.sums.layer_params), len(static))
+            if g == len(static):
+                static.append(static_bytes(cluster, s, st.params, st.sums.layer_params))
+            group_of.append(g)
+        totals = [sum(x.values()) for x in static]
+        fixed = shared.fixed(s)
+        peaks = [
+            totals[g] + round(st.peak[0]) + round(st.peak[1] - st.peak[0]) + sum(fixed[i].values())
+            for i, (g, st) in enumerate(zip(group_of, held, strict=True))
+        ]
+        return cls(model, cluster, s, micro_batch_flops, kernels, held, build, shared, kernel_recompute, static,
+                   group_of, fixed, peaks)  # fmt: skip
+
+    @cached_property
+    def pipe(self) -> Pipeline:
+        """The priced pipeline (``engine._pipeline``), built on first read."""
+        return self.build()
+
+    @property
+    def worst(self) -> int:
+        """The stage with the highest peak (the first of equals)."""
+        return max(range(len(self.held)), key=self.peaks.__getitem__)
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        """The worst stage's peak, as the Result reports it."""
+        return int(self.peaks[self.worst])
+
+    @property
+    def fits(self) -> bool:
+        """Whether the worst stage's peak fits in the device's memory (``Result.fits``)."""
+        return self.peaks[self.worst] <= self.cluster.gpu.memory_bytes
+
+    @property
+    def memory_margin(self) -> float:
+        """The fraction of the device's memory free at the peak (``Result.memory_margin``, computed alike)."""
+        capacity = self.cluster.gpu.memory_bytes
+        return (capacity - self.peak_memory_bytes) / capacity
+
+    def memory(self) -> dict[str, float]:
+        """The worst stage's memory by category (``Result.memory_breakdown_bytes`` before rounding)."""
+        worst = self.worst
+        peak = self.held[worst].peak
+        worst_static = dict(self.static[self.group_of[worst]])
+        return {
+            **worst_static, "activations": round(peak[0]), "workspace": worst_static.pop("workspace"),
+            **self.fixed[worst], "fragmentation": round(peak[1] - peak[0]),
+        }  # fmt: skip
+
+    def bound_s(self) -> float:
+        """A lower bound on the step time, exact in what it counts: the pipeline's time by its schedule (every
+        micro-batch's compute, recompute, blocking communication, waits and interference on the bottleneck stage, the
+        bubble, the sends' chain), the optimizer step and the wait for the slowest GPU. ``_time_breakdown``'s parts
+        sum to this plus what the data-parallel plan adds (its exposed tail and lead, the tied embeddings' sync, the
+        interference beside the reduction), each at least zero."""
+        optimizer = [_optimizer_s(self.kernels, self.s, st.params) for st in self.pipe.memory_groups]
+        return self.pipe.pipe_s + max(optimizer) + _slowest_gpu_s(self.cluster, self.s, self.pipe, optimizer)
+
+
+def assemble_result(frame: StepFrame) -> Result:
+    """The ``Result`` of a priced frame: its data-parallel traffic priced (``_time_breakdown``) and its memory."""
+    model, cluster, s, kernels, pipe = frame.model, frame.cluster, frame.s, frame.kernels, frame.pipe
     m = s.num_microbatches
-    stages = pipe.stages
-    breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe, shared)
+    breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe, frame.shared)
     step = sum(breakdown.values())
-    static = [static_bytes(cluster, s, st.params, st.layer_params) for st in pipe.memory_groups]
-    totals = [sum(x.values()) for x in static]
-    fixed = shared.fixed(s)
-    peaks = [
-        totals[g] + a + f + sum(fixed[i].values())
-        for i, (g, a, f) in enumerate(zip(pipe.memory_group_of, pipe.activations, pipe.fragmentation, strict=True))
-    ]
-    worst = max(range(len(stages)), key=peaks.__getitem__)
-    worst_static = dict(static[pipe.memory_group_of[worst]])
-    memory = {
-        **worst_static, "activations": pipe.activations[worst], "workspace": worst_static.pop("workspace"),
-        **fixed[worst], "fragmentation": pipe.fragmentation[worst],
-    }  # fmt: skip
-    fits = peaks[worst] <= cluster.gpu.memory_bytes
+    peaks = frame.peaks
+    worst = frame.worst
+    memory = frame.memory()
+    fits = frame.fits
     return step_result(
         model,
         cluster,
         s,
         engine="analytic",
         step_s=step,
-        flops=step_flops(micro_batch_flops, pipe.recompute_matmul_flops + kernel_recompute, s),
+        flops=step_flops(frame.micro_batch_flops, pipe.recompute_matmul_flops + frame.kernel_recompute, s),
         memory=memory,
         comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
         | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},

@@ -19,7 +19,7 @@ from plansim.analytic.data_parallel import (
     price_dp,
 )
 from plansim.analytic.pipeline import Pipeline, stage_layout
-from plansim.analytic.stages import StageCost, StageSends, StageSums, interference_of, stage_sends
+from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
@@ -137,6 +137,7 @@ class PricedLayers:
     kernel_recompute_flops: float  # what fused kernels' backward recomputes (workload.kernel_recompute_flops)
     stage_sums: dict[tuple[int, ...], StageSums] = field(default_factory=dict)
     pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
+    stage_memory: dict[PipelineKey, tuple[StageHeld, ...]] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
     p2p: dict[SendsKey, list[StageSends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], StageSums] = field(default_factory=dict)

@@ -13,21 +13,23 @@ This module is the glue: a stage's closed form is ``stages``, the pipeline's ``p
 
 from __future__ import annotations
 
-from plansim.analytic.assemble import assemble_result
+from functools import partial
+
+from plansim.analytic.assemble import StepFrame, assemble_result
 from plansim.analytic.cache import AnalyticCache, PipelineKey, PricedLayers
 from plansim.analytic.pipeline import Pipeline, model_chunks, stage_layout
-from plansim.analytic.stages import stage_cost
+from plansim.analytic.stages import StageHeld, stage_cost
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.remat.plan import milp_stage_plans
+from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
 from plansim.step.memory import activation_peak
 from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
-__all__ = ["simulate_analytic"]
+__all__ = ["simulate_analytic", "step_frame"]
 
 
 def simulate_analytic(
@@ -40,6 +42,15 @@ def simulate_analytic(
     op graph and layer costs between calls. ``strategy`` as written or resolved (``Strategy.resolved``): it is
     resolved here, once, and everything below reads the resolved one.
     """
+    return assemble_result(step_frame(model, cluster, strategy, cache=cache))
+
+
+def step_frame(
+    model: Workload, cluster: Cluster, strategy: Strategy, *, cache: AnalyticCache | None = None
+) -> StepFrame:
+    """``simulate_analytic`` up to its data-parallel traffic (``assemble.StepFrame``): each stage's memory, and the
+    priced pipeline (built when first read: what does not fit needs none), with a lower bound on the step time.
+    Raises ``PlansimError`` as ``simulate_analytic`` does."""
     s = strategy.resolved(cluster)
     shared = (cache if cache is not None and cache.model is model and cache.cluster is cluster else None) or (
         AnalyticCache(model, cluster)
@@ -48,63 +59,86 @@ def simulate_analytic(
     if problems:
         raise PlansimError("; ".join(problems))
     priced = shared.priced(s)
-    return assemble_result(
+    scheduled = REMAT_POLICIES[s.remat].scheduled
+    key = PipelineKey.of(s)
+    plans = milp_stage_plans(PreparedStep(s, priced.prep.graph, priced.prep.kernels), cluster, model, priced.costs) if (
+        scheduled
+    ) else {}  # fmt: skip
+    held = priced.stage_memory.get(key) if not scheduled else None
+    if held is None:
+        held = _stages_held(model, s, priced, plans)
+        if not scheduled:
+            priced.stage_memory[key] = held
+    return StepFrame.of(
         model,
         cluster,
         s,
         priced.model_flops,
         priced.prep.kernels,
-        _pipeline(model, cluster, s, priced),
+        held,
+        partial(_pipeline, model, cluster, s, priced, held, plans),
         shared,
         kernel_recompute=priced.kernel_recompute_flops,
     )
 
 
-def _pipeline(model: Workload, cluster: Cluster, s: Strategy, priced: PricedLayers) -> Pipeline:
-    """The stages of ``s``'s pipeline, priced from its layers' shared costs (``priced``); a pipeline's stages do not
-    depend on ZeRO or the all-reduce, so strategies differing only there share them (unless remat is scheduled)."""
-    prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
+def _stages_held(
+    model: Workload, s: Strategy, priced: PricedLayers, plans: dict[int, StageRemat]
+) -> tuple[StageHeld, ...]:
+    """What each stage holds: its layers, their sums, its parameters (the tied embedding's copy on the last) and its
+    activations' peak as its passes allocate and free them (``step.memory.activation_peak``; under ``remat: milp``
+    as the stage's schedule ``plans`` keeps them)."""
+    tied = tied_copy_params(model, s)
+    chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
+    out = []
+    for idx, layers in enumerate(stage_layout(model.layers, s.pp, s.virtual_stages, s.layer_split)):
+        sums = priced.sums(layers, model)
+        params = sums.params + (tied if idx == s.pp - 1 else 0)
+        own = tuple(
+            tuple((i, priced.layer_bytes(i)) for i in chunks[c * s.pp + idx] if i in priced.costs)
+            for c in range(s.virtual_stages)
+        )
+        milp = (
+            tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
+            if plans
+            else None
+        )
+        peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
+                               model.layers, sums.layer_input, milp)  # fmt: skip
+        out.append(StageHeld(sums, params, peak))
+    return tuple(out)
+
+
+def _pipeline(
+    model: Workload,
+    cluster: Cluster,
+    s: Strategy,
+    priced: PricedLayers,
+    held: tuple[StageHeld, ...],
+    plans: dict[int, StageRemat],
+) -> Pipeline:
+    """The stages of ``s``'s pipeline, priced from its layers' shared costs (``priced``) and what each stage holds
+    (``held``); a pipeline's stages do not depend on ZeRO or the all-reduce, so strategies differing only there
+    share them (unless remat is scheduled: ``plans``, each stage's schedule)."""
     key = PipelineKey.of(s)
-    scheduled = REMAT_POLICIES[s.remat].scheduled
+    scheduled = bool(plans)
     pipe = priced.pipelines.get(key) if not scheduled else None
     if pipe is None:
-        plans = milp_stage_plans(prep, cluster, model, priced.costs) if scheduled else {}
-        tied = tied_copy_params(model, s)
-        chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
         stages = []
-        for idx, (layers, p2p) in enumerate(
-            zip(
-                stage_layout(model.layers, s.pp, s.virtual_stages, s.layer_split),
-                priced.p2p_of(cluster, s),
-                strict=True,
-            )
-        ):
-            sums = priced.sums(layers, model)
-            params = sums.params + (tied if idx == s.pp - 1 else 0)
-            own = tuple(
-                tuple((i, priced.layer_bytes(i)) for i in chunks[c * s.pp + idx] if i in priced.costs)
-                for c in range(s.virtual_stages)
-            )
-            milp = (
-                tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
-                if scheduled
-                else None
-            )
-            # the activations' peak as the stage's passes allocate and free them (step.memory.activation_peak)
-            peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
-                                   model.layers, sums.layer_input, milp)  # fmt: skip
+        for idx, (stage, p2p) in enumerate(zip(held, priced.p2p_of(cluster, s), strict=True)):
+            sums, params, peak = stage
             if scheduled:
                 stages.append(
                     stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=s.virtual_stages, first=idx == 0)
                 )
                 continue
             stage_key = (sums, s.remat, p2p, params, peak, s.virtual_stages, idx == 0)
-            stage = priced.stage_costs.get(stage_key)
-            if stage is None:
-                stage = priced.stage_costs[stage_key] = stage_cost(
+            cost = priced.stage_costs.get(stage_key)
+            if cost is None:
+                cost = priced.stage_costs[stage_key] = stage_cost(
                     sums, s.remat, p2p, params, peak, chunks=s.virtual_stages, first=idx == 0
                 )
-            stages.append(stage)
+            stages.append(cost)
         pipe = Pipeline.of(stages, s)
         if not scheduled:
             priced.pipelines[key] = pipe

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -167,6 +168,15 @@ class StageSums:
         if remat not in self._rerun_sync:
             self._rerun_sync[remat] = rerun_sync_s(remat, self.blocks)
         return self._rerun_sync[remat]
+
+
+class StageHeld(NamedTuple):
+    """What a pipeline stage holds, known before its time is priced: its layers' sums, its parameters and its
+    activations' peak (bytes, reserved bytes: ``step.memory.activation_peak``)."""
+
+    sums: StageSums
+    params: int
+    peak: tuple[float, float]
 
 
 def stage_cost(

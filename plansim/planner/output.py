@@ -1,7 +1,8 @@
 """What ``plansim plan --out DIR`` writes: results.csv (the finalists, ranked, each with its count of equivalent
-candidates left out), candidates.csv (every candidate that fits with the headroom, analytic figures), results.json
-(the summary, the explanation, the rejected candidates, each finalist's equivalents; with ``--robust`` the
-robustness report), winner.yaml (a strategy file ``plansim simulate --strategy`` loads) and the charts
+candidates left out), candidates.csv (every candidate that fits with the headroom: its analytic figures, or, for
+those the search pruned, its memory and the lower bound on its step time, ``pruned`` true), results.json (the
+summary, the explanation, the rejected candidates, each finalist's equivalents; with ``--robust`` the robustness
+report), winner.yaml (a strategy file ``plansim simulate --strategy`` loads) and the charts
 (``report.plan_charts``; with ``--robust`` the tornado chart, ``report.robust_chart``)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from plansim.planner.explain import describe
 
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
+    from plansim.planner.search import Pruned
 
 __all__ = ["plan_summary", "winner_yaml", "write_plan"]
 
@@ -32,7 +34,7 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
         "objective": r.objective,
         "headroom": r.outcome.headroom,
         "candidates": r.outcome.candidates,
-        "fitting": len(r.outcome.fitting),
+        "fitting": r.outcome.fit_count,
         "winner": None if r.winner is None else _strategy_fields(r.winner),
         "winner_result": None if winner is None else winner.to_dict(),
         "explanation": r.explanation,
@@ -66,6 +68,20 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
     return out
 
 
+def _pruned_row(r: PlanResult, p: Pruned) -> dict[str, Any]:
+    """A pruned candidate's candidates.csv row: what is known of it (its memory, exact) and its step time's lower
+    bound (``step_time_bound_s``); the columns of a priced row that it lacks stay empty."""
+    from plansim.step.result import MEMORY_CATEGORIES
+
+    return {
+        "strategy": describe(p.strategy), "model": r.model, "hardware": r.hardware, "gpus": r.gpus,
+        **{f"strategy.{k}": v for k, v in p.resolved.model_dump().items()},
+        "engine": "analytic", "fits": True, "peak_memory_bytes": p.peak_memory_bytes,
+        **{f"memory_breakdown_bytes.{k}": round(p.memory.get(k, 0)) for k in MEMORY_CATEGORIES},
+        "memory_margin": p.memory_margin, "pruned": True, "step_time_bound_s": p.bound_s,
+    }  # fmt: skip
+
+
 def _strategy_fields(s: Any) -> dict[str, Any]:
     return {k: v for k, v in s.model_dump(mode="json").items() if v is not None}
 
@@ -95,7 +111,8 @@ def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
         frame = r.frame()
         frame.to_csv(directory / "results.csv", index=False)
         written.append(directory / "results.csv")
-        rows = [{"strategy": describe(p.strategy), **p.result.to_row()} for p in r.outcome.fitting]
+        rows = [{"strategy": describe(p.strategy), **p.result.to_row(), "pruned": False} for p in r.outcome.fitting]
+        rows += [_pruned_row(r, p) for p in r.outcome.pruned if not p.tight]
         pd.DataFrame(rows).to_csv(directory / "candidates.csv", index=False)
         written.append(directory / "candidates.csv")
         (directory / "results.json").write_text(json.dumps(plan_summary(r), indent=2), encoding="utf-8")

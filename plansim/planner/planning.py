@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import LIMITS, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, is_megatron_style, megatron_style
-from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, robust_report
+from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, plan_family, robust_report
 from plansim.planner.search import (
     OBJECTIVES,
     Finalist,
@@ -216,9 +217,12 @@ def plan(
     narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
     refuse_work("candidates", work.candidates, subject, narrow)
     refuse_work("plan_blocks", work.block_walks * max(1, len(corners)), subject, narrow)  # each corner walks anew
+    # the candidates the explanation reads besides the finalists: the best Megatron-style one at each depth, each
+    # framework's best (--framework all), and with --robust each family's best (a rival)
+    groups = [partial(_megatron_depth, _megatron_tp(spec, cluster)), _framework, *([plan_family] if robust else [])]
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
-        progress=progress, phase=phase, corners=corners,
+        progress=progress, phase=phase, corners=corners, groups=groups,
     )  # fmt: skip
     if not outcome.candidates:
         raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
@@ -317,6 +321,16 @@ def training_cost(
     return TrainingCost(tokens, steps, seconds / 86400, gpu_hours, cost)
 
 
+def _megatron_depth(max_tp: int, s: Strategy) -> int | None:
+    """A Megatron-style candidate's pipeline depth (``megatron_style`` takes the best of the shallowest that fits);
+    None for any other."""
+    return s.pp if is_megatron_style(s, max_tp) else None
+
+
+def _framework(s: Strategy) -> str:
+    return s.framework
+
+
 def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
     """Tensor parallelism up to a node: the largest divisor of the node's GPUs that the model's family allows (the
     heads)."""
@@ -338,7 +352,7 @@ def _tight_only(outcome: SearchOutcome) -> str:
     admits = math.floor(max(best.result.memory_margin, 0.0) * 1000) / 1000
     return (
         f" with {_percent(outcome.headroom)} of its memory free at the peak (--headroom {outcome.headroom:g}): "
-        f"{len(outcome.tight):,} fit with less, the best of them {describe(best.strategy)} with "
+        f"{outcome.tight_count:,} fit with less, the best of them {describe(best.strategy)} with "
         f"{best.result.memory_margin:.1%} free (--headroom {admits:g} admits it, at the risk the headroom guards "
         "against)"
     )
@@ -351,7 +365,7 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
     engine = "the discrete-event engine" if best.des is not None else "the analytic engine"
     room = f" with {_percent(r.outcome.headroom)} of memory free" if r.outcome.headroom > 0 else ""
     text = [
-        f"Best of {r.outcome.candidates:,} candidates ({len(r.outcome.fitting):,} fit{room}) by {engine}: "
+        f"Best of {r.outcome.candidates:,} candidates ({r.outcome.fit_count:,} fit{room}) by {engine}: "
         f"{describe(best.priced.strategy)}, {w.step_time_s:.3f} s per step, {w.tokens_per_s:,.0f} tokens/s, "
         f"MFU {w.mfu:.1%}, peak memory {w.peak_memory_bytes / GB:.1f} of {r.memory_capacity_bytes / GB:.1f} GB."
     ]
@@ -414,8 +428,9 @@ def _headroom_sentences(r: PlanResult, best: Priced) -> list[str]:
         return []
     h = r.outcome.headroom
     first = tight[0]
+    n = r.outcome.tight_count
     head = (
-        f"--headroom {h:g} ruled out {len(tight):,} candidate{'s' if len(tight) > 1 else ''} that fit with less than "
+        f"--headroom {h:g} ruled out {n:,} candidate{'s' if n > 1 else ''} that fit with less than "
         f"{_percent(h)} of memory free at the peak"
     )
     key = OBJECTIVES[r.objective]

@@ -196,14 +196,15 @@ class _Pricer:
         return hit
 
 
-def _family(s: Strategy) -> tuple[bool, bool, bool]:
+def plan_family(s: Strategy) -> tuple[bool, bool, bool]:
+    """A plan's family, as ``family_rival`` tells them apart: ZeRO-3 or not, pipelined or not, tensor parallel or
+    not."""
     return (s.zero >= 3, s.pp > 1, s.tp > 1)
 
 
 def _family_words(winner: Strategy, other: Strategy) -> str:
-    for (w, o), what in zip(
-        zip(_family(winner), _family(other), strict=True), ("ZeRO-3", "pipelining", "tensor parallelism"), strict=True
-    ):
+    pairs = zip(plan_family(winner), plan_family(other), strict=True)
+    for (w, o), what in zip(pairs, ("ZeRO-3", "pipelining", "tensor parallelism"), strict=True):
         if w != o:
             return f"the best {'with' if o else 'without'} {what}"
     raise AssertionError("the same family")
@@ -213,7 +214,7 @@ def family_rival(winner: Strategy, ranked: Sequence[Strategy]) -> Rival | None:
     """The best of ``ranked`` (best first) whose family (ZeRO-3 or not, pipelined or not, tensor parallel or not)
     differs from ``winner``'s, named by the first difference; None when every candidate shares its family."""
     for s in ranked:
-        if _family(s) != _family(winner):
+        if plan_family(s) != plan_family(winner):
             return Rival(_family_words(winner, s), s)
     return None
 

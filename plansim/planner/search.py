@@ -26,12 +26,12 @@ import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.analytic import AnalyticCache, StepFrame, assemble_result, step_frame
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
@@ -162,6 +162,23 @@ class Priced:
     cluster: Cluster | None = None
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """A candidate that fits but whose step was not priced in full: its lower bound (``bound_s``,
+    ``analytic.StepFrame.bound_s``) ranks it after the K-th finalist and after the best candidate of each group the
+    explanation reads (``_Bounds``), so its step time could change no ranking, winner or figure. ``tight``: it fits
+    with less than the headroom free. Its memory is exact (the worst stage's, by category)."""
+
+    index: int
+    strategy: Strategy
+    resolved: Strategy
+    bound_s: float
+    memory: dict[str, float]
+    peak_memory_bytes: int
+    memory_margin: float
+    tight: bool
+
+
 class _Pricing:
     """The analytic engine over one cluster, or (a robust search) over several corners of the uncertainty box, each
     with its own ``AnalyticCache``: a strategy's result is its slowest corner's."""
@@ -175,10 +192,19 @@ class _Pricing:
         return self.caches[0].model_states_exceed(s)  # the uncertain inputs move time, never memory
 
     def price(self, s: Strategy) -> tuple[Result, Cluster | None]:
-        if len(self.caches) == 1:
-            cache = self.caches[0]
-            return simulate_analytic(self.model, cache.cluster, s, cache=cache), cache.cluster if self.robust else None
-        results = [(simulate_analytic(self.model, c.cluster, s, cache=c), c.cluster) for c in self.caches]
+        return self.complete(self.frames(s))
+
+    def frames(self, s: Strategy) -> list[StepFrame]:
+        """``s``'s step up to its data-parallel traffic at each corner (``analytic.step_frame``): its memory (the
+        first's: the uncertain inputs move time, never memory) and its bound (the slowest corner's)."""
+        return [step_frame(self.model, c.cluster, s, cache=c) for c in self.caches]
+
+    def complete(self, frames: Sequence[StepFrame]) -> tuple[Result, Cluster | None]:
+        """The result of ``frames`` (``frames(s)``): the slowest corner's, and the corner when the search is
+        robust."""
+        if len(frames) == 1:
+            return assemble_result(frames[0]), frames[0].cluster if self.robust else None
+        results = [(assemble_result(f), f.cluster) for f in frames]
         return max(results, key=lambda rc: rc[0].step_time_s)
 
 
@@ -214,6 +240,18 @@ class SearchOutcome:
     #: a finalist's strategy -> the candidates that differ from it only in ``SETTINGS`` and price alike (its twins,
     #: left out), in rank order
     equivalents: dict[Strategy, list[Priced]] = field(default_factory=dict)
+    #: candidates that fit (with the headroom or not: ``Pruned.tight``) whose step was not priced in full, by bound
+    pruned: list[Pruned] = field(default_factory=list)
+
+    @property
+    def fit_count(self) -> int:
+        """Candidates that fit with the headroom free: ``fitting`` and those of them pruned."""
+        return len(self.fitting) + sum(1 for p in self.pruned if not p.tight)
+
+    @property
+    def tight_count(self) -> int:
+        """Candidates that fit with less than the headroom free: ``tight`` and those of them pruned."""
+        return len(self.tight) + sum(1 for p in self.pruned if p.tight)
 
     def equivalent_to(self, s: Strategy) -> list[Priced]:
         """The twins left out for finalist ``s`` (empty for any other strategy)."""
@@ -241,12 +279,14 @@ def search(
     progress: Callable[[int, int], None] | None = None,
     phase: Callable[[str], None] | None = None,
     corners: Sequence[Cluster] = (),
+    groups: Sequence[Callable[[Strategy], Hashable]] = (),
 ) -> SearchOutcome:
     """Search the space (see the module docstring). ``splits`` tries the finalists' time-balanced layer splits,
     ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing and while the DES runs the
     finalists; ``phase(label)`` as each phase after the pricing begins. ``corners`` (a robust search: the clusters
     of ``uncertainty.worst_corners``) prices every candidate at each and ranks by the slowest; the DES re-simulates
-    a finalist at its slowest corner."""
+    a finalist at its slowest corner. ``groups`` (each a strategy's group, None for none): the best candidate of each
+    group is priced in full, as the explanation reads it (``_Bounds``)."""
     if objective not in OBJECTIVES:
         raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     if top_k < 1:
@@ -258,19 +298,17 @@ def search(
     enumerated = time.perf_counter()
     clusters = tuple(corners) or (cluster,)
     robust = bool(corners)
-    priced, errors = _price_all(model, clusters, robust, space, jobs, progress)
+    bounds = _Bounds(objective, top_k, tuple(groups), c.headroom)
+    found = _price_all(model, clusters, robust, space, jobs, progress, bounds)
     analytic = time.perf_counter()
-    rejected: Counter[str] = Counter(errors)
-    fitting, tight = [], []
-    for p in priced:
-        if not p.result.fits:
-            rejected[ACTIVATIONS_EXCEED] += 1
-        elif meets_headroom(p.result, c.headroom):
-            fitting.append(p)
-        else:
-            tight.append(p)
-    if tight:
-        rejected[headroom_reason(c.headroom)] += len(tight)
+    rejected: Counter[str] = Counter(found.errors)
+    if found.too_big:
+        rejected[ACTIVATIONS_EXCEED] += found.too_big
+    fitting = [p for p in found.priced if meets_headroom(p.result, c.headroom)]
+    tight = [p for p in found.priced if not meets_headroom(p.result, c.headroom)]
+    tight_count = len(tight) + sum(1 for p in found.pruned if p.tight)
+    if tight_count:
+        rejected[headroom_reason(c.headroom)] += tight_count
     fitting = _ranked_priced(fitting, key)
     chosen = _without_twins(fitting, top_k)
     say = phase or (lambda label: None)
@@ -317,6 +355,7 @@ def search(
         c.headroom,
         _ranked_priced(tight, key),
         equivalents,
+        found.pruned,
     )
 
 
@@ -326,6 +365,95 @@ def _ranked_priced(items: Iterable[Priced], key: Callable[[Result], float], *fla
     return ranked(items, key, lambda p: p.result, lambda p: (p.index, *(bool(getattr(p.strategy, f)) for f in flags)))
 
 
+#: A bound at most this many times a step time cannot rank with it: a candidate ranks with an anchor within ``TIE``
+#: of it (``ranked``; for ``tokens_per_s`` the tie is ``1 / (1 - TIE)`` in step time), a finalist refined by the
+#: search (``_with_tp_comm_overlap`` and the rest) lies within that of the K-th, and a twin within ``TIE`` of a
+#: finalist (``alike``); the ``1e-9`` covers the rounding of the bound's own sum.
+_BEYOND = (1 + 1e-9) / (1 - TIE) ** 2
+
+
+class _Bounds:
+    """Which candidates that fit must have their step priced in full, given those priced so far (``add``): those
+    whose lower bound (``StepFrame.bound_s``) could still rank them among the best ``top_k`` distinct candidates
+    (``_without_twins``) or beside one (a twin, a tie), or as the best of one of their ``groups`` (the
+    Megatron-style reference, each framework's best, a robust rival's family), or, for those that fit with less than
+    the headroom, as the best of them. Every objective orders plans by step time at a fixed GPU count and batch, so
+    bounds on step time rank them. A candidate priced later only lowers what is needed, but for a twin that drops
+    a finalist (``_without_twins``): ``_settle`` checks the pruned against the final state."""
+
+    def __init__(
+        self, objective: str, top_k: int, groups: tuple[Callable[[Strategy], Hashable], ...], headroom: float
+    ) -> None:
+        self.objective, self.top_k, self.groups, self.headroom = objective, top_k, groups, headroom
+        self.contenders: list[Priced] = []
+        self.best: dict[tuple[int, Hashable], float] = {}
+        self.tight_best = math.inf
+        self._kth: float | None = math.inf
+
+    def fresh(self) -> _Bounds:
+        """The same rule with nothing priced."""
+        return _Bounds(self.objective, self.top_k, self.groups, self.headroom)
+
+    def add(self, p: Priced) -> None:
+        t = p.result.step_time_s
+        if not meets_headroom(p.result, self.headroom):
+            self.tight_best = min(self.tight_best, t)
+            return
+        self.contenders.append(p)
+        if self._kth is None or t <= self._kth * _BEYOND:  # else it ranks after the K-th and changes nothing
+            self._kth = None
+        for n, group in enumerate(self.groups):
+            g = group(p.strategy)
+            if g is not None:
+                self.best[n, g] = min(self.best.get((n, g), math.inf), t)
+
+    def kth(self) -> float:
+        """The slowest of the best ``top_k`` distinct candidates priced so far (inf before there are ``top_k``)."""
+        if self._kth is None:
+            chosen = _without_twins(_ranked_priced(self.contenders, OBJECTIVES[self.objective]), self.top_k)
+            self._kth = max(p.result.step_time_s for p in chosen) if len(chosen) == self.top_k else math.inf
+        return self._kth
+
+    def needed(self, s: Strategy, bound: float, tight: bool) -> bool:
+        """Whether a candidate with lower bound ``bound`` must be priced in full."""
+        if tight:
+            return bound <= self.tight_best * _BEYOND
+        if bound <= self.kth() * _BEYOND:
+            return True
+        for n, group in enumerate(self.groups):
+            g = group(s)
+            if g is not None and bound <= self.best.get((n, g), math.inf) * _BEYOND:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class _Framed:
+    """A candidate that fits, its step framed (``_Pricing.frames``) and not yet priced in full."""
+
+    index: int
+    strategy: Strategy
+    frames: list[StepFrame]
+    bound: float
+    tight: bool
+
+    def pruned(self) -> Pruned:
+        f = self.frames[0]
+        return Pruned(self.index, self.strategy, f.s, self.bound, f.memory(), f.peak_memory_bytes, f.memory_margin,
+                      self.tight)  # fmt: skip
+
+
+@dataclass
+class _Found:
+    """What pricing the space found: the candidates priced in full (fitting), the pruned, how many do not fit
+    (activations), and the candidates that cannot run, by reason."""
+
+    priced: list[Priced] = field(default_factory=list)
+    pruned: list[Pruned] = field(default_factory=list)
+    too_big: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
 def _price_all(
     model: ModelSpec,
     clusters: tuple[Cluster, ...],
@@ -333,57 +461,106 @@ def _price_all(
     space: Sequence[Strategy],
     jobs: int,
     progress: Callable[[int, int], None] | None,
-) -> tuple[list[Priced], Counter[str]]:
+    bounds: _Bounds,
+) -> _Found:
+    """Every candidate's memory, then the step of those that fit and could matter (``_Bounds``), in ``jobs``
+    processes by chunks of the space (each prunes by its own; ``_settle`` by all)."""
     if jobs > 1 and len(space) > 1:
         size = math.ceil(len(space) / (4 * jobs))
-        chunks = [(model, clusters, robust, list(space[i : i + size]), i) for i in range(0, len(space), size)]
-        priced: list[Priced] = []
-        errors: Counter[str] = Counter()
+        chunks = [(model, clusters, robust, list(space[i : i + size]), i, bounds) for i in range(0, len(space), size)]
+        found = _Found()
+        done = 0
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for part, errs in pool.map(_price_chunk, chunks):
-                priced.extend(part)
-                errors.update(errs)
+            for part, n in zip(pool.map(_price_chunk, chunks), (len(ch[3]) for ch in chunks), strict=True):
+                found.priced += part.priced
+                found.pruned += part.pruned
+                found.too_big += part.too_big
+                found.errors.update(part.errors)
+                done += n
                 if progress:
-                    progress(len(priced) + sum(errors.values()), len(space))
-        return priced, errors
-    return _price_chunk((model, clusters, robust, list(space), 0), progress, len(space))
+                    progress(done, len(space))
+    else:
+        found = _price_chunk((model, clusters, robust, list(space), 0, bounds), progress, len(space))
+    _settle(found, model, clusters, robust, bounds.fresh())
+    found.priced.sort(key=lambda p: p.index)
+    found.pruned.sort(key=lambda p: (p.bound_s, p.index))
+    return found
 
 
 def _price_chunk(
-    job: tuple[ModelSpec, tuple[Cluster, ...], bool, list[Strategy], int],
+    job: tuple[ModelSpec, tuple[Cluster, ...], bool, list[Strategy], int, _Bounds],
     progress: Callable[[int, int], None] | None = None,
     total: int = 0,
-) -> tuple[list[Priced], Counter[str]]:
-    model, clusters, robust, strategies, offset = job
+) -> _Found:
+    model, clusters, robust, strategies, offset, bounds = job
     with gc_paused():
-        return _price_strategies(model, clusters, robust, strategies, offset, progress, total)
+        pricing = _Pricing(model, clusters, robust)
+        found = _Found()
+        framed = _frame_strategies(pricing, strategies, offset, progress, total, found, bounds.headroom)
+        _price_framed(pricing, framed, bounds.fresh(), found)
+        return found
 
 
-def _price_strategies(
-    model: ModelSpec,
-    clusters: tuple[Cluster, ...],
-    robust: bool,
+def _frame_strategies(
+    pricing: _Pricing,
     strategies: list[Strategy],
     offset: int,
     progress: Callable[[int, int], None] | None,
     total: int,
-) -> tuple[list[Priced], Counter[str]]:
-    pricing = _Pricing(model, clusters, robust)
-    priced, errors = [], Counter[str]()
+    found: _Found,
+    headroom: float,
+) -> list[_Framed]:
+    """Each strategy's step up to its data-parallel traffic: what does not fit is counted and dropped (model states
+    first, without pricing the step), what fits is kept with its bound and memory."""
+    clusters = [c.cluster for c in pricing.caches]
+    framed = []
     step = max(1, len(strategies) // 200)
     for k, s in enumerate(strategies):
         try:
             resolved = s.resolve(clusters[0])  # once, for both calls
             if pricing.model_states_exceed(resolved):  # no activations can make it fit: the step is not priced
-                errors[STATES_EXCEED] += 1
+                found.errors[STATES_EXCEED] += 1
             else:
-                result, corner = pricing.price(resolved)
-                priced.append(Priced(offset + k, s, result, corner))
+                frames = pricing.frames(resolved)
+                first = frames[0]
+                if not first.fits:
+                    found.too_big += 1
+                else:
+                    tight = first.memory_margin < headroom
+                    framed.append(_Framed(offset + k, s, frames, max(f.bound_s() for f in frames), tight))
         except PlansimError as exc:
-            errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
+            found.errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
         if progress and (k % step == 0 or k + 1 == len(strategies)):
             progress(k + 1, total)
-    return priced, errors
+    return framed
+
+
+def _price_framed(pricing: _Pricing, framed: list[_Framed], bounds: _Bounds, found: _Found) -> None:
+    """Price in full, in order of their bounds, the framed candidates ``bounds`` needs; prune the rest."""
+    for f in sorted(framed, key=lambda f: (f.bound, f.index)):
+        if bounds.needed(f.strategy, f.bound, f.tight):
+            result, corner = pricing.complete(f.frames)
+            p = Priced(f.index, f.strategy, result, corner)
+            found.priced.append(p)
+            bounds.add(p)
+        else:
+            found.pruned.append(f.pruned())
+
+
+def _settle(found: _Found, model: ModelSpec, clusters: tuple[Cluster, ...], robust: bool, bounds: _Bounds) -> None:
+    """Price in full every pruned candidate that the rule, over everything priced (every chunk's), still needs,
+    until none is: what each chunk pruned by its own candidates, and what a twin's cascade re-opened."""
+    for p in found.priced:
+        bounds.add(p)
+    pricing: _Pricing | None = None
+    while todo := [u for u in found.pruned if bounds.needed(u.strategy, u.bound_s, u.tight)]:
+        pricing = pricing or _Pricing(model, clusters, robust)
+        for u in sorted(todo, key=lambda u: (u.bound_s, u.index)):
+            found.pruned.remove(u)
+            result, corner = pricing.price(u.strategy.resolve(clusters[0]))
+            p = Priced(u.index, u.strategy, result, corner)
+            found.priced.append(p)
+            bounds.add(p)
 
 
 def _placement(s: Strategy) -> tuple[object, ...]:

@@ -131,7 +131,7 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
         )  # fmt: skip
     except PlansimError as err:
         return point.index, _complete({**row, "fits": False, "candidates": 0, "fitting": 0, "reason": str(err)})
-    row.update(candidates=result.outcome.candidates, fitting=len(result.outcome.fitting))
+    row.update(candidates=result.outcome.candidates, fitting=result.outcome.fit_count)
     winner, figures = result.winner, result.winner_result
     if winner is None or figures is None:
         return point.index, _complete({**row, "fits": False, "reason": result.explanation})
