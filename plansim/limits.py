@@ -44,6 +44,7 @@ __all__ = [
     "Work",
     "field",
     "integral",
+    "machine_cores",
     "number",
     "refuse_work",
     "whole",
@@ -302,6 +303,18 @@ def integral(value: Any) -> Any:
         fix = ": write it without quotes" if quoted_number else ""
         raise ValueError(f'must be a whole number, got the string "{shown(value)}"{fix}')
     return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count), within ``LIMITS["jobs"]``:
+    the default number of worker processes."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, int(LIMITS["jobs"].high)))
 
 
 def work_bound(key: str) -> int:

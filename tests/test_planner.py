@@ -143,10 +143,14 @@ def test_fit_verdicts_match_the_memory_model(name: str, gpus: int, batch: int) -
         assert fresh.step_time_s >= q.bound_s * (1 - 1e-12)
 
 
-def test_jobs_give_the_same_outcome() -> None:
+def test_jobs_give_the_same_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    from plansim.planner import search as searching
+
+    monkeypatch.setattr(searching, "PARALLEL_CANDIDATES", 1)  # in worker processes however small the work
+    monkeypatch.setattr(searching, "PARALLEL_DES_WORK", 0)
     model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
     c = Constraints(dp_algorithms=("ring",), remat=("none", "full"))
-    one = search(model, cluster, 16, c, milp=False, top_k=3)
+    one = search(model, cluster, 16, c, milp=False, top_k=3, jobs=1)
     two = search(model, cluster, 16, c, milp=False, top_k=3, jobs=2)
 
     def fit(out):  # type: ignore[no-untyped-def]  # priced in full or pruned: each process prunes by its own

@@ -286,7 +286,10 @@ def plan(
     ] = "step_time",
     top: Annotated[int, typer.Option("--top", help="finalists re-simulated with the discrete-event engine")] = 10,
     no_des: Annotated[bool, typer.Option("--no-des", help="rank by the analytic engine only")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="price candidates in N processes")] = 1,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", help="processes pricing and re-simulating (default: the cores)"),
+    ] = None,
     tokens: Annotated[float | None, typer.Option("--tokens", help="tokens to train on: time and GPU-hours")] = None,
     price: Annotated[
         float | None, typer.Option("--price-per-gpu-hour", help="with --tokens: the cost of the training run")

@@ -22,7 +22,7 @@ from plansim.arguments import callback, choice, flag
 from plansim.describe import pace
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, load_hardware
-from plansim.limits import LIMITS, number, refuse_work, whole
+from plansim.limits import LIMITS, machine_cores, number, refuse_work, whole
 from plansim.planner.explain import compare_sentence, describe, is_megatron_style, megatron_style
 from plansim.planner.robust import TIE, Rival, RobustReport, family_rival, plan_family, robust_report
 from plansim.planner.search import (
@@ -30,7 +30,6 @@ from plansim.planner.search import (
     Finalist,
     Priced,
     SearchOutcome,
-    des_figures,
     differing_settings,
     meets_headroom,
     search,
@@ -154,7 +153,7 @@ def plan(
     des: bool = True,
     milp: bool = True,
     splits: bool = True,
-    jobs: int = 1,
+    jobs: int | None = None,
     tokens: float | None = None,
     price_per_gpu_hour: float | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -202,7 +201,7 @@ def plan(
     top_k = whole(top_k, "top_k", "--top")
     for name, value in (("des (--no-des)", des), ("milp", milp), ("splits", splits), ("robust", robust)):
         flag(value, name)
-    jobs = whole(jobs, "jobs", "--jobs")
+    jobs = machine_cores() if jobs is None else whole(jobs, "jobs", "--jobs")
     tokens = None if tokens is None else number(tokens, "tokens", "--tokens")
     if price_per_gpu_hour is not None:
         price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
@@ -217,26 +216,19 @@ def plan(
     narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
     refuse_work("candidates", work.candidates, subject, narrow)
     refuse_work("plan_blocks", work.block_walks * max(1, len(corners)), subject, narrow)  # each corner walks anew
+    key = OBJECTIVES[objective]
+    max_tp = _megatron_tp(spec, cluster)
     # the candidates the explanation reads besides the finalists: the best Megatron-style one at each depth, each
     # framework's best (--framework all), and with --robust each family's best (a rival)
-    groups = [partial(_megatron_depth, _megatron_tp(spec, cluster)), _framework, *([plan_family] if robust else [])]
+    groups = [partial(_megatron_depth, max_tp), _framework, *([plan_family] if robust else [])]
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress, phase=phase, corners=corners, groups=groups,
+        reference=lambda fitting: megatron_style(fitting, max_tp, key),
     )  # fmt: skip
     if not outcome.candidates:
         raise PlansimError(_no_candidate_message(spec, cluster, global_batch, c))
-    key = OBJECTIVES[objective]
-    mega_priced = megatron_style(outcome.fitting, _megatron_tp(spec, cluster), key)
-    mega = None
-    if mega_priced is not None:
-        same = [f for f in outcome.finalists if f.priced.strategy == mega_priced.strategy]
-        if des and not same and phase:
-            phase("the Megatron-style reference with the DES")
-        reference = (
-            des_figures(spec, mega_priced.cluster or cluster, mega_priced.strategy) if des and not same else None
-        )
-        mega = same[0] if same else Finalist(mega_priced, reference)
+    mega = outcome.reference
     result = PlanResult(
         spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
         cluster.gpu.memory_bytes,

@@ -27,7 +27,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -242,6 +242,9 @@ class SearchOutcome:
     equivalents: dict[Strategy, list[Priced]] = field(default_factory=dict)
     #: candidates that fit (with the headroom or not: ``Pruned.tight``) whose step was not priced in full, by bound
     pruned: list[Pruned] = field(default_factory=list)
+    #: the candidate ``search``'s ``reference`` picked, re-simulated beside the finalists (a finalist itself, if it is
+    #: one)
+    reference: Finalist | None = None
 
     @property
     def fit_count(self) -> int:
@@ -280,13 +283,16 @@ def search(
     phase: Callable[[str], None] | None = None,
     corners: Sequence[Cluster] = (),
     groups: Sequence[Callable[[Strategy], Hashable]] = (),
+    reference: Callable[[Sequence[Priced]], Priced | None] | None = None,
 ) -> SearchOutcome:
     """Search the space (see the module docstring). ``splits`` tries the finalists' time-balanced layer splits,
     ``milp`` their ``remat: milp``. ``progress(done, total)`` is called while pricing and while the DES runs the
     finalists; ``phase(label)`` as each phase after the pricing begins. ``corners`` (a robust search: the clusters
     of ``uncertainty.worst_corners``) prices every candidate at each and ranks by the slowest; the DES re-simulates
     a finalist at its slowest corner. ``groups`` (each a strategy's group, None for none): the best candidate of each
-    group is priced in full, as the explanation reads it (``_Bounds``)."""
+    group is priced in full, as the explanation reads it (``_Bounds``); picklable (module-level functions) where
+    ``jobs > 1``. ``reference(fitting)`` picks a candidate to re-simulate beside the finalists (``SearchOutcome.
+    reference``: the explanation's Megatron-style configuration)."""
     if objective not in OBJECTIVES:
         raise PlansimError(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     if top_k < 1:
@@ -327,12 +333,18 @@ def search(
         chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom, refined)
     milp_done = time.perf_counter()
     weights: list[int] = []
+    ref = reference(fitting) if reference else None
+    extra = [ref] if ref is not None and des and chosen and ref.strategy not in {p.strategy for p in chosen} else []
     if des and chosen:
         say(f"sizing the {len(chosen)} finalists' discrete-event runs")
         weights = _refuse_des_work(model, cluster, chosen, progress)
-        say(f"re-simulating the {len(chosen)} finalists with the DES (counted in tasks and transfers)")
-    des_results = _des_all(model, cluster, chosen, des, jobs, progress, weights)
-    finalists = [Finalist(p, r) for p, r in zip(chosen, des_results, strict=True)]
+        weights += _refuse_des_work(model, cluster, extra, None, bound=False)  # the reference's is not theirs to bound
+        beside = " and the reference" if extra else ""
+        say(f"re-simulating the {len(chosen)} finalists{beside} with the DES (counted in tasks and transfers)")
+    des_results = _des_all(model, cluster, [*chosen, *extra], des, jobs, progress, weights)
+    finalists = [Finalist(p, r) for p, r in zip(chosen, des_results, strict=False)]
+    same = [f for f in finalists if ref is not None and f.priced.strategy == ref.strategy]
+    reference_run = same[0] if same else (Finalist(ref, des_results[-1] if extra else None) if ref else None)
     finalists = [
         *ranked((f for f in finalists if f.result.fits), key, lambda f: f.result, lambda f: (f.priced.index,)),
         *ranked((f for f in finalists if not f.result.fits), key, lambda f: f.result, lambda f: (f.priced.index,)),
@@ -356,6 +368,7 @@ def search(
         _ranked_priced(tight, key),
         equivalents,
         found.pruned,
+        reference_run,
     )
 
 
@@ -364,6 +377,15 @@ def _ranked_priced(items: Iterable[Priced], key: Callable[[Result], float], *fla
     ``flags`` (False, the candidate as enumerated, before its refinement)."""
     return ranked(items, key, lambda p: p.result, lambda p: (p.index, *(bool(getattr(p.strategy, f)) for f in flags)))
 
+
+#: ``jobs > 1`` runs a phase in worker processes only where its work dwarfs a process's start (forked, with its
+#: caches built anew): at least ``PARALLEL_CANDIDATES`` candidates to price, in ``CHUNKS_PER_JOB`` chunks a process
+#: (each chunk prunes by its own priced candidates, so fewer chunks price fewer in full; more balance the load), and
+#: finalists whose discrete-event work (``des.size.des_estimate``: tasks and transfers) comes to
+#: ``PARALLEL_DES_WORK``, about a second of simulation.
+PARALLEL_CANDIDATES = 500
+CHUNKS_PER_JOB = 2
+PARALLEL_DES_WORK = 100_000
 
 #: A bound at most this many times a step time cannot rank with it: a candidate ranks with an anchor within ``TIE``
 #: of it (``ranked``; for ``tokens_per_s`` the tie is ``1 / (1 - TIE)`` in step time), a finalist refined by the
@@ -465,8 +487,8 @@ def _price_all(
 ) -> _Found:
     """Every candidate's memory, then the step of those that fit and could matter (``_Bounds``), in ``jobs``
     processes by chunks of the space (each prunes by its own; ``_settle`` by all)."""
-    if jobs > 1 and len(space) > 1:
-        size = math.ceil(len(space) / (4 * jobs))
+    if jobs > 1 and len(space) >= PARALLEL_CANDIDATES:
+        size = math.ceil(len(space) / (CHUNKS_PER_JOB * jobs))
         chunks = [(model, clusters, robust, list(space[i : i + size]), i, bounds) for i in range(0, len(space), size)]
         found = _Found()
         done = 0
@@ -823,10 +845,12 @@ def _refuse_des_work(
     cluster: Cluster,
     chosen: Sequence[Priced],
     progress: Callable[[int, int], None] | None = None,
+    bound: bool = True,
 ) -> list[int]:
     """Each finalist's discrete-event work (``des.size.des_estimate``, tasks and transfers), refused with a
     ``PlansimError`` before the first run when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together
-    (naming the ``--top`` that fits); a finalist the DES cannot run counts nothing (its own run says why)."""
+    (naming the ``--top`` that fits; not with ``bound`` false); a finalist the DES cannot run counts nothing (its
+    own run says why)."""
     from plansim.des.size import des_estimate
     from plansim.limits import refuse_work, work_bound
 
@@ -838,9 +862,9 @@ def _refuse_des_work(
             weights.append(0)
         if progress:
             progress(len(weights), len(chosen))
-    bound, total = work_bound("finalist_tasks"), sum(weights)
-    if total > bound:
-        top = next(k for k in range(len(weights) + 1) if k == len(weights) or sum(weights[: k + 1]) > bound)
+    most, total = work_bound("finalist_tasks"), sum(weights)
+    if bound and total > most:
+        top = next(k for k in range(len(weights) + 1) if k == len(weights) or sum(weights[: k + 1]) > most)
         fewer = f"use --top {top}" if top else "use a smaller model or batch"
         refuse_work(
             "finalist_tasks", total, f"re-simulating the {len(chosen)} finalists with the discrete-event engine",
@@ -858,24 +882,30 @@ def _des_all(
     progress: Callable[[int, int], None] | None = None,
     weights: Sequence[int] = (),
 ) -> list[Result | None]:
-    """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes;
-    ``progress(done, total)`` after each, counted in ``weights`` (each finalist's work; default one each), so that
-    the time left can be estimated from the rate."""
+    """The discrete-event results of the finalists (None each without ``des``), in ``jobs`` processes, the largest
+    started first; ``progress(done, total)`` after each, counted in ``weights`` (each finalist's work; default one
+    each), so that the time left can be estimated from the rate."""
     if not des:
         return [None] * len(chosen)
     work = [(model, p.cluster or cluster, p.strategy) for p in chosen]
     sizes = [max(1, w) for w in weights] if len(weights) == len(work) else [1] * len(work)
     total = sum(sizes)
-    out: list[Result | None] = []
-    if jobs > 1 and len(work) > 1:
+    out: list[Result | None] = [None] * len(work)
+    done = 0
+    if jobs > 1 and len(work) > 1 and total >= PARALLEL_DES_WORK:
         with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as pool:
-            for r in pool.map(_des, work):
-                out.append(r)
+            largest = sorted(range(len(work)), key=lambda k: (-sizes[k], k))
+            futures = {pool.submit(_des, work[k]): k for k in largest}
+            for future in as_completed(futures):
+                k = futures[future]
+                out[k] = future.result()
+                done += sizes[k]
                 if progress:
-                    progress(sum(sizes[: len(out)]), total)
+                    progress(done, total)
         return out
-    for w in work:
-        out.append(_des(w))
+    for k, w in enumerate(work):
+        out[k] = _des(w)
+        done += sizes[k]
         if progress:
-            progress(sum(sizes[: len(out)]), total)
+            progress(done, total)
     return out

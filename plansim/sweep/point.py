@@ -127,7 +127,7 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
         result = plan(
             point.model, cluster, global_batch=point.global_batch, objective=settings.objective,
             top_k=settings.top_k, des=settings.des, milp=settings.milp, splits=settings.splits,
-            constraints=Constraints(headroom=settings.headroom),
+            constraints=Constraints(headroom=settings.headroom), jobs=1,  # the sweep runs its points side by side
         )  # fmt: skip
     except PlansimError as err:
         return point.index, _complete({**row, "fits": False, "candidates": 0, "fitting": 0, "reason": str(err)})
