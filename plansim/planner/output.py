@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from plansim.limits import machine_cores
 from plansim.planner.explain import describe
 
 if TYPE_CHECKING:
     from plansim.planner import PlanResult
     from plansim.planner.search import Pruned
 
-__all__ = ["plan_summary", "winner_yaml", "write_plan"]
+__all__ = ["draw_charts", "plan_summary", "winner_yaml", "write_plan"]
 
 
 def plan_summary(r: PlanResult) -> dict[str, Any]:
@@ -68,6 +69,24 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
     return out
 
 
+def draw_charts(charts: list[tuple[Any, ...]], jobs: int) -> list[Path]:
+    """Each ``(chart, *args)`` called (a chart writer, returning the paths it wrote), in ``jobs`` processes where
+    there are several; the paths in ``charts``' order."""
+    if jobs <= 1 or len(charts) <= 1:
+        return [path for chart, *args in charts for path in chart(*args)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    import matplotlib.backends.backend_agg  # noqa: F401  # imported once, before the processes fork
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(charts))) as pool:
+        return [path for paths in pool.map(_draw, charts) for path in paths]
+
+
+def _draw(chart: tuple[Any, ...]) -> list[Path]:
+    writer, *args = chart
+    return list(writer(*args))
+
+
 def _pruned_row(r: PlanResult, p: Pruned) -> dict[str, Any]:
     """A pruned candidate's candidates.csv row: what is known of it (its memory, exact) and its step time's lower
     bound (``step_time_bound_s``); the columns of a priced row that it lacks stay empty."""
@@ -97,9 +116,10 @@ def winner_yaml(r: PlanResult) -> str:
     return head + yaml.safe_dump(_strategy_fields(r.winner), sort_keys=False)
 
 
-def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
+def write_plan(r: PlanResult, out: str | Path, jobs: int | None = None) -> list[Path]:
     """Write the files named in the module docstring into ``out``, all or none (``plansim.files.outputs.staged_folder``:
-    an interrupted or failed run leaves the previous files); returns their paths."""
+    an interrupted or failed run leaves the previous files); returns their paths. The charts are drawn side by side
+    in ``jobs`` processes (default: the cores), the same bytes as one after another."""
     import pandas as pd
 
     from plansim.files.outputs import staged_folder
@@ -120,13 +140,15 @@ def write_plan(r: PlanResult, out: str | Path) -> list[Path]:
         if r.winner is not None:
             (directory / "winner.yaml").write_text(winner_yaml(r), encoding="utf-8")
             written.append(directory / "winner.yaml")
+        charts: list[tuple[Any, ...]] = []
+        title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
         if len(frame):
-            title = f"{r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
-            written += time_chart(frame, directory / "time_breakdown.svg", title)
-            written += memory_chart(frame, directory / "memory.svg", title)
+            charts += [(time_chart, frame, directory / "time_breakdown.svg", title)]
+            charts += [(memory_chart, frame, directory / "memory.svg", title)]
         if r.robust is not None:
             from plansim.report.robust_chart import tornado_chart
 
-            written += tornado_chart(r.robust, directory / "robust.svg", title)
+            charts += [(tornado_chart, r.robust, directory / "robust.svg", title)]
+        written += draw_charts(charts, machine_cores() if jobs is None else jobs)
         files = stage.final(written)
     return files

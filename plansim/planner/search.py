@@ -305,7 +305,7 @@ def search(
     clusters = tuple(corners) or (cluster,)
     robust = bool(corners)
     bounds = _Bounds(objective, top_k, tuple(groups), c.headroom)
-    found = _price_all(model, clusters, robust, space, jobs, progress, bounds)
+    found, pricing = _price_all(model, clusters, robust, space, jobs, progress, bounds)
     analytic = time.perf_counter()
     rejected: Counter[str] = Counter(found.errors)
     if found.too_big:
@@ -322,15 +322,15 @@ def search(
     refined: list[Priced] = []  # the variants the refinements priced that meet the headroom
     if c.tp_comm_overlap is None and any(_overlappable(p.strategy) for p in chosen):
         say("trying --tp-comm-overlap on the finalists")
-        chosen = _with_tp_comm_overlap(_Pricing(model, clusters, robust), chosen, key, top_k, tried, c.headroom)
+        chosen = _with_tp_comm_overlap(pricing, chosen, key, top_k, tried, c.headroom)
         refined += [p for p in tried if meets_headroom(p.result, c.headroom)]
     if splits and chosen:
         say("balancing the finalists' layer splits")
-        chosen = _with_balanced_splits(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom)
+        chosen = _with_balanced_splits(model, pricing, chosen, key, top_k, c.headroom)
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        chosen = _with_milp(model, _Pricing(model, clusters, robust), chosen, key, top_k, c.headroom, refined)
+        chosen = _with_milp(model, pricing, chosen, key, top_k, c.headroom, refined)
     milp_done = time.perf_counter()
     weights: list[int] = []
     ref = reference(fitting) if reference else None
@@ -484,13 +484,14 @@ def _price_all(
     jobs: int,
     progress: Callable[[int, int], None] | None,
     bounds: _Bounds,
-) -> _Found:
+) -> tuple[_Found, _Pricing]:
     """Every candidate's memory, then the step of those that fit and could matter (``_Bounds``), in ``jobs``
-    processes by chunks of the space (each prunes by its own; ``_settle`` by all)."""
+    processes by chunks of the space (each prunes by its own; ``_settle`` by all); with the pricing whose caches
+    the later phases share (this process's, warm where it priced)."""
     if jobs > 1 and len(space) >= PARALLEL_CANDIDATES:
         size = math.ceil(len(space) / (CHUNKS_PER_JOB * jobs))
         chunks = [(model, clusters, robust, list(space[i : i + size]), i, bounds) for i in range(0, len(space), size)]
-        found = _Found()
+        found, pricing = _Found(), _Pricing(model, clusters, robust)
         done = 0
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             for part, n in zip(pool.map(_price_chunk, chunks), (len(ch[3]) for ch in chunks), strict=True):
@@ -502,21 +503,23 @@ def _price_all(
                 if progress:
                     progress(done, len(space))
     else:
-        found = _price_chunk((model, clusters, robust, list(space), 0, bounds), progress, len(space))
-    _settle(found, model, clusters, robust, bounds.fresh())
+        pricing = _Pricing(model, clusters, robust)
+        found = _price_chunk((model, clusters, robust, list(space), 0, bounds), progress, len(space), pricing)
+    _settle(found, pricing, clusters, bounds.fresh())
     found.priced.sort(key=lambda p: p.index)
     found.pruned.sort(key=lambda p: (p.bound_s, p.index))
-    return found
+    return found, pricing
 
 
 def _price_chunk(
     job: tuple[ModelSpec, tuple[Cluster, ...], bool, list[Strategy], int, _Bounds],
     progress: Callable[[int, int], None] | None = None,
     total: int = 0,
+    pricing: _Pricing | None = None,
 ) -> _Found:
     model, clusters, robust, strategies, offset, bounds = job
     with gc_paused():
-        pricing = _Pricing(model, clusters, robust)
+        pricing = pricing or _Pricing(model, clusters, robust)
         found = _Found()
         framed = _frame_strategies(pricing, strategies, offset, progress, total, found, bounds.headroom)
         _price_framed(pricing, framed, bounds.fresh(), found)
@@ -569,14 +572,12 @@ def _price_framed(pricing: _Pricing, framed: list[_Framed], bounds: _Bounds, fou
             found.pruned.append(f.pruned())
 
 
-def _settle(found: _Found, model: ModelSpec, clusters: tuple[Cluster, ...], robust: bool, bounds: _Bounds) -> None:
+def _settle(found: _Found, pricing: _Pricing, clusters: tuple[Cluster, ...], bounds: _Bounds) -> None:
     """Price in full every pruned candidate that the rule, over everything priced (every chunk's), still needs,
     until none is: what each chunk pruned by its own candidates, and what a twin's cascade re-opened."""
     for p in found.priced:
         bounds.add(p)
-    pricing: _Pricing | None = None
     while todo := [u for u in found.pruned if bounds.needed(u.strategy, u.bound_s, u.tight)]:
-        pricing = pricing or _Pricing(model, clusters, robust)
         for u in sorted(todo, key=lambda u: (u.bound_s, u.index)):
             found.pruned.remove(u)
             result, corner = pricing.price(u.strategy.resolve(clusters[0]))
