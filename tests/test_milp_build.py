@@ -79,3 +79,37 @@ def test_the_built_model_is_the_per_row_builds(
     g = graphs[name]
     budget = None if fraction is None else solve_remat(g, method="none").peak_bytes * fraction
     assert digest(build_milp(g, budget, in_flight).prob) == DIGESTS[name, fraction, in_flight]
+
+
+def _highs_lp(prob: object, solver: object) -> tuple[object, ...]:
+    from plansim.files.outputs import c_stdout_silenced
+
+    with c_stdout_silenced():
+        solver.createAndConfigureSolver(prob)  # type: ignore[attr-defined]
+    solver.buildSolverModel(prob)  # type: ignore[attr-defined]
+    lp = prob.solverModel.getLp()  # type: ignore[attr-defined]
+    a = lp.a_matrix_
+    return (
+        lp.num_col_, lp.num_row_, list(lp.col_cost_), list(lp.col_lower_), list(lp.col_upper_), list(lp.row_lower_),
+        list(lp.row_upper_), list(a.start_), list(a.index_), list(a.value_), str(a.format_),
+        [int(x) for x in lp.integrality_], lp.offset_, str(lp.sense_),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mip", [True, False])
+@pytest.mark.parametrize(("name", "fraction", "in_flight"), [("op2", 0.5, 2.5), ("layer4", 0.7, 3), ("chain", None, 1)])
+def test_highs_is_handed_the_model_pulp_would_hand_it(
+    graphs: dict[str, RematGraph], name: str, fraction: float | None, in_flight: float, mip: bool
+) -> None:
+    """The bulk transfer (``milp._StartedHiGHS.buildSolverModel``) leaves HiGHS holding the model PuLP's own
+    ``HiGHS.buildSolverModel`` (a call per column and per row) gives it: every array of its ``HighsLp``."""
+    import pulp
+
+    from plansim.remat.milp import _StartedHiGHS
+
+    g = graphs[name]
+    budget = None if fraction is None else solve_remat(g, method="none").peak_bytes * fraction
+    prob = build_milp(g, budget, in_flight).prob
+    theirs = _highs_lp(prob, pulp.HiGHS(mip=mip, msg=False))
+    ours = _highs_lp(prob, _StartedHiGHS(None, mip=mip, msg=False))
+    assert repr(ours) == repr(theirs)
