@@ -17,7 +17,12 @@ Time limits (issue 17: a limit is wall-clock for the whole call), the wall time 
 (e) ``remat=milp`` in a strategy whose one stage holds 40 blocks (GPT-3 13B, tp=8, 8 GB of activations) with
     ``remat_time_limit_s=3``: the stage's solve, and the whole analytic simulation.
 
-Run: python benchmarks/bench_remat.py [--layers 8] [--time-limit 60] [--limits-only]
+The planner (issue "MILP where it can pay": ``plan --remat milp`` under 20 s):
+(f) the README's plan, GPT-3 175B on 1,024 A100s at batch 1,536, as ``plansim plan --remat milp`` searches it (full
+    recomputation, ``remat: milp`` for up to three finalists), without the DES (``--no-des``): the milp phase, the
+    stage MILPs solved in it and the wall time, and the winner's step.
+
+Run: python benchmarks/bench_remat.py [--layers 8] [--time-limit 60] [--limits-only] [--plan-only]
 """
 
 from __future__ import annotations
@@ -106,14 +111,49 @@ def limits() -> None:
     )
 
 
+def planner() -> None:
+    """(f): the planner's milp phase on the README's plan."""
+    from plansim.planner import Constraints, plan
+    from plansim.remat import plan as remat_plan
+
+    solves: list[float] = []
+    solve = remat_plan.solve_remat
+
+    def counted(*args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        out = solve(*args, **kwargs)  # type: ignore[arg-type]
+        solves.append(time.perf_counter() - began)
+        return out
+
+    remat_plan.solve_remat = counted  # type: ignore[assignment]
+    try:
+        start = time.perf_counter()
+        r = plan("gpt3-175b", "dgx-a100", gpus=1024, global_batch=1536, constraints=Constraints(remat=("full",)),
+                 des=False)  # fmt: skip
+        wall = time.perf_counter() - start
+    finally:
+        remat_plan.solve_remat = solve  # type: ignore[assignment]
+    phases = r.outcome.phase_s
+    step = r.winner_result.step_time_s if r.winner_result else float("nan")
+    print(
+        f"(f) plan --remat milp --no-des, GPT-3 175B on 1,024 A100s, batch 1,536: milp {phases['milp']:.2f} s "
+        f"({len(solves)} stage MILPs, {sum(solves):.2f} s), analytic {phases['analytic']:.2f} s, wall {wall:.2f} s; "
+        f"winner {step:.6f} s per step"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=8, help="GPT-3 1.3B blocks in the stage (op granularity)")
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--limits-only", action="store_true", help="only (d) and (e): wall time against the limit")
+    parser.add_argument("--plan-only", action="store_true", help="only (f): the planner's plan --remat milp")
     args = parser.parse_args()
     if args.limits_only:
         limits()
+        return
+    if args.plan_only:
+        planner()
         return
     report("(a) chain, 8 layers + loss", linear_chain(8), 4.0, args.time_limit, None)
     for granularity, label in (("op", "(b)"), ("layer", "(c)")):
@@ -123,6 +163,7 @@ def main() -> None:
         for budget in (selective, keep_all / 2):
             report(f"{label} GPT-3 1.3B, {args.layers} blocks, {granularity}", g, budget, args.time_limit, 0.01)
     limits()
+    planner()
 
 
 if __name__ == "__main__":

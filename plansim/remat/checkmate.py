@@ -85,31 +85,25 @@ def build_milp(
         R.append({i: 0 if zero[i] else add_variable(prob, f"R_{t}_{i}", 0, 1, "Binary") for i in range(t)} | {t: 1})
         # S[0, :] = 0 (sec 4.2, nothing is in memory before the first stage); zero-byte results stay once computed
         S.append({i: 1 if zero[i] else add_variable(prob, f"S_{t}_{i}", 0, 1, "Binary") for i in range(t)})
-    # objective (sec 4.1, eq 1a): total cost of every computation in every stage
-    recomputes = pulp.lpSum(cost[i] * R[t][i] for t in range(n) for i in R[t] if cost[i] and not _const(R[t][i]))
-    prob += recomputes + sum(cost)  # sum(cost): the frontier computations, a constant
+    # objective (sec 4.1, eq 1a): total cost of every computation in every stage; sum(cost): the frontier
+    # computations, a constant
+    recomputes = [(R[t][i], cost[i]) for t in range(n) for i in R[t] if cost[i] and not _const(R[t][i])]
+    prob += pulp.LpAffineExpression(recomputes, constant=sum(cost))
+    rows = _Rows()
     for t in range(n):
         check()
-        for k, r in R[t].items():
-            if _const(r) and r == 0:
-                continue
-            for i in graph.nodes[k].deps:  # eq 1b: an operand is computed in this stage or kept into it
-                _add(prob, r <= R[t][i] + S[t][i], f"dep_{t}_{k}_{i}")
-        for i, s in S[t].items():
-            if not _const(s):
-                _add(prob, R[t][i] + s <= 1, f"once_{t}_{i}")  # reduction: never recompute what is held
-        _dominance(prob, graph, R, S, t)
+        _precedence(rows, graph, R, S, t)
+        _dominance(rows, graph, R, S, t)
         if t + 1 < n:
-            for i, s in S[t + 1].items():  # eq 1c: keep only what was in memory during the previous stage
-                if not _const(s):
-                    _add(prob, s <= R[t][i] + S[t].get(i, 0), f"keep_{t + 1}_{i}")
-    others: Expr = 0
-    held = _held(graph, S, mem)
-    if in_flight > 1 and budget_bytes is not None and not _const(held):
-        h = add_variable(prob, "held", 0, None)
-        prob += h == held, "held"
-        others = (in_flight - 1) * h
-    _memory(prob, graph, R, S, mem, budget_bytes, others, check)
+            _keep(rows, R, S, t)
+    held: Any = None
+    first = graph.forward_count
+    if in_flight > 1 and budget_bytes is not None and first < n:
+        held = add_variable(prob, "held", 0, None)
+        # held = sum_i M_i S[F, i]: what each of the other micro-batches in flight keeps
+        rows.add("held", EQ, 0.0, [(held, 1), *((S[first][i], -mem[i]) for i in S[first] if mem[i])])
+    _memory(prob, rows, graph, R, S, mem, budget_bytes, held, in_flight - 1, check)
+    rows.into(prob)
     return CheckmateMILP(graph, prob, R, S, time.perf_counter() - start, mf, cf)
 
 
@@ -123,78 +117,141 @@ def _unit_scale(values: Iterable[float]) -> float:
     return 2.0 ** -(math.frexp(top)[1] - 1) if top > 0 else 1.0
 
 
-def _dominance(prob: Any, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
+LE, GE, EQ = pulp.LpConstraintLE, pulp.LpConstraintGE, pulp.LpConstraintEQ
+
+
+class _Rows:
+    """The constraints in the order they are written, each as its terms and constant, made into PuLP constraints
+    in one go (``into``): one ``LpAffineExpression`` per row from its list of terms, the rows handed to the problem
+    as one mapping (``LpProblem.extend``), instead of PuLP's operators building and copying an expression per term.
+    Each row is the one the operators would give (``a <= b`` is ``a - b`` with sense LE; a constant on the left,
+    ``1 <= e``, makes ``e - 1`` with sense GE), so HiGHS is handed the same model."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, int, float, list[tuple[Any, float]]]] = []
+
+    def add(self, name: str, sense: int, constant: float, terms: list[tuple[Any, float]]) -> None:
+        self.rows.append((name, sense, constant, terms))
+
+    def into(self, prob: Any) -> None:
+        expr, con = pulp.LpAffineExpression, pulp.LpConstraint
+        prob.extend({name: con(expr(terms, constant), sense, name) for name, sense, constant, terms in self.rows})
+
+
+def _precedence(rows: _Rows, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
+    """Eq 1b, ``R[t,k] <= R[t,i] + S[t,i]`` for each operand ``i`` of ``k`` (an operand is computed in this stage
+    or kept into it), and the reduction ``R[t,i] + S[t,i] <= 1`` (never recompute what is held)."""
+    Rt, St = R[t], S[t]
+    for k, r in Rt.items():
+        if _const(r):
+            if r == 0:
+                continue
+            for i in graph.nodes[k].deps:  # 1 <= R + S, unless both are constants (then it holds)
+                if not _const(Rt[i]):
+                    rows.add(f"dep_{t}_{k}_{i}", GE, -1, [(Rt[i], 1), (St[i], 1)])
+            continue
+        for i in graph.nodes[k].deps:
+            if _const(Rt[i]):  # a zero-byte operand: R = 0, S = 1
+                rows.add(f"dep_{t}_{k}_{i}", LE, -1, [(r, 1)])
+            else:
+                rows.add(f"dep_{t}_{k}_{i}", LE, 0, [(r, 1), (Rt[i], -1), (St[i], -1)])
+    for i, s in St.items():
+        if not _const(s):
+            rows.add(f"once_{t}_{i}", LE, -1, [(Rt[i], 1), (s, 1)])
+
+
+def _keep(rows: _Rows, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
+    """Eq 1c: ``S[t+1,i] <= R[t,i] + S[t,i]``, keep only what was in memory during the previous stage."""
+    for i, s in S[t + 1].items():
+        if _const(s):
+            continue
+        if i == t:  # R[t,t] = 1
+            rows.add(f"keep_{t + 1}_{i}", LE, -1, [(s, 1)])
+        else:
+            rows.add(f"keep_{t + 1}_{i}", LE, 0, [(s, 1), (R[t][i], -1), (S[t][i], -1)])
+
+
+def _dominance(rows: _Rows, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], t: int) -> None:
     """Cuts that remove only dominated schedules (not in the paper): a value recomputed in stage ``t``, or held into
     it, is read in the stage or kept into the next; else dropping it costs nothing and frees memory."""
     nxt = S[t + 1] if t + 1 < len(graph) else {}
+    Rt, St = R[t], S[t]
     for i in range(t):
-        if _const(S[t][i]):
+        if _const(St[i]):
             continue
-        readers = pulp.lpSum(R[t][j] for j in graph.users[i] if j <= t)
-        if not _const(R[t][i]):
-            prob += (
-                R[t][i] <= nxt.get(i, 0) + pulp.lpSum(R[t][j] for j in graph.users[i] if i < j <= t),
-                f"use_r_{t}_{i}",
-            )
-        prob += S[t][i] <= nxt.get(i, 0) + readers, f"use_s_{t}_{i}"
+        readers: list[tuple[Any, float]] = [] if i not in nxt else [(nxt[i], -1)]
+        ones = 0
+        for j in graph.users[i]:  # users come after i
+            if j > t:
+                break
+            if _const(Rt[j]):
+                ones += Rt[j]
+            else:
+                readers.append((Rt[j], -1))
+        constant = 0 - (0.0 + ones)  # as PuLP's operators sum it: 0.0, not -0.0, when nothing is constant
+        if not _const(Rt[i]):
+            rows.add(f"use_r_{t}_{i}", LE, constant, [(Rt[i], 1), *readers])
+        rows.add(f"use_s_{t}_{i}", LE, constant, [(St[i], 1), *readers])
 
 
 def _const(x: Expr) -> bool:
     return isinstance(x, int | float)
 
 
-def _add(prob: Any, constraint: Any, name: str) -> None:
-    if isinstance(constraint, bool):  # both sides constant
-        if not constraint:  # pragma: no cover - the reductions never produce a false constant constraint
-            raise AssertionError(name)
-        return
-    prob += constraint, name
-
-
-def _held(graph: RematGraph, S: list[dict[int, Expr]], mem: list[float]) -> Expr:
-    first = graph.forward_count
-    if first >= len(graph):
-        return 0
-    return pulp.lpSum(mem[i] * S[first][i] for i in S[first] if mem[i])
-
-
 def _memory(
     prob: Any,
+    rows: _Rows,
     graph: RematGraph,
     R: list[dict[int, Expr]],
     S: list[dict[int, Expr]],
     mem: list[float],
     budget: float | None,
-    others: Expr,
+    held: Any,
+    others: float,
     check: Callable[[], None] = _no_check,
 ) -> None:
     """Memory accounting (sec 4.5): ``U[t,0] = sum_i M_i S[t,i] + M_0 R[t,0]``, and
     ``U[t,k] = U[t,k-1] + M_k R[t,k] - mem_freed_t(v_{k-1})`` with ``mem_freed_t(v_k) = sum M_i FREE[t,i,k]`` over
-    ``i`` in ``DEPS[k] + {k}``; ``U[t,k] + others <= budget``."""
+    ``i`` in ``DEPS[k] + {k}``; ``U[t,k] + others * held <= budget`` (``held`` None: ``U[t,k] <= budget``, a bound)."""
     n = len(graph)
+    bound = budget if held is None else None
     for t in range(n):
         check()
-        prev: Expr = None
+        Rt, St = R[t], S[t]
+        prev: Any = None
         for k in range(t + 1):
-            u = add_variable(prob, f"U_{t}_{k}", 0, budget if _const(others) else None)
+            u = add_variable(prob, f"U_{t}_{k}", 0, bound)
+            r = Rt[k]
             if k == 0:
-                base = pulp.lpSum(mem[i] * S[t][i] for i in S[t] if mem[i] and not _const(S[t][i]))
-                fixed = sum(mem[i] for i in S[t] if mem[i] and _const(S[t][i]) and S[t][i])
-                prob += u == base + fixed + mem[0] * R[t][0], f"U_{t}_0"
+                terms = [(u, 1), *((St[i], -mem[i]) for i in St if mem[i] and not _const(St[i]))]
             else:
-                freed = _freed(prob, graph, R, S, mem, t, k - 1)
-                prob += u == prev + mem[k] * R[t][k] - freed, f"U_{t}_{k}"
-            if budget is not None and not _const(others):
-                prob += u + others <= budget, f"budget_{t}_{k}"
+                terms = [(u, 1), (prev, -1)]
+                terms += _freed(prob, rows, graph, R, S, mem, t, k - 1)
+            if _const(r):
+                constant = 0 - (0.0 + mem[k] * r)  # as PuLP's operators sum it (0.0, never -0.0)
+            else:
+                constant = 0.0
+                terms.append((r, -mem[k]))
+            rows.add(f"U_{t}_{k}", EQ, constant, terms)
+            if held is not None:
+                rows.add(f"budget_{t}_{k}", LE, -budget, [(u, 1), (held, others)])  # type: ignore[operator]
             prev = u
 
 
 def _freed(
-    prob: Any, graph: RematGraph, R: list[dict[int, Expr]], S: list[dict[int, Expr]], mem: list[float], t: int, k: int
-) -> Expr:
-    """``mem_freed_t(v_k) = sum M_i FREE[t,i,k]`` (sec 4.5, eq 4-5): ``v_i`` may be freed after ``v_k`` only if
-    ``v_k`` is computed, ``v_i`` is not kept into stage ``t + 1`` and no later node of the stage reads it, i.e. only
-    if ``num_hazards = (1 - R[t,k]) + S[t+1,i] + sum_{j in USERS[i], j > k} R[t,j]`` is 0.
+    prob: Any,
+    rows: _Rows,
+    graph: RematGraph,
+    R: list[dict[int, Expr]],
+    S: list[dict[int, Expr]],
+    mem: list[float],
+    t: int,
+    k: int,
+) -> list[tuple[Any, float]]:
+    """The terms of ``mem_freed_t(v_k) = sum M_i FREE[t,i,k]`` (sec 4.5, eq 4-5), as ``U[t,k+1]``'s row holds them:
+    ``v_i`` may be freed after ``v_k`` only if ``v_k`` is computed, ``v_i`` is not kept into stage ``t + 1`` and no
+    later node of the stage reads it, i.e. only if ``num_hazards = (1 - R[t,k]) + S[t+1,i] + sum_{j in USERS[i],
+    j > k} R[t,j]`` is 0.
 
     The paper makes ``FREE`` binary and ties it to ``num_hazards`` both ways with a big-M pair. Here each hazard
     bounds ``FREE`` on its own (``FREE <= R[t,k]``, ``FREE <= 1 - S[t+1,i]``, ``FREE <= 1 - R[t,j]``) and ``FREE`` is
@@ -202,26 +259,33 @@ def _freed(
     from freeing, so the optimum is the paper's; a solution that frees less than it may still fits, and its
     schedule (``schedule_from_plan``) frees everything Checkmate's rule allows. The disaggregated bounds also give a
     tighter LP relaxation than the big-M pair, and ~60 % fewer binaries."""
-    if _const(R[t][k]) and R[t][k] == 0:
-        return 0
+    Rt = R[t]
+    run = Rt[k]
+    if _const(run) and run == 0:
+        return []
+    nxt = S[t + 1] if t + 1 < len(graph) else None
     terms = []
     for i in sorted({*graph.nodes[k].deps, k}):
         if not mem[i]:
             continue
         free = add_variable(prob, f"FREE_{t}_{i}_{k}", 0, 1)
-        if not _const(R[t][k]):
-            prob += free <= R[t][k], f"free_run_{t}_{i}_{k}"
-        keep_next: Expr = S[t + 1][i] if t + 1 < len(graph) else 0
+        if not _const(run):
+            rows.add(f"free_run_{t}_{i}_{k}", LE, 0, [(free, 1), (run, -1)])
+        keep_next: Expr = nxt[i] if nxt is not None else 0
         if _const(keep_next):
             if keep_next:  # pragma: no cover - only zero-byte values are kept as constants, and those are skipped
-                prob += free <= 0, f"free_kept_{t}_{i}_{k}"
+                rows.add(f"free_kept_{t}_{i}_{k}", LE, 0, [(free, 1)])
         else:
-            prob += free <= 1 - keep_next, f"free_kept_{t}_{i}_{k}"
+            rows.add(f"free_kept_{t}_{i}_{k}", LE, -1, [(free, 1), (keep_next, 1)])
         for j in graph.users[i]:
-            if k < j <= t and not (_const(R[t][j]) and R[t][j] == 0):
-                prob += free <= 1 - R[t][j], f"free_read_{t}_{i}_{k}_{j}"
-        terms.append(mem[i] * free)
-    return pulp.lpSum(terms)
+            if k < j <= t:
+                r = Rt[j]
+                if not _const(r):
+                    rows.add(f"free_read_{t}_{i}_{k}_{j}", LE, -1, [(free, 1), (r, 1)])
+                elif r:
+                    rows.add(f"free_read_{t}_{i}_{k}_{j}", LE, 0, [(free, 1)])
+        terms.append((free, mem[i]))
+    return terms
 
 
 #: What one solver call costs outside the solver's own clock (PuLP's ``variables()``, handing the model to HiGHS,

@@ -22,6 +22,8 @@ from plansim.files.outputs import c_stdout_silenced
 
 __all__ = ["SOLVERS", "SolveOutcome", "add_variable", "make_solver", "run_solver"]
 
+_PULP_MAJOR = int(pulp.__version__.split(".")[0])
+
 
 def add_variable(
     prob: Any,
@@ -193,11 +195,66 @@ def _highs_bound(prob: Any) -> float | None:
 
 
 class _StartedHiGHS(pulp.HiGHS):
-    """PuLP's highspy interface, handing HiGHS a start solution before it runs (PuLP's own has no warm start)."""
+    """PuLP's highspy interface, handing HiGHS a start solution before it runs (PuLP's own has no warm start), and
+    the model in bulk (``buildSolverModel``)."""
 
     def __init__(self, start: dict[str, float] | None, **options: Any) -> None:
         super().__init__(**options)
         self.start = start
+
+    def buildSolverModel(self, lp: Any) -> None:
+        """The model as PuLP 3.x's ``HiGHS.buildSolverModel`` hands it to HiGHS (the same columns in the same order,
+        with their costs, bounds and integrality, the same rows, their bounds and nonzero coefficients; each
+        variable's and constraint's ``index`` set for reading the solution back), in three calls (``addCols``,
+        ``changeColsIntegrality``, ``addRows``) instead of one call per column and per row; ``tests/test_milp.py``
+        compares the two models HiGHS holds. PuLP 4.x, whose interface differs, builds its own way."""
+        if _PULP_MAJOR >= 4:  # pragma: no cover - PuLP 3.3 is what Python 3.11 gets
+            super().buildSolverModel(lp)
+            return
+        import highspy
+        import numpy as np
+
+        inf = highspy.kHighsInf
+        columns = lp.variables()
+        sign = -1 if lp.sense == pulp.LpMaximize else 1
+        objective = lp.objective
+        costs, lower, upper, integer = [], [], [], []
+        for i, var in enumerate(columns):
+            var.index = i
+            costs.append(sign * objective.get(var, 0.0))
+            lower.append(-inf if var.lowBound is None else var.lowBound)
+            upper.append(inf if var.upBound is None else var.upBound)
+            if var.cat == pulp.LpInteger and self.mip:
+                integer.append(i)
+        model = lp.solverModel
+        n = len(columns)
+        model.addCols(
+            n, np.array(costs, dtype=np.float64), np.array(lower, dtype=np.float64),
+            np.array(upper, dtype=np.float64), 0, np.zeros(n, dtype=np.int32), np.zeros(0, dtype=np.int32),
+            np.zeros(0, dtype=np.float64),
+        )  # fmt: skip
+        if integer:
+            model.changeColsIntegrality(
+                len(integer), np.array(integer, dtype=np.int32),
+                np.full(len(integer), highspy.HighsVarType.kInteger.value, dtype=np.uint8),
+            )  # fmt: skip
+        row_lower, row_upper, starts, indices, values = [], [], [], [], []
+        for i, constraint in enumerate(lp._constraints.values()):
+            constraint.index = i
+            starts.append(len(indices))
+            for var, coefficient in constraint.items():
+                if coefficient != 0:
+                    indices.append(var.index)
+                    values.append(coefficient)
+            lb, ub = constraint.getLb(), constraint.getUb()
+            row_lower.append(-inf if lb is None else lb)
+            row_upper.append(inf if ub is None else ub)
+        if row_lower:
+            model.addRows(
+                len(row_lower), np.array(row_lower, dtype=np.float64), np.array(row_upper, dtype=np.float64),
+                len(indices), np.array(starts, dtype=np.int32), np.array(indices, dtype=np.int32),
+                np.array(values, dtype=np.float64),
+            )  # fmt: skip
 
     def callSolver(self, lp: Any) -> None:
         if self.start:
