@@ -183,8 +183,7 @@ class AnalyticCache:
         self._states: dict[StatesKey, int] = {}
         self._fixed: dict[FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
-        # per data-parallel key: the plan, its collectives' prices, and a stage's reductions and gathers beside its
-        # passes by what else they read (``dp_comms``)
+        # per data-parallel key: the plan, its collectives' prices, and what ``data_parallel_comm`` memoizes for it
         self._dp_plans: dict[DataParallelKey, tuple[DataParallelPlan | None, dict[DpMessage, Sent], DpMemo]] = {}
 
     def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, DpPricer, DpMemo]:
@@ -193,7 +192,7 @@ class AnalyticCache:
         key = DataParallelKey.of(s)
         hit = self._dp_plans.get(key)
         if hit is None:
-            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, {})
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, DpMemo())
         plan, prices, memo = hit
 
         def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
@@ -212,23 +211,13 @@ class AnalyticCache:
         stages: list[StageCost],
         besides: DpBesides,
     ) -> list[DataParallelComm]:
-        """``data_parallel_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the
-        data-parallel key (``besides`` follow from it and the cluster), the micro-batches, the pipeline's stages and
-        the stage's parameters and passes (per model chunk: the interleaved cooldown's walk,
-        ``data_parallel._last_backwards``)."""
+        """``data_parallel_comm`` of each stage, with what it memoizes for the data-parallel key in ``dp``
+        (``data_parallel(s)``; ``besides`` follow from that key and the cluster): ``DpMemo``."""
         plan, price, memo = dp
-        out = []
-        for stage in stages:
-            # the passes by identity (built once per layer list and remat: ``stages._backward_layers``); the entry keeps
-            # them alive, so an identity is not reused while it is a key
-            key = (besides, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
-                   id(stage.backward_layers), stage.first_stage)  # fmt: skip
-            hit = memo.get(key)
-            if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
-                comm = data_parallel_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides)
-                hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
-            out.append(hit[2])
-        return out
+        return [
+            data_parallel_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides, memo)
+            for stage in stages
+        ]
 
     def problems(self, resolved: Strategy) -> list[str]:
         """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""

@@ -146,7 +146,8 @@ class StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
-        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs
+        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs (one tuple per
+        # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
         self.forward = tuple(
             LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params)
@@ -261,7 +262,7 @@ def _backward_layers(
     tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
     key = (params, recompute_s, rerun_blocking_s)
     hit = sums.backward_passes.get(key)
-    if hit is not None:  # one tuple per stage's layers and remat: ``AnalyticCache.dp_comms`` keys on its identity
+    if hit is not None:  # one tuple per stage's layers and remat
         return hit
     blocks = max(1, len(sums.blocks))
     out = []

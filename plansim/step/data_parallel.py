@@ -344,19 +344,24 @@ def prefetched_gathers(
         sent += n_sent
         ends[k] = streams.collective(seconds, ready, rate)
 
+    # the gathers by the walk index at whose start they are issued, and by the pass that waits for them (issue order)
+    issued_at: dict[int, list[int]] = {}
+    waited_at: dict[int, list[int]] = {}
+    for k, (first, _, at) in enumerate(gathers):
+        if at is not None and at >= 0:
+            issued_at.setdefault(at, []).append(k)
+        waited_at.setdefault(first, []).append(k)
     for k, (_, _, at) in enumerate(gathers):
         if at is not None and at < 0:
             issue(k, 0.0)
     if idle_s > 0:
         streams.compute(0.0, idle_s)
     for i, layer in enumerate(walk):
-        for k, (_, _, at) in enumerate(gathers):
-            if at == i and ends[k] is None:
+        for k in issued_at.get(i, ()):
+            if ends[k] is None:
                 issue(k, streams.t)
         after = 0.0
-        for k, (first, _, _) in enumerate(gathers):
-            if first != i:
-                continue
+        for k in waited_at.get(i, ()):
             if ends[k] is None:  # not issued yet: a chained one whose turn came
                 issue(k, streams.t)
             end = ends[k]
