@@ -5,6 +5,7 @@ field at a time through one shared cache, and compare each with a pricing that s
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from typing import Any
 
@@ -164,3 +165,28 @@ def test_the_data_parallel_memo_keys_a_stage_on_what_it_reads() -> None:
         assert got == data_parallel_comm(s, plan, price, st, st.bwd_s, st.fwd_s, besides, DpMemo()), st
         leads.add((got.lead_s, got.lead_interference_s, got.lead_overlapped_s, got.zero_bytes))
     assert len(leads) == len(variants)
+
+
+def test_the_fixed_memory_key_reads_what_the_communicators_read() -> None:
+    """``AnalyticCache.fixed`` (CUDA context, NCCL's buffers, userbuffers per stage) keys on ``FixedKey``: on a
+    cluster where the dp group spans nodes, ZeRO-0's all-reduce builds NCCL's tree and ZeRO-1 does not, and
+    interleaving adds the wrap-around peer; strategies differing there get their own entry (each through one cache
+    equals it through a fresh one), those differing only in what the key leaves out (2 or 3 virtual stages, the
+    micro-batch without userbuffers) share one."""
+    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=64)
+    shared = AnalyticCache(model, cluster)
+    seen = set()
+    for zero, v, sp, micro_batch, ub in itertools.product((0, 1), (1, 2, 3), (False, True), (1, 2), (False, True)):
+        if ub and not sp:  # userbuffers need sequence parallelism
+            continue
+        s = Strategy(dp=8, tp=2, pp=4, micro_batch=micro_batch, global_batch=64, zero=zero, sequence_parallel=sp,
+                     tp_comm_overlap=ub, schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v)  # fmt: skip
+        s = s.resolved(cluster)
+        assert not shared.problems(s), s
+        got = shared.fixed(s)
+        assert got == AnalyticCache(model, cluster).fixed(s), s
+        seen.add(tuple(tuple(x.values()) for x in got))
+    assert len(seen) > 1
+    # all-reduce or not, wraps or not, and the tp group's all-reduce (no sequence parallelism) or its userbuffers
+    # (one micro-batch's activation: per micro-batch size) or neither
+    assert len(shared._fixed) == 2 * 2 * (1 + 2 + 1)

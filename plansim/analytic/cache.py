@@ -23,7 +23,7 @@ from plansim.analytic.stages import StageCost, StageSends, StageSums, interferen
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
-from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
+from plansim.step.memory import LayerBytes, dp_all_reduces, fixed_bytes, pipeline_wraps, stage_params, static_bytes
 from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, sharding_of, tied_copy_params
 from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
@@ -109,21 +109,27 @@ class DataParallelKey(StrategyProjection):
     overlap_param_gather: bool
 
 
+def _layer_input_read(s: Strategy) -> LayerKey | None:
+    """What ``AnalyticCache.fixed`` reads for Transformer Engine's userbuffers (``step.tp_overlap.userbuffers_bytes``):
+    with them, the layer key (its op graph gives the layer input's size; it holds the framework's pipelining, the
+    dtype and the sharding); None without."""
+    return LayerKey.of(s) if uses_userbuffers(s) else None
+
+
 @dataclass(frozen=True)
 class FixedKey(StrategyProjection):
     """What the CUDA context and NCCL's buffers per stage read (``step.memory.fixed_bytes``): the mesh, which
-    reductions the dp and tp groups run (all-reduce or not), the interleaved pipeline's wrap-around peer."""
+    reductions the dp and tp groups run (all-reduce or not), whether the interleaved pipeline wraps around, and
+    Transformer Engine's userbuffers (one micro-batch's activation each)."""
 
     tp: int
     dp: int | None
-    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's
+    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's (below dp: HSDP)
     pp: int
-    virtual_stages: int
-    zero: int
-    sequence_parallel: bool
-    tp_comm_overlap: bool  # Transformer Engine's userbuffers, one micro-batch's activation each
-    micro_batch: int
-    framework: str
+    sequence_parallel: bool  # the tp group's all-reduce (its tree) or not
+    wraps: bool = read_with(pipeline_wraps)  # the interleaved pipeline's wrap-around peer
+    dp_all_reduce: bool = read_with(dp_all_reduces)  # ZeRO's stage, as far as the dp group's communicator reads it
+    userbuffers: LayerKey | None = read_with(_layer_input_read)
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,13 @@ __all__ = [
     "backward_workspace",
     "chunk_memory",
     "communicators",
+    "dp_all_reduces",
     "ends_saved",
     "fixed_bytes",
     "layer_memory",
     "model_states",
     "pass_profiles",
+    "pipeline_wraps",
     "stage_params",
     "static_bytes",
 ]
@@ -99,6 +101,18 @@ def _channels(cluster: Cluster) -> NcclChannels | None:
     return NcclChannels(setup.channels, setup.p2p_channels_per_peer, setup.nvls_channels, net)
 
 
+def dp_all_reduces(s: Strategy) -> bool:
+    """Whether the data-parallel group all-reduces the gradients (ZeRO-0) rather than reduce-scatters them: what
+    ``communicators`` reads of the ZeRO stage (NCCL builds a tree only for an all-reduce)."""
+    return s.zero == 0
+
+
+def pipeline_wraps(s: Strategy) -> bool:
+    """Whether the pipeline's last stage sends to its first (interleaving: the last chunk's stage feeds the next
+    chunk's first): what ``communicators`` reads of the virtual stages."""
+    return s.virtual_stages > 1
+
+
 def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list[Communicator]:
     """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group (under
     hybrid sharding its shard group and its replicas' group in its place), one point-to-point pair per pipeline
@@ -115,9 +129,9 @@ def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list
                          all_reduce=True),
         ]  # fmt: skip
     else:
-        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=s.zero == 0))
+        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=dp_all_reduces(s)))
     if s.pp > 1:
-        wraps = s.virtual_stages > 1
+        wraps = pipeline_wraps(s)
         peers = {
             mesh.shift("pp", first, step)
             for step, present in ((-1, stage > 0 or wraps), (+1, stage < s.pp - 1 or wraps))
