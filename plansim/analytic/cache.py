@@ -23,7 +23,15 @@ from plansim.analytic.stages import StageCost, StageSends, StageSums, interferen
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import LayerCost, layer_costs, layer_programs
-from plansim.step.memory import LayerBytes, dp_all_reduces, fixed_bytes, pipeline_wraps, stage_params, static_bytes
+from plansim.step.memory import (
+    ChunkLayers,
+    LayerBytes,
+    dp_all_reduces,
+    fixed_bytes,
+    pipeline_wraps,
+    stage_params,
+    static_bytes,
+)
 from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, sharding_of, tied_copy_params
 from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
@@ -147,12 +155,30 @@ class PricedLayers:
     p2p: dict[SendsKey, list[StageSends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], StageSums] = field(default_factory=dict)
     _bytes: dict[int, LayerBytes] = field(default_factory=dict)
+    _chunk_bytes: dict[tuple[tuple[tuple[int, ...], ...], int, int, int], tuple[ChunkLayers, ...]] = field(
+        default_factory=dict
+    )
 
     def layer_bytes(self, layer: int) -> LayerBytes:
         """What the memory model reads of a layer's cost (``step.memory.LayerBytes``)."""
         hit = self._bytes.get(layer)
         if hit is None:
             hit = self._bytes[layer] = LayerBytes.of(self.costs[layer])
+        return hit
+
+    def stage_chunks(
+        self, chunks: tuple[tuple[int, ...], ...], pp: int, virtual_stages: int, stage: int
+    ) -> tuple[ChunkLayers, ...]:
+        """What the memory walk reads of ``stage``'s model chunks (``step.memory.activation_peak``): per chunk
+        ``c``, model chunk ``c * pp + stage`` of ``chunks`` (``pipeline.model_chunks``) as (layer, its bytes) for
+        its layers that have a cost; memoized (every strategy of this layout asks it per stage)."""
+        key = (chunks, pp, virtual_stages, stage)
+        hit = self._chunk_bytes.get(key)
+        if hit is None:
+            hit = self._chunk_bytes[key] = tuple(
+                tuple((i, self.layer_bytes(i)) for i in chunks[c * pp + stage] if i in self.costs)
+                for c in range(virtual_stages)
+            )
         return hit
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> StageSums:

@@ -81,10 +81,7 @@ def _pipeline(model: Workload, cluster: Cluster, s: Strategy, priced: PricedLaye
         ):
             sums = priced.sums(layers, model)
             params = sums.params + (tied if idx == s.pp - 1 else 0)
-            own = tuple(
-                tuple((i, priced.layer_bytes(i)) for i in chunks[c * s.pp + idx] if i in priced.costs)
-                for c in range(s.virtual_stages)
-            )
+            own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
             milp = (
                 tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
                 if scheduled

@@ -417,15 +417,23 @@ def chunk_memory(
     chunk is its own module)."""
     policy = REMAT_POLICIES[remat]
     blocks = [i for i, _ in chunk if 0 <= i < num_blocks]
+    position: dict[int, int] = {}  # each block's place among the chunk's blocks (its first, as list.index)
+    for pos, i in enumerate(blocks):
+        position.setdefault(i, pos)
     k_seg = math.ceil(math.sqrt(len(blocks) or 1))
     out = []
+    # alike layers (a stamped model's blocks) at alike places in their segments allocate alike: one LayerMemory each
+    alike: dict[tuple[LayerBytes, bool, bool, tuple[float, float, bool] | None], LayerMemory] = {}
     for i, b in chunk:
         block = 0 <= i < num_blocks
-        pos = blocks.index(i) if block else -1
+        pos = position[i] if block else -1
         last = blocks[min(pos - pos % k_seg + k_seg, len(blocks)) - 1] if block and policy.segments else -1
         plan = milp.get(i) if milp is not None and block else None
-        mem = layer_memory(remat, b, layer_input, block=block, segment_start=block and pos % k_seg == 0, split=split,
-                           milp=plan)  # fmt: skip
+        start = block and pos % k_seg == 0
+        mem = alike.get((b, block, start, plan))
+        if mem is None:
+            mem = alike[b, block, start, plan] = layer_memory(remat, b, layer_input, block=block, segment_start=start,
+                                                              split=split, milp=plan)  # fmt: skip
         out.append((i, mem, last))
     return out
 
@@ -445,13 +453,16 @@ def pass_profiles(
     end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part."""
     layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp)
     mem = {i: m for i, m, _ in layers}
+    segment: dict[int, list[int]] = {}  # a sqrt(N) segment's last block -> its blocks, in order
+    for j, _, seg in layers:
+        segment.setdefault(seg, []).append(j)
     fwd, bwd, wgt = _Walk(), _Walk(), _Walk()
     for _, m, _ in layers:
         fwd.alloc(m.stored, m.kept, *([m.transient] if m.transient.n > 0 else []))
         fwd.free(*([m.transient] if m.transient.n > 0 else []))
     for i, m, last in reversed(layers):
         if m.rebuilds and (last < 0 or last == i):
-            todo = [j for j, _, seg in layers if seg == i] if last == i else [i]
+            todo = segment.get(i, []) if last == i else [i]
             bwd.alloc(*(s for j in todo for s in (mem[j].rebuilt, mem[j].rebuilt_kept)))
         ws = [m.workspace] if m.workspace.n > 0 else []
         bwd.alloc(*ws)
