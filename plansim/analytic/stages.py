@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -158,6 +159,8 @@ class StageSums:
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
         self.backward_passes: dict[tuple[int, float, float], tuple[LayerPass, ...]] = {}
+        #: ``stage_cost``'s fields but the activations', by (remat, pipeline traffic, params, chunks, first stage)
+        self.parts: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -188,14 +191,30 @@ def stage_cost(
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); of its transfer the stage's time per micro-batch holds only what outlasts one
     of its ``chunks``' passes of the send's direction (``OverlappedSends.excess_s``), and the step once the chain of
-    one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``)."""
+    one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``).
+
+    Without ``plan``, all but the activations are memoized in ``sums`` (``StageSums.parts``): a pipeline's stages
+    alike but for their place in the schedule (their activations' peak) share them."""
+    if plan is None:
+        key = (remat, p2p, params, chunks, first)
+        parts = sums.parts.get(key)
+        if parts is None:
+            parts = sums.parts[key] = _stage_parts(sums, remat, p2p, params, None, chunks, first)
+    else:
+        parts = _stage_parts(sums, remat, p2p, params, plan, chunks, first)
+    return StageCost(**parts, activations=peak[0], fragmentation=peak[1] - peak[0])
+
+
+def _stage_parts(
+    sums: StageSums, remat: str, p2p: StageSends, params: int, plan: StageRemat | None, chunks: int, first: bool
+) -> dict[str, Any]:
+    """``stage_cost``'s fields but the activations' (``activations``, ``fragmentation``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         rerun_sync = sums.rerun_sync(remat)
-    activations = peak[0]
     sends, overlapped_sends = p2p[3], p2p[4]
     fwd_pass = sums.fwd_pass_s
     bwd_pass = sums.comm_s + sums.sync_s + sums.interference_s + sums.fwd_s + sums.bwd_s - fwd_pass
@@ -208,7 +227,7 @@ def stage_cost(
         ov, cost = overlap_cost(beside, seconds, rate)
         overlapped += ov
         lost += cost
-    return StageCost(
+    return dict(
         forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         backward_chunks=_chunk_sizes(sums, chunks),
@@ -221,13 +240,11 @@ def stage_cost(
         params=params,
         layer_params=sums.layer_params,
         tail_params=sums.tail_params,
-        activations=activations,
         recompute_matmul_flops=recompute_flops,
         p2p_bytes=p2p[1],
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
-        fragmentation=peak[1] - peak[0],
         interference_s=lost + sums.interference_s,
         overlapped_s=overlapped + sums.overlapped_s,
         send_chain_s=overlapped_sends.chain_s,
