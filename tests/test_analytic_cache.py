@@ -134,9 +134,9 @@ def test_a_shared_cache_prunes_every_strategy_as_a_fresh_one() -> None:
 
 def test_the_data_parallel_memo_keys_a_stage_on_what_it_reads() -> None:
     """``DpMemo`` (one per data-parallel key) shares a stage's overlapped ZeRO-1/2 gathers under its first forwards
-    between stages alike in what they read (forward passes, parameters, chunks, place, forward time) and never
-    between stages that differ in one of them: each variant through one memo equals it through a fresh one, and
-    the variants differ."""
+    between stages alike in what they read (forward passes, parameters, chunks, place, forward time), and its
+    gradient buckets between backward walks alike in their passes' parameters, and never between stages that
+    differ in one of them: each variant through one memo equals it through a fresh one, and the variants differ."""
     model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
     s = Strategy(dp=4, tp=1, pp=2, micro_batch=1, global_batch=16, zero=1, overlap_param_gather=True)
     s = s.resolved(cluster)
@@ -150,6 +150,7 @@ def test_the_data_parallel_memo_keys_a_stage_on_what_it_reads() -> None:
         layer_params=tuple(x.params for x in passes), tail_params=0.0, activations=0.0, recompute_matmul_flops=0.0,
         p2p_bytes=0.0, num_layers=8, forward_layers=passes, backward_layers=passes[::-1], backward_chunks=(8,),
     )  # fmt: skip
+    odd = tuple(replace(x, params=x.params * (i % 2)) for i, x in enumerate(passes))  # every other pass's gradients
     variants = [
         base,
         replace(base, fwd_s=2e-3),
@@ -158,13 +159,16 @@ def test_the_data_parallel_memo_keys_a_stage_on_what_it_reads() -> None:
         replace(base, backward_chunks=(4, 4)),
         replace(base, forward_layers=tuple(replace(x, work_s=2 * x.work_s) for x in passes)),
         replace(base, forward_layers=tuple(replace(x, params=2 * x.params) for x in passes)),
+        # buckets of the first stage's first chunk only (Megatron-LM's rule): the same buckets, then other ones
+        replace(base, first_stage=True, backward_layers=tuple(replace(x, work_s=2 * x.work_s) for x in passes)),
+        replace(base, first_stage=True, backward_layers=odd),
     ]
-    leads = set()
+    results = set()
     for st in variants:
         got = data_parallel_comm(s, plan, price, st, st.bwd_s, st.fwd_s, besides, memo)
         assert got == data_parallel_comm(s, plan, price, st, st.bwd_s, st.fwd_s, besides, DpMemo()), st
-        leads.add((got.lead_s, got.lead_interference_s, got.lead_overlapped_s, got.zero_bytes))
-    assert len(leads) == len(variants)
+        results.add(got)
+    assert len(results) == len(variants)
 
 
 def test_the_fixed_memory_key_reads_what_the_communicators_read() -> None:

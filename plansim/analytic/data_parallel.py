@@ -7,7 +7,7 @@ all-reduce between the first and last stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from plansim.step.data_parallel import (
     GroupCollective,
     LayerPass,
     Overlapped,
+    bucket_launches,
     bucketed_reduction,
     per_layer_overlap,
     prefetched_gathers,
@@ -162,7 +163,7 @@ def data_parallel_comm(
     else:
         sizes = (len(layers),)
     chunks = _chunk_ends(plan, stage.first_stage, sizes)
-    r = bucketed_reduction(plan, layers, reduce, chunks, then)
+    r = bucketed_reduction(plan, layers, reduce, chunks, then, rated.launches(plan, layers, chunks))
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     out = DataParallelComm(
@@ -249,6 +250,20 @@ class _Rated:
         self.replicate = _rated(price, plan.replicate, besides[2], {})
         #: (the stage's forward passes by identity, its params, chunks, place, forward time) -> (those passes, lead)
         self._leads: dict[tuple[Any, ...], tuple[tuple[LayerPass, ...], Overlapped]] = {}
+        #: (each backward pass's parameters, the chunks' last passes and bucket sizes) -> the gradient buckets
+        self._launches: dict[tuple[tuple[float, ...], tuple[tuple[int, float], ...]], dict[int, float]] = {}
+
+    def launches(
+        self, plan: DataParallelPlan, layers: Sequence[LayerPass], chunks: Sequence[tuple[int, float]]
+    ) -> dict[int, float]:
+        """``bucket_launches`` of a backward walk (the pass after which each bucket is launched -> its bytes),
+        memoized: it reads the plan's buckets and gradient bytes (the data-parallel key) and the passes' parameters
+        only, which remat and the micro-batch size do not change."""
+        key = (tuple(x.params for x in layers), tuple(chunks))
+        hit = self._launches.get(key)
+        if hit is None:
+            hit = self._launches[key] = dict(bucket_launches(plan, [p * plan.grad_bytes for p in key[0]], chunks))
+        return hit
 
     def lead(self, s: Strategy, plan: DataParallelPlan, stage: StageCost, fwd_s: float) -> Overlapped:
         """``prefetched_gathers`` of the stage's first forwards (``_first_forwards``), memoized: it reads the
