@@ -22,7 +22,7 @@ from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageSends, StageSums, interference_of, stage_sends
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
-from plansim.step.layers import LayerCost, layer_costs, layer_programs
+from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
 from plansim.step.memory import (
     ChunkLayers,
     LayerBytes,
@@ -199,8 +199,22 @@ class PricedLayers:
         hit = self.p2p.get(key)
         if hit is None:
             model = interference_of(cluster, self.prep.kernels)
-            hit = self.p2p[key] = [stage_sends(cluster, s, idx, self.prep.graph, model) for idx in range(s.pp)]
+            price = _memoized(comm_pricer(cluster, s))  # the stages' received activations' gathers are alike
+            hit = self.p2p[key] = [stage_sends(cluster, s, idx, self.prep.graph, model, price) for idx in range(s.pp)]
         return hit
+
+
+def _memoized(price: CommPricer) -> CommPricer:
+    """``price`` memoized by its arguments (it reads nothing else)."""
+    memo: dict[tuple[str, str, float], tuple[float, float]] = {}
+
+    def priced(axis: str, collective: str, n_bytes: float) -> tuple[float, float]:
+        hit = memo.get((axis, collective, n_bytes))
+        if hit is None:
+            hit = memo[axis, collective, n_bytes] = price(axis, collective, n_bytes)
+        return hit
+
+    return priced
 
 
 class AnalyticCache:

@@ -21,7 +21,7 @@ from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
-from plansim.step.layers import AxisComm, LayerCost, rerun, rerun_sync_s
+from plansim.step.layers import AxisComm, CommPricer, LayerCost, rerun, rerun_sync_s
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -86,7 +86,14 @@ class StageCost:
 StageSends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 
 
-def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: Interference) -> StageSends:
+def stage_sends(
+    cluster: Cluster,
+    s: Strategy,
+    stage: int,
+    graph: nx.DiGraph,
+    model: Interference,
+    price: CommPricer | None = None,
+) -> StageSends:
     """(seconds, pp bytes, tp bytes, sends beside compute, those sends per direction) of one micro-batch's pipeline
     traffic on ``stage``, as its framework issues it (``plansim.step.p2p``): its activation and gradient sends, each on
     its own boundary (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the
@@ -95,7 +102,8 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     stream), so it is not in the seconds: each such send's seconds and the compute stream's rate beside it
     (``model``, ``plansim.costs.interference``), and their counts and transfers (``OverlappedSends``), of which the
     stage prices what its passes do not cover. The all-gather that rebuilds each received activation under the
-    scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds."""
+    scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds, priced by
+    ``price`` (``step.prepare.comm_pricer`` of ``s`` by default; the stages of a pipeline may share one)."""
     sched = get_schedule(s.schedule)
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
@@ -122,7 +130,7 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     if gather is None:
         return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
-    gather_s, gather_sent = comm_pricer(cluster, s)(gather.axis, gather.collective, gather.n_bytes)
+    gather_s, gather_sent = (price or comm_pricer(cluster, s))(gather.axis, gather.collective, gather.n_bytes)
     return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
 
 
