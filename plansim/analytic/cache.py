@@ -20,6 +20,7 @@ from plansim.analytic.data_parallel import (
 )
 from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageSends, StageSums, interference_of, stage_sends
+from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
@@ -32,7 +33,15 @@ from plansim.step.memory import (
     stage_params,
     static_bytes,
 )
-from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, sharding_of, tied_copy_params
+from plansim.step.prepare import (
+    PreparedStep,
+    build_step,
+    comm_pricer,
+    kernel_model,
+    rate_beside,
+    sharding_of,
+    tied_copy_params,
+)
 from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.mesh import mesh_of
@@ -53,6 +62,14 @@ class LayerKey(StrategyProjection):
     sharding: Sharding = read_with(sharding_of)
     #: which tensor-parallel collectives overlap GEMMs: what ``step.tp_overlap.tp_overlap`` reads of the strategy
     tp_overlap: tuple[object, ...] = read_with(overlap_key)
+
+
+@dataclass(frozen=True)
+class KernelKey(StrategyProjection):
+    """What the kernel cost model reads of a strategy (``step.prepare.kernel_model``): strategies equal here share
+    one, and with it its memo of kernel times."""
+
+    compute_dtype: str
 
 
 @dataclass(frozen=True)
@@ -229,6 +246,7 @@ class AnalyticCache:
         self._states: dict[StatesKey, int] = {}
         self._fixed: dict[FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
+        self._kernels: dict[KernelKey, KernelCostModel] = {}
         # per data-parallel key: the plan, its collectives' prices, and what ``data_parallel_comm`` memoizes for it
         self._dp_plans: dict[DataParallelKey, tuple[DataParallelPlan | None, dict[DpMessage, Sent], DpMemo]] = {}
 
@@ -318,7 +336,10 @@ class AnalyticCache:
         if hit is None:
             from plansim.workload import kernel_recompute_flops, model_flops
 
-            prep = build_step(self.model, self.cluster, s)
+            kernels = self._kernels.get(KernelKey.of(s))
+            if kernels is None:
+                kernels = self._kernels[KernelKey.of(s)] = kernel_model(self.cluster, s)
+            prep = build_step(self.model, self.cluster, s, kernels)
             programs = layer_programs(
                 prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
             )
