@@ -5,13 +5,18 @@ field at a time through one shared cache, and compare each with a pricing that s
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from plansim.analytic import AnalyticCache, simulate_analytic
+from plansim.analytic.data_parallel import DpMemo, data_parallel_comm, dp_besides
+from plansim.analytic.stages import StageCost, interference_of
 from plansim.errors import PlansimError
 from plansim.hardware import load_hardware
+from plansim.step.data_parallel import LayerPass
 from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
 
@@ -125,3 +130,67 @@ def test_a_shared_cache_prunes_every_strategy_as_a_fresh_one() -> None:
         assert states == AnalyticCache(model, cluster).model_states_bytes(s), s
         answers.append(shared.model_states_exceed(s))
     assert any(answers) and not all(answers)
+
+
+def test_the_data_parallel_memo_keys_a_stage_on_what_it_reads() -> None:
+    """``DpMemo`` (one per data-parallel key) shares a stage's overlapped ZeRO-1/2 gathers under its first forwards
+    between stages alike in what they read (forward passes, parameters, chunks, place, forward time), and its
+    gradient buckets between backward walks alike in their passes' parameters, and never between stages that
+    differ in one of them: each variant through one memo equals it through a fresh one, and the variants differ."""
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    s = Strategy(dp=4, tp=1, pp=2, micro_batch=1, global_batch=16, zero=1, overlap_param_gather=True)
+    s = s.resolved(cluster)
+    shared = AnalyticCache(model, cluster)
+    plan, price, memo = shared.data_parallel(s)
+    assert plan is not None and plan.gather_overlapped
+    besides = dp_besides(cluster, s, plan, interference_of(cluster, shared.priced(s).prep.kernels))
+    passes = tuple(LayerPass(1e-4 * (1 + i % 3), 1e-5, 5e7) for i in range(8))  # gathers longer than the passes
+    base = StageCost(
+        fwd_s=1e-3, bwd_s=2e-3, recompute_s=0.0, comm_s=0.0, axis_bytes={}, params=400_000_000,
+        layer_params=tuple(x.params for x in passes), tail_params=0.0, activations=0.0, recompute_matmul_flops=0.0,
+        p2p_bytes=0.0, num_layers=8, forward_layers=passes, backward_layers=passes[::-1], backward_chunks=(8,),
+    )  # fmt: skip
+    odd = tuple(replace(x, params=x.params * (i % 2)) for i, x in enumerate(passes))  # every other pass's gradients
+    variants = [
+        base,
+        replace(base, fwd_s=2e-3),
+        replace(base, params=500_000_000),
+        replace(base, first_stage=True),
+        replace(base, backward_chunks=(4, 4)),
+        replace(base, forward_layers=tuple(replace(x, work_s=2 * x.work_s) for x in passes)),
+        replace(base, forward_layers=tuple(replace(x, params=2 * x.params) for x in passes)),
+        # buckets of the first stage's first chunk only (Megatron-LM's rule): the same buckets, then other ones
+        replace(base, first_stage=True, backward_layers=tuple(replace(x, work_s=2 * x.work_s) for x in passes)),
+        replace(base, first_stage=True, backward_layers=odd),
+    ]
+    results = set()
+    for st in variants:
+        got = data_parallel_comm(s, plan, price, st, st.bwd_s, st.fwd_s, besides, memo)
+        assert got == data_parallel_comm(s, plan, price, st, st.bwd_s, st.fwd_s, besides, DpMemo()), st
+        results.add(got)
+    assert len(results) == len(variants)
+
+
+def test_the_fixed_memory_key_reads_what_the_communicators_read() -> None:
+    """``AnalyticCache.fixed`` (CUDA context, NCCL's buffers, userbuffers per stage) keys on ``FixedKey``: on a
+    cluster where the dp group spans nodes, ZeRO-0's all-reduce builds NCCL's tree and ZeRO-1 does not, and
+    interleaving adds the wrap-around peer; strategies differing there get their own entry (each through one cache
+    equals it through a fresh one), those differing only in what the key leaves out (2 or 3 virtual stages, the
+    micro-batch without userbuffers) share one."""
+    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=64)
+    shared = AnalyticCache(model, cluster)
+    seen = set()
+    for zero, v, sp, micro_batch, ub in itertools.product((0, 1), (1, 2, 3), (False, True), (1, 2), (False, True)):
+        if ub and not sp:  # userbuffers need sequence parallelism
+            continue
+        s = Strategy(dp=8, tp=2, pp=4, micro_batch=micro_batch, global_batch=64, zero=zero, sequence_parallel=sp,
+                     tp_comm_overlap=ub, schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v)  # fmt: skip
+        s = s.resolved(cluster)
+        assert not shared.problems(s), s
+        got = shared.fixed(s)
+        assert got == AnalyticCache(model, cluster).fixed(s), s
+        seen.add(tuple(tuple(x.values()) for x in got))
+    assert len(seen) > 1
+    # all-reduce or not, wraps or not, and the tp group's all-reduce (no sequence parallelism) or its userbuffers
+    # (one micro-batch's activation: per micro-batch size) or neither
+    assert len(shared._fixed) == 2 * 2 * (1 + 2 + 1)

@@ -20,11 +20,28 @@ from plansim.analytic.data_parallel import (
 )
 from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
+from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
-from plansim.step.layers import LayerCost, layer_costs, layer_programs
-from plansim.step.memory import LayerBytes, fixed_bytes, stage_params, static_bytes
-from plansim.step.prepare import PreparedStep, build_step, comm_pricer, rate_beside, sharding_of, tied_copy_params
+from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
+from plansim.step.memory import (
+    ChunkLayers,
+    LayerBytes,
+    dp_all_reduces,
+    fixed_bytes,
+    pipeline_wraps,
+    stage_params,
+    static_bytes,
+)
+from plansim.step.prepare import (
+    PreparedStep,
+    build_step,
+    comm_pricer,
+    kernel_model,
+    rate_beside,
+    sharding_of,
+    tied_copy_params,
+)
 from plansim.step.tp_overlap import overlap_key, tp_overlap, uses_userbuffers
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.mesh import mesh_of
@@ -45,6 +62,14 @@ class LayerKey(StrategyProjection):
     sharding: Sharding = read_with(sharding_of)
     #: which tensor-parallel collectives overlap GEMMs: what ``step.tp_overlap.tp_overlap`` reads of the strategy
     tp_overlap: tuple[object, ...] = read_with(overlap_key)
+
+
+@dataclass(frozen=True)
+class KernelKey(StrategyProjection):
+    """What the kernel cost model reads of a strategy (``step.prepare.kernel_model``): strategies equal here share
+    one, and with it its memo of kernel times."""
+
+    compute_dtype: str
 
 
 @dataclass(frozen=True)
@@ -109,21 +134,27 @@ class DataParallelKey(StrategyProjection):
     overlap_param_gather: bool
 
 
+def _layer_input_read(s: Strategy) -> LayerKey | None:
+    """What ``AnalyticCache.fixed`` reads for Transformer Engine's userbuffers (``step.tp_overlap.userbuffers_bytes``):
+    with them, the layer key (its op graph gives the layer input's size; it holds the framework's pipelining, the
+    dtype and the sharding); None without."""
+    return LayerKey.of(s) if uses_userbuffers(s) else None
+
+
 @dataclass(frozen=True)
 class FixedKey(StrategyProjection):
     """What the CUDA context and NCCL's buffers per stage read (``step.memory.fixed_bytes``): the mesh, which
-    reductions the dp and tp groups run (all-reduce or not), the interleaved pipeline's wrap-around peer."""
+    reductions the dp and tp groups run (all-reduce or not), whether the interleaved pipeline wraps around, and
+    Transformer Engine's userbuffers (one micro-batch's activation each)."""
 
     tp: int
     dp: int | None
-    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's
+    shard_degree: int  # hybrid sharding's two communicators in place of the dp group's (below dp: HSDP)
     pp: int
-    virtual_stages: int
-    zero: int
-    sequence_parallel: bool
-    tp_comm_overlap: bool  # Transformer Engine's userbuffers, one micro-batch's activation each
-    micro_batch: int
-    framework: str
+    sequence_parallel: bool  # the tp group's all-reduce (its tree) or not
+    wraps: bool = read_with(pipeline_wraps)  # the interleaved pipeline's wrap-around peer
+    dp_all_reduce: bool = read_with(dp_all_reduces)  # ZeRO's stage, as far as the dp group's communicator reads it
+    userbuffers: LayerKey | None = read_with(_layer_input_read)
 
 
 @dataclass(frozen=True)
@@ -142,12 +173,30 @@ class PricedLayers:
     p2p: dict[SendsKey, list[StageSends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], StageSums] = field(default_factory=dict)
     _bytes: dict[int, LayerBytes] = field(default_factory=dict)
+    _chunk_bytes: dict[tuple[tuple[tuple[int, ...], ...], int, int, int], tuple[ChunkLayers, ...]] = field(
+        default_factory=dict
+    )
 
     def layer_bytes(self, layer: int) -> LayerBytes:
         """What the memory model reads of a layer's cost (``step.memory.LayerBytes``)."""
         hit = self._bytes.get(layer)
         if hit is None:
             hit = self._bytes[layer] = LayerBytes.of(self.costs[layer])
+        return hit
+
+    def stage_chunks(
+        self, chunks: tuple[tuple[int, ...], ...], pp: int, virtual_stages: int, stage: int
+    ) -> tuple[ChunkLayers, ...]:
+        """What the memory walk reads of ``stage``'s model chunks (``step.memory.activation_peak``): per chunk
+        ``c``, model chunk ``c * pp + stage`` of ``chunks`` (``pipeline.model_chunks``) as (layer, its bytes) for
+        its layers that have a cost; memoized (every strategy of this layout asks it per stage)."""
+        key = (chunks, pp, virtual_stages, stage)
+        hit = self._chunk_bytes.get(key)
+        if hit is None:
+            hit = self._chunk_bytes[key] = tuple(
+                tuple((i, self.layer_bytes(i)) for i in chunks[c * pp + stage] if i in self.costs)
+                for c in range(virtual_stages)
+            )
         return hit
 
     def sums(self, layers: tuple[int, ...], model: Workload) -> StageSums:
@@ -168,8 +217,22 @@ class PricedLayers:
         hit = self.p2p.get(key)
         if hit is None:
             model = interference_of(cluster, self.prep.kernels)
-            hit = self.p2p[key] = [stage_sends(cluster, s, idx, self.prep.graph, model) for idx in range(s.pp)]
+            price = _memoized(comm_pricer(cluster, s))  # the stages' received activations' gathers are alike
+            hit = self.p2p[key] = [stage_sends(cluster, s, idx, self.prep.graph, model, price) for idx in range(s.pp)]
         return hit
+
+
+def _memoized(price: CommPricer) -> CommPricer:
+    """``price`` memoized by its arguments (it reads nothing else)."""
+    memo: dict[tuple[str, str, float], tuple[float, float]] = {}
+
+    def priced(axis: str, collective: str, n_bytes: float) -> tuple[float, float]:
+        hit = memo.get((axis, collective, n_bytes))
+        if hit is None:
+            hit = memo[axis, collective, n_bytes] = price(axis, collective, n_bytes)
+        return hit
+
+    return priced
 
 
 class AnalyticCache:
@@ -184,8 +247,8 @@ class AnalyticCache:
         self._states: dict[StatesKey, int] = {}
         self._fixed: dict[FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
-        # per data-parallel key: the plan, its collectives' prices, and a stage's reductions and gathers beside its
-        # passes by what else they read (``dp_comms``)
+        self._kernels: dict[KernelKey, KernelCostModel] = {}
+        # per data-parallel key: the plan, its collectives' prices, and what ``data_parallel_comm`` memoizes for it
         self._dp_plans: dict[DataParallelKey, tuple[DataParallelPlan | None, dict[DpMessage, Sent], DpMemo]] = {}
 
     def data_parallel(self, s: Strategy) -> tuple[DataParallelPlan | None, DpPricer, DpMemo]:
@@ -194,7 +257,7 @@ class AnalyticCache:
         key = DataParallelKey.of(s)
         hit = self._dp_plans.get(key)
         if hit is None:
-            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, {})
+            hit = self._dp_plans[key] = (data_parallel_plan(self.cluster, s), {}, DpMemo())
         plan, prices, memo = hit
 
         def price(c: GroupCollective, n_bytes: float) -> tuple[float, float]:
@@ -213,23 +276,13 @@ class AnalyticCache:
         stages: list[StageCost],
         besides: DpBesides,
     ) -> list[DataParallelComm]:
-        """``data_parallel_comm`` of each stage, memoized in ``dp`` (``data_parallel(s)``): it reads the
-        data-parallel key (``besides`` follow from it and the cluster), the micro-batches, the pipeline's stages and
-        the stage's parameters and passes (per model chunk: the interleaved cooldown's walk,
-        ``data_parallel._last_backwards``)."""
+        """``data_parallel_comm`` of each stage, with what it memoizes for the data-parallel key in ``dp``
+        (``data_parallel(s)``; ``besides`` follow from that key and the cluster): ``DpMemo``."""
         plan, price, memo = dp
-        out = []
-        for stage in stages:
-            # the passes by identity (built once per layer list and remat: ``stages._backward_layers``); the entry keeps
-            # them alive, so an identity is not reused while it is a key
-            key = (besides, s.num_microbatches, s.pp, stage.backward_chunks, stage.params, id(stage.forward_layers),
-                   id(stage.backward_layers), stage.first_stage)  # fmt: skip
-            hit = memo.get(key)
-            if hit is None or hit[0] is not stage.backward_layers or hit[1] is not stage.forward_layers:
-                comm = data_parallel_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides)
-                hit = memo[key] = (stage.backward_layers, stage.forward_layers, comm)
-            out.append(hit[2])
-        return out
+        return [
+            data_parallel_comm(s, plan, price, stage, stage.bwd_s + stage.recompute_s, stage.fwd_s, besides, memo)
+            for stage in stages
+        ]
 
     def problems(self, resolved: Strategy) -> list[str]:
         """``check_strategy`` of a resolved strategy, memoized (the planner asks twice per strategy)."""
@@ -284,7 +337,10 @@ class AnalyticCache:
         if hit is None:
             from plansim.workload import kernel_recompute_flops, model_flops
 
-            prep = build_step(self.model, self.cluster, s)
+            kernels = self._kernels.get(KernelKey.of(s))
+            if kernels is None:
+                kernels = self._kernels[KernelKey.of(s)] = kernel_model(self.cluster, s)
+            prep = build_step(self.model, self.cluster, s, kernels)
             programs = layer_programs(
                 prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
             )

@@ -7,7 +7,7 @@ all-reduce between the first and last stage.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,8 @@ from plansim.step.data_parallel import (
     DataParallelPlan,
     GroupCollective,
     LayerPass,
+    Overlapped,
+    bucket_launches,
     bucketed_reduction,
     per_layer_overlap,
     prefetched_gathers,
@@ -40,9 +42,6 @@ DpPricer = Callable[[GroupCollective, float], Sent]
 #: What the data-parallel plan's reduction, gather and replicas' all-reduce take from compute beside them (None: the
 #: plan has no such collective)
 DpBesides = tuple["Beside | None", "Beside | None", "Beside | None"]
-#: ``AnalyticCache.dp_comms``: (rate, micro-batches, pipeline stages, passes per model chunk, params, passes by
-#: identity) -> (the passes, their result)
-DpMemo = dict[tuple[Any, ...], tuple[Any, Any, "DataParallelComm"]]
 
 
 def price_collective(
@@ -113,6 +112,7 @@ def data_parallel_comm(
     backward_s: float,
     fwd_s: float,
     besides: DpBesides = (None, None, None),
+    memo: DpMemo | None = None,
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
     gathers, how much of them backward does not hide, and what compute loses beside them; ``price`` is ``price_dp``
@@ -126,14 +126,18 @@ def data_parallel_comm(
     framework prefetches and per-layer reduce-scatters (``per_layer_overlap``); compute at ``rate`` while a
     collective runs. Volumes are ZeRO's 2x (stages 1-2) and 3x (stage 3) the parameter bytes (Rajbhandari et al.
     2020, sec 7).
+
+    ``memo``: what is memoized for ``plan``'s data-parallel key (``DpMemo``, held by ``AnalyticCache``); a fresh one
+    by default.
     """
     if plan is None:
         return DataParallelComm(0.0, 0.0, 0.0)
     m = s.num_microbatches
-    reduce, gather = _rated(price, plan.reduce, besides[0]), _rated(price, plan.gather, besides[1])
+    rated = (memo if memo is not None else DpMemo()).rated(price, plan, besides)
+    reduce, gather = rated.reduce, rated.gather
     then = None
     if plan.replicate is not None:
-        replicated = _rated(price, plan.replicate, besides[2])
+        replicated = rated.replicate
         then = lambda n_bytes: replicated(n_bytes / plan.shard_ranks)  # noqa: E731
     if plan.per_layer:  # one gather and one reduce-scatter per layer, each a call of its own (FSDP's units)
         z = per_layer_overlap(
@@ -148,12 +152,7 @@ def data_parallel_comm(
         return DataParallelComm(z.exposed_s, z.reduce_sent, z.gather_sent, z.interference_s, z.overlapped_s)
     t_ag, ag_sent, lead = (0.0, 0.0, None)
     if plan.gather_after_step and plan.gather_overlapped:  # under the next step's first forward, bucket by bucket
-        forward = stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),)
-        walk, gathers = _first_forwards(s, plan, forward, stage)
-        # a later stage's first forward waits for the pipeline's fill: at least the stage before it running its
-        # first chunk's forward (taken as this stage's own), which the gathers may use
-        idle = 0.0 if stage.first_stage else fwd_s / max(1, len(stage.backward_chunks))
-        lead = prefetched_gathers(walk, gathers, gather, idle)
+        lead = rated.lead(s, plan, stage, fwd_s)
         ag_sent = lead.gather_sent
     elif plan.gather_after_step:
         t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)  # exposed: nothing beside it
@@ -164,7 +163,7 @@ def data_parallel_comm(
     else:
         sizes = (len(layers),)
     chunks = _chunk_ends(plan, stage.first_stage, sizes)
-    r = bucketed_reduction(plan, layers, reduce, chunks, then)
+    r = bucketed_reduction(plan, layers, reduce, chunks, then, rated.launches(plan, layers, chunks))
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     out = DataParallelComm(
@@ -224,16 +223,79 @@ def _first_forwards(
 
 
 def _rated(
-    price: DpPricer, c: GroupCollective | None, beside: Beside | None
+    price: DpPricer, c: GroupCollective | None, beside: Beside | None, memo: dict[float, tuple[float, float, float]]
 ) -> Callable[[float], tuple[float, float, float]]:
-    """``price`` of collective ``c`` with the compute stream's rate beside each call (``Beside.rate``)."""
+    """``price`` of collective ``c`` with the compute stream's rate beside each call (``Beside.rate``), memoized in
+    ``memo`` by message bytes (it reads nothing else)."""
 
     def priced(n_bytes: float) -> tuple[float, float, float]:
-        assert c is not None and beside is not None, "a collective the plan issues"
-        seconds, sent = price(c, n_bytes)
-        return seconds, sent, beside.rate(seconds, sent)
+        hit = memo.get(n_bytes)
+        if hit is None:
+            assert c is not None and beside is not None, "a collective the plan issues"
+            seconds, sent = price(c, n_bytes)
+            hit = memo[n_bytes] = (seconds, sent, beside.rate(seconds, sent))
+        return hit
 
     return priced
+
+
+class _Rated:
+    """A data-parallel key's collectives priced with what they take from compute beside them (``_rated``: the
+    reduction, the gather and hybrid sharding's all-reduce among replicas), and each stage's overlapped ZeRO-1/2
+    gathers under its first forwards (``lead``)."""
+
+    def __init__(self, price: DpPricer, plan: DataParallelPlan, besides: DpBesides) -> None:
+        self.reduce = _rated(price, plan.reduce, besides[0], {})
+        self.gather = _rated(price, plan.gather, besides[1], {})
+        self.replicate = _rated(price, plan.replicate, besides[2], {})
+        #: (the stage's forward passes by identity, its params, chunks, place, forward time) -> (those passes, lead)
+        self._leads: dict[tuple[Any, ...], tuple[tuple[LayerPass, ...], Overlapped]] = {}
+        #: (each backward pass's parameters, the chunks' last passes and bucket sizes) -> the gradient buckets
+        self._launches: dict[tuple[tuple[float, ...], tuple[tuple[int, float], ...]], dict[int, float]] = {}
+
+    def launches(
+        self, plan: DataParallelPlan, layers: Sequence[LayerPass], chunks: Sequence[tuple[int, float]]
+    ) -> dict[int, float]:
+        """``bucket_launches`` of a backward walk (the pass after which each bucket is launched -> its bytes),
+        memoized: it reads the plan's buckets and gradient bytes (the data-parallel key) and the passes' parameters
+        only, which remat and the micro-batch size do not change."""
+        key = (tuple(x.params for x in layers), tuple(chunks))
+        hit = self._launches.get(key)
+        if hit is None:
+            hit = self._launches[key] = dict(bucket_launches(plan, [p * plan.grad_bytes for p in key[0]], chunks))
+        return hit
+
+    def lead(self, s: Strategy, plan: DataParallelPlan, stage: StageCost, fwd_s: float) -> Overlapped:
+        """``prefetched_gathers`` of the stage's first forwards (``_first_forwards``), memoized: it reads the
+        data-parallel key (the plan, the gather's price, the pipeline's stages for the walk's filler passes) and the
+        stage's forward passes, parameters, chunks, place and forward time, not its backward (remat) nor the
+        micro-batches. The passes are keyed by identity (one tuple per stage's layer list: ``StageSums.forward``) and
+        kept in the entry, so an identity is not reused while it is a key."""
+        key = (id(stage.forward_layers), stage.params, stage.backward_chunks, stage.first_stage, fwd_s)
+        hit = self._leads.get(key)
+        if hit is None or hit[0] is not stage.forward_layers:
+            forward = stage.forward_layers or (LayerPass(fwd_s, 0.0, stage.params),)
+            walk, gathers = _first_forwards(s, plan, forward, stage)
+            # a later stage's first forward waits for the pipeline's fill: at least the stage before it running its
+            # first chunk's forward (taken as this stage's own), which the gathers may use
+            idle = 0.0 if stage.first_stage else fwd_s / max(1, len(stage.backward_chunks))
+            hit = self._leads[key] = (stage.forward_layers, prefetched_gathers(walk, gathers, self.gather, idle))
+        return hit[1]
+
+
+class DpMemo:
+    """What ``data_parallel_comm`` memoizes for one data-parallel key (``AnalyticCache.data_parallel``: its plan and
+    its collectives' prices), per what the plan's collectives take from compute beside them (``DpBesides``, which
+    follow from the key and the cluster): ``_Rated``."""
+
+    def __init__(self) -> None:
+        self._rated: dict[DpBesides, _Rated] = {}
+
+    def rated(self, price: DpPricer, plan: DataParallelPlan, besides: DpBesides) -> _Rated:
+        hit = self._rated.get(besides)
+        if hit is None:
+            hit = self._rated[besides] = _Rated(price, plan, besides)
+        return hit
 
 
 def dp_besides(cluster: Cluster, s: Strategy, plan: DataParallelPlan, model: Interference) -> DpBesides:

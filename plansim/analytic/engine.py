@@ -61,9 +61,8 @@ def step_frame(
     priced = shared.priced(s)
     scheduled = REMAT_POLICIES[s.remat].scheduled
     key = PipelineKey.of(s)
-    plans = milp_stage_plans(PreparedStep(s, priced.prep.graph, priced.prep.kernels), cluster, model, priced.costs) if (
-        scheduled
-    ) else {}  # fmt: skip
+    prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
+    plans = milp_stage_plans(prep, cluster, model, priced.costs) if scheduled else {}
     held = priced.stage_memory.get(key) if not scheduled else None
     if held is None:
         held = _stages_held(model, s, priced, plans)
@@ -94,10 +93,7 @@ def _stages_held(
     for idx, layers in enumerate(stage_layout(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         sums = priced.sums(layers, model)
         params = sums.params + (tied if idx == s.pp - 1 else 0)
-        own = tuple(
-            tuple((i, priced.layer_bytes(i)) for i in chunks[c * s.pp + idx] if i in priced.costs)
-            for c in range(s.virtual_stages)
-        )
+        own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
         milp = (
             tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
             if plans

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -21,7 +21,7 @@ from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
-from plansim.step.layers import AxisComm, LayerCost, rerun, rerun_sync_s
+from plansim.step.layers import AxisComm, CommPricer, LayerCost, rerun, rerun_sync_s
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -86,7 +86,14 @@ class StageCost:
 StageSends = tuple[float, float, float, tuple[tuple[float, float], ...], OverlappedSends]
 
 
-def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, model: Interference) -> StageSends:
+def stage_sends(
+    cluster: Cluster,
+    s: Strategy,
+    stage: int,
+    graph: nx.DiGraph,
+    model: Interference,
+    price: CommPricer | None = None,
+) -> StageSends:
     """(seconds, pp bytes, tp bytes, sends beside compute, those sends per direction) of one micro-batch's pipeline
     traffic on ``stage``, as its framework issues it (``plansim.step.p2p``): its activation and gradient sends, each on
     its own boundary (the stage's first rank to its neighbour along the mesh's ``pp`` axis; interleaving wraps the
@@ -95,7 +102,8 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     stream), so it is not in the seconds: each such send's seconds and the compute stream's rate beside it
     (``model``, ``plansim.costs.interference``), and their counts and transfers (``OverlappedSends``), of which the
     stage prices what its passes do not cover. The all-gather that rebuilds each received activation under the
-    scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds."""
+    scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds, priced by
+    ``price`` (``step.prepare.comm_pricer`` of ``s`` by default; the stages of a pipeline may share one)."""
     sched = get_schedule(s.schedule)
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
@@ -122,7 +130,7 @@ def stage_sends(cluster: Cluster, s: Strategy, stage: int, graph: nx.DiGraph, mo
     if gather is None:
         return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
-    gather_s, gather_sent = comm_pricer(cluster, s)(gather.axis, gather.collective, gather.n_bytes)
+    gather_s, gather_sent = (price or comm_pricer(cluster, s))(gather.axis, gather.collective, gather.n_bytes)
     return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
 
 
@@ -147,7 +155,8 @@ class StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
-        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs
+        # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs (one tuple per
+        # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
         self.forward = tuple(
             LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params)
@@ -158,6 +167,8 @@ class StageSums:
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
         self.backward_passes: dict[tuple[int, float, float], tuple[LayerPass, ...]] = {}
+        #: ``stage_cost``'s fields but the activations', by (remat, pipeline traffic, params, chunks, first stage)
+        self.parts: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def recompute(self, remat: str) -> Recompute:
         if remat not in self._recompute:
@@ -197,14 +208,30 @@ def stage_cost(
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); of its transfer the stage's time per micro-batch holds only what outlasts one
     of its ``chunks``' passes of the send's direction (``OverlappedSends.excess_s``), and the step once the chain of
-    one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``)."""
+    one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``).
+
+    Without ``plan``, all but the activations are memoized in ``sums`` (``StageSums.parts``): a pipeline's stages
+    alike but for their place in the schedule (their activations' peak) share them."""
+    if plan is None:
+        key = (remat, p2p, params, chunks, first)
+        parts = sums.parts.get(key)
+        if parts is None:
+            parts = sums.parts[key] = _stage_parts(sums, remat, p2p, params, None, chunks, first)
+    else:
+        parts = _stage_parts(sums, remat, p2p, params, plan, chunks, first)
+    return StageCost(**parts, activations=peak[0], fragmentation=peak[1] - peak[0])
+
+
+def _stage_parts(
+    sums: StageSums, remat: str, p2p: StageSends, params: int, plan: StageRemat | None, chunks: int, first: bool
+) -> dict[str, Any]:
+    """``stage_cost``'s fields but the activations' (``activations``, ``fragmentation``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         rerun_sync = sums.rerun_sync(remat)
-    activations = peak[0]
     sends, overlapped_sends = p2p[3], p2p[4]
     fwd_pass = sums.fwd_pass_s
     bwd_pass = sums.comm_s + sums.sync_s + sums.interference_s + sums.fwd_s + sums.bwd_s - fwd_pass
@@ -217,7 +244,7 @@ def stage_cost(
         ov, cost = overlap_cost(beside, seconds, rate)
         overlapped += ov
         lost += cost
-    return StageCost(
+    return dict(
         forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
         backward_chunks=_chunk_sizes(sums, chunks),
@@ -230,13 +257,11 @@ def stage_cost(
         params=params,
         layer_params=sums.layer_params,
         tail_params=sums.tail_params,
-        activations=activations,
         recompute_matmul_flops=recompute_flops,
         p2p_bytes=p2p[1],
         num_layers=max(1, len(sums.blocks)),
         bwd_weight_s=sums.bwd_weight_s,
         sync_s=sums.sync_s + rerun_sync,
-        fragmentation=peak[1] - peak[0],
         interference_s=lost + sums.interference_s,
         overlapped_s=overlapped + sums.overlapped_s,
         send_chain_s=overlapped_sends.chain_s,
@@ -271,7 +296,7 @@ def _backward_layers(
     tied embeddings' copy (``params`` beyond its layers', on the last stage with pp > 1)."""
     key = (params, recompute_s, rerun_blocking_s)
     hit = sums.backward_passes.get(key)
-    if hit is not None:  # one tuple per stage's layers and remat: ``AnalyticCache.dp_comms`` keys on its identity
+    if hit is not None:  # one tuple per stage's layers and remat
         return hit
     blocks = max(1, len(sums.blocks))
     out = []

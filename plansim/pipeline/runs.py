@@ -38,13 +38,15 @@ def _compress(seq: list[Any], lengths: tuple[int, ...]) -> list[Any]:
     """``seq`` with each block of one of ``lengths`` items that repeats in a row replaced by (block, repeats),
     greedily from the start, the block covering most items first."""
     out: list[Any] = []
-    i = 0
-    while i < len(seq):
+    i, n = 0, len(seq)
+    while i < n:
         best_len, best_k = 1, 1
         for length in lengths:
-            block = seq[i : i + length]
-            if len(block) < length:
+            if i + length > n:
                 break
+            if i + 2 * length > n or seq[i + length] != seq[i]:  # its block cannot repeat in a row here
+                continue
+            block = seq[i : i + length]
             k = 1
             while seq[i + k * length : i + (k + 1) * length] == block:
                 k += 1

@@ -25,7 +25,7 @@ wrapped unit, Zhao et al. 2023, sec 3).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from plansim.costs.collectives import algorithm_entry
@@ -166,6 +166,10 @@ class _Streams:
     def compute(self, work_s: float, blocking_s: float = 0.0, after: float = 0.0) -> None:
         """A compute task of ``work_s`` (at full rate) and ``blocking_s``, once the collective ending at ``after``
         has ended."""
+        if after <= self.t and self.free <= self.t:  # no collective beside it: at full rate
+            self.t = self.t + max(0.0, work_s) + blocking_s
+            self.busy += work_s + blocking_s
+            return
         t, work = max(self.t, after), work_s
         while self.first < len(self.spans) and self.spans[self.first][1] <= t:
             self.first += 1
@@ -344,19 +348,24 @@ def prefetched_gathers(
         sent += n_sent
         ends[k] = streams.collective(seconds, ready, rate)
 
+    # the gathers by the walk index at whose start they are issued, and by the pass that waits for them (issue order)
+    issued_at: dict[int, list[int]] = {}
+    waited_at: dict[int, list[int]] = {}
+    for k, (first, _, at) in enumerate(gathers):
+        if at is not None and at >= 0:
+            issued_at.setdefault(at, []).append(k)
+        waited_at.setdefault(first, []).append(k)
     for k, (_, _, at) in enumerate(gathers):
         if at is not None and at < 0:
             issue(k, 0.0)
     if idle_s > 0:
         streams.compute(0.0, idle_s)
     for i, layer in enumerate(walk):
-        for k, (_, _, at) in enumerate(gathers):
-            if at == i and ends[k] is None:
+        for k in issued_at.get(i, ()):
+            if ends[k] is None:
                 issue(k, streams.t)
         after = 0.0
-        for k, (first, _, _) in enumerate(gathers):
-            if first != i:
-                continue
+        for k in waited_at.get(i, ()):
             if ends[k] is None:  # not issued yet: a chained one whose turn came
                 issue(k, streams.t)
             end = ends[k]
@@ -377,6 +386,7 @@ def bucketed_reduction(
     price: Pricer,
     chunks: Sequence[tuple[int, float]] = (),
     then: Pricer | None = None,
+    launches: Mapping[int, float] | None = None,
 ) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
@@ -385,7 +395,8 @@ def bucketed_reduction(
     compute runs at each one's rate while it runs. ``price``: (seconds, bytes sent, compute's rate beside it) of a
     bucket of that many bytes; ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``);
     ``then``: the price of a collective following each reduction on the stream (hybrid sharding's all-reduce among
-    replicas).
+    replicas); ``launches``: the buckets as ``bucket_launches`` gives them for ``layers`` and ``chunks`` (the layer
+    index after which each is launched -> its bytes), by default computed here.
     Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
     ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
@@ -395,7 +406,8 @@ def bucketed_reduction(
     >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
     (3.0, 3.0, 1.5)
     """
-    launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers], chunks))
+    if launches is None:
+        launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers], chunks))
     priced: dict[float, tuple[float, float, float]] = {}
     streams, sent, work = _Streams(), 0.0, 0.0
     for i, layer in enumerate(layers):

@@ -50,11 +50,13 @@ __all__ = [
     "backward_workspace",
     "chunk_memory",
     "communicators",
+    "dp_all_reduces",
     "ends_saved",
     "fixed_bytes",
     "layer_memory",
     "model_states",
     "pass_profiles",
+    "pipeline_wraps",
     "stage_params",
     "static_bytes",
 ]
@@ -99,6 +101,18 @@ def _channels(cluster: Cluster) -> NcclChannels | None:
     return NcclChannels(setup.channels, setup.p2p_channels_per_peer, setup.nvls_channels, net)
 
 
+def dp_all_reduces(s: Strategy) -> bool:
+    """Whether the data-parallel group all-reduces the gradients (ZeRO-0) rather than reduce-scatters them: what
+    ``communicators`` reads of the ZeRO stage (NCCL builds a tree only for an all-reduce)."""
+    return s.zero == 0
+
+
+def pipeline_wraps(s: Strategy) -> bool:
+    """Whether the pipeline's last stage sends to its first (interleaving: the last chunk's stage feeds the next
+    chunk's first): what ``communicators`` reads of the virtual stages."""
+    return s.virtual_stages > 1
+
+
 def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list[Communicator]:
     """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group (under
     hybrid sharding its shard group and its replicas' group in its place), one point-to-point pair per pipeline
@@ -115,9 +129,9 @@ def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list
                          all_reduce=True),
         ]  # fmt: skip
     else:
-        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=s.zero == 0))
+        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=dp_all_reduces(s)))
     if s.pp > 1:
-        wraps = s.virtual_stages > 1
+        wraps = pipeline_wraps(s)
         peers = {
             mesh.shift("pp", first, step)
             for step, present in ((-1, stage > 0 or wraps), (+1, stage < s.pp - 1 or wraps))
@@ -403,15 +417,23 @@ def chunk_memory(
     chunk is its own module)."""
     policy = REMAT_POLICIES[remat]
     blocks = [i for i, _ in chunk if 0 <= i < num_blocks]
+    position: dict[int, int] = {}  # each block's place among the chunk's blocks (its first, as list.index)
+    for pos, i in enumerate(blocks):
+        position.setdefault(i, pos)
     k_seg = math.ceil(math.sqrt(len(blocks) or 1))
     out = []
+    # alike layers (a stamped model's blocks) at alike places in their segments allocate alike: one LayerMemory each
+    alike: dict[tuple[LayerBytes, bool, bool, tuple[float, float, bool] | None], LayerMemory] = {}
     for i, b in chunk:
         block = 0 <= i < num_blocks
-        pos = blocks.index(i) if block else -1
+        pos = position[i] if block else -1
         last = blocks[min(pos - pos % k_seg + k_seg, len(blocks)) - 1] if block and policy.segments else -1
         plan = milp.get(i) if milp is not None and block else None
-        mem = layer_memory(remat, b, layer_input, block=block, segment_start=block and pos % k_seg == 0, split=split,
-                           milp=plan)  # fmt: skip
+        start = block and pos % k_seg == 0
+        mem = alike.get((b, block, start, plan))
+        if mem is None:
+            mem = alike[b, block, start, plan] = layer_memory(remat, b, layer_input, block=block, segment_start=start,
+                                                              split=split, milp=plan)  # fmt: skip
         out.append((i, mem, last))
     return out
 
@@ -431,13 +453,16 @@ def pass_profiles(
     end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part."""
     layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp)
     mem = {i: m for i, m, _ in layers}
+    segment: dict[int, list[int]] = {}  # a sqrt(N) segment's last block -> its blocks, in order
+    for j, _, seg in layers:
+        segment.setdefault(seg, []).append(j)
     fwd, bwd, wgt = _Walk(), _Walk(), _Walk()
     for _, m, _ in layers:
         fwd.alloc(m.stored, m.kept, *([m.transient] if m.transient.n > 0 else []))
         fwd.free(*([m.transient] if m.transient.n > 0 else []))
     for i, m, last in reversed(layers):
         if m.rebuilds and (last < 0 or last == i):
-            todo = [j for j, _, seg in layers if seg == i] if last == i else [i]
+            todo = segment.get(i, []) if last == i else [i]
             bwd.alloc(*(s for j in todo for s in (mem[j].rebuilt, mem[j].rebuilt_kept)))
         ws = [m.workspace] if m.workspace.n > 0 else []
         bwd.alloc(*ws)

@@ -67,13 +67,19 @@ def prepare_step(model: Workload, cluster: Cluster, strategy: Strategy) -> Prepa
     return build_step(model, cluster, s)
 
 
-def build_step(model: Workload, cluster: Cluster, s: Strategy) -> PreparedStep:
+def build_step(model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel | None = None) -> PreparedStep:
     """The op graph and kernel model of a resolved strategy that passed ``check_strategy`` (the analytic engine
     checks once per strategy, before its cache). A traced model's graph is used as traced (the check has checked
-    that the strategy fits it)."""
+    that the strategy fits it). ``kernels``: a kernel model for ``cluster``'s GPU and ``s``'s compute dtype to share
+    (its memo of kernel times with it; ``kernel_model`` by default)."""
     graph = model.graph if isinstance(model, TracedModel) else build_sharded(model, sharding_of(s))
-    kernels = KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
-    return PreparedStep(s, graph, kernels)
+    return PreparedStep(s, graph, kernels if kernels is not None else kernel_model(cluster, s))
+
+
+def kernel_model(cluster: Cluster, s: Strategy) -> KernelCostModel:
+    """The kernel cost model of ``s`` on ``cluster``: its GPU, its measured kernel table if any, the strategy's
+    compute dtype (all it reads of the strategy)."""
+    return KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
 
 
 def sharding_of(s: Strategy) -> Sharding:
