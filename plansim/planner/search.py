@@ -38,7 +38,6 @@ from plansim.hardware import Cluster
 from plansim.pipeline.stages import EMBEDDING_LAYER, chunk_layers
 from plansim.planner.space import Constraints, candidates
 from plansim.planner.split import balanced_split, bottleneck
-from plansim.remat.plan import solving_in
 from plansim.result import Result
 from plansim.step.layers import rerun
 from plansim.strategy.frameworks import load_framework
@@ -331,8 +330,7 @@ def search(
     split_done = time.perf_counter()
     if milp and chosen:
         say(f"remat=milp for up to {MILP_FINALISTS} finalists")
-        with solving_in(jobs):  # each finalist's distinct stages side by side
-            chosen = _with_milp(model, pricing, chosen, key, top_k, c.headroom, refined)
+        chosen = _with_milp(model, pricing, chosen, key, top_k, c.headroom, refined)
     milp_done = time.perf_counter()
     weights: list[int] = []
     ref = reference(fitting) if reference else None

@@ -9,8 +9,7 @@ memoized stage costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -32,7 +31,7 @@ from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import mesh_of
 from plansim.workload.traced import Workload
 
-__all__ = ["LayerRemat", "StageRemat", "milp_stage_plans", "solving_in", "stage_remat"]
+__all__ = ["LayerRemat", "StageRemat", "milp_stage_plans", "stage_remat"]
 
 
 @dataclass(frozen=True)
@@ -58,10 +57,6 @@ class StageRemat:
     layers: dict[int, LayerRemat]
 
 
-#: The relative gap at which a stage's MILP stops (``solve_remat``).
-GAP = 0.01
-
-
 def stage_remat(
     op_graph: nx.DiGraph,
     layers: Sequence[int],
@@ -72,7 +67,7 @@ def stage_remat(
     budget_bytes: float,
     granularity: str = "layer",
     time_limit_s: float = 20.0,
-    gap: float = GAP,
+    gap: float = 0.01,
 ) -> StageRemat:
     """Schedule the blocks ``layers`` of ``op_graph`` within ``budget_bytes`` of activations, within
     ``time_limit_s`` seconds of wall-clock (the strategy's ``remat_time_limit_s``) from this call.
@@ -81,70 +76,13 @@ def stage_remat(
     stage reports how much it needs and the strategy does not fit.
     """
     deadline = Deadline(time_limit_s, option="remat_time_limit_s")
-    key = _stage_key(op_graph, layers, kernels, comm, in_flight, budget_bytes, granularity, time_limit_s, gap)
-    if key not in _MEMO:
-        _remember(key, _solve(key[0].graph, key[1], key[2], gap, deadline))
-    return _MEMO[key]
-
-
-def _stage_key(
-    op_graph: nx.DiGraph,
-    layers: Sequence[int],
-    kernels: KernelCostModel,
-    comm: CommPricer,
-    in_flight: float,
-    budget_bytes: float,
-    granularity: str,
-    time_limit_s: float,
-    gap: float,
-) -> tuple[_Keyed, float, float, float, float]:
-    """The memo's key of a stage's problem: its remat graph (by content), micro-batches in flight, budget, time
-    limit and gap."""
     graph = stage_graph(op_graph, layers, kernels, comm, granularity=granularity)  # type: ignore[arg-type]
-    return (_Keyed(graph), float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
-
-
-def _remember(key: tuple[_Keyed, float, float, float, float], solved: StageRemat) -> None:
-    if len(_MEMO) >= _MEMO_SIZE:
-        del _MEMO[next(iter(_MEMO))]  # the oldest
-    _MEMO[key] = solved
-
-
-#: Worker processes that solve a strategy's distinct stages side by side (``solving_in``); 1: one after another.
-_JOBS = 1
-
-
-@contextmanager
-def solving_in(jobs: int) -> Iterator[None]:
-    """Within this block ``milp_stage_plans`` solves the distinct stages it has not solved before in ``jobs``
-    forked processes (each stage's time limit counted from its own start there); the schedules are the ones a
-    single process finds (HiGHS is deterministic), the memo filled alike."""
-    global _JOBS
-    before, _JOBS = _JOBS, jobs
-    try:
-        yield
-    finally:
-        _JOBS = before
-
-
-def _solve_key(job: tuple[tuple[_Keyed, float, float, float, float], float]) -> StageRemat:
-    key, gap = job
-    return _solve(key[0].graph, key[1], key[2], gap, Deadline(key[3], option="remat_time_limit_s"))
-
-
-def _solve_side_by_side(keys: list[tuple[_Keyed, float, float, float, float]]) -> None:
-    """Solve the stages ``keys`` not yet memoized in ``_JOBS`` forked processes, into the memo (where the platform
-    forks; else they are solved one after another as they are asked for)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    todo = list(dict.fromkeys(k for k in keys if k not in _MEMO))
-    if _JOBS <= 1 or len(todo) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(_JOBS, len(todo)), mp_context=context) as pool:
-        for key, solved in zip(todo, pool.map(_solve_key, [(k, k[4]) for k in todo]), strict=True):
-            _remember(key, solved)
+    key = (_Keyed(graph), float(in_flight), max(0.0, float(budget_bytes)), time_limit_s, gap)
+    if key not in _MEMO:
+        if len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]  # the oldest
+        _MEMO[key] = _solve(graph, key[1], key[2], gap, deadline)
+    return _MEMO[key]
 
 
 def _signature(graph: RematGraph) -> tuple:
@@ -238,7 +176,7 @@ def milp_stage_plans(
         )
     sched = get_schedule(s.schedule)
     tied = tied_copy_params(model, s) > 0
-    problems: dict[int, tuple[list[int], float, float]] = {}
+    plans = {}
     for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         blocks = [i for i in layers if 0 <= i < model.layers]
         params = stage_params(layers, costs, s, model, idx)
@@ -250,16 +188,14 @@ def milp_stage_plans(
             budget = cluster.gpu.memory_bytes - static - fixed - ends_saved(layers, costs, ends, model)
         # a fused attention kernel's backward workspace comes on top of what the schedule holds (both engines add it)
         budget = max(0.0, budget - backward_workspace(blocks, costs))
-        in_flight = sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages)
-        problems[idx] = (blocks, in_flight, budget)
-    limit, granularity = s.remat_time_limit_s, s.remat_granularity
-    if _JOBS > 1:  # the distinct stages' MILPs side by side, into the memo stage_remat reads
-        _solve_side_by_side([
-            _stage_key(graph, blocks, kernels, comm, in_flight, budget, granularity, limit, GAP)
-            for blocks, in_flight, budget in problems.values()
-        ])  # fmt: skip
-    return {
-        idx: stage_remat(graph, blocks, kernels, comm, in_flight=in_flight, budget_bytes=budget,
-                         granularity=granularity, time_limit_s=limit)
-        for idx, (blocks, in_flight, budget) in problems.items()
-    }  # fmt: skip
+        plans[idx] = stage_remat(
+            graph,
+            blocks,
+            kernels,
+            comm,
+            in_flight=sched.in_flight(idx, s.pp, s.num_microbatches, s.virtual_stages),
+            budget_bytes=budget,
+            granularity=s.remat_granularity,
+            time_limit_s=s.remat_time_limit_s,
+        )
+    return plans
