@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from plansim.analytic import simulate_analytic
 from plansim.api import load_hardware, load_model
+from plansim.pipeline.schedules import SCHEDULES
 from plansim.planner import Constraints, plan
 from plansim.planner.output import plan_summary
 from plansim.planner.search import _Bounds
@@ -107,7 +108,7 @@ def test_a_bound_is_below_the_step_time_and_memory_is_the_results() -> None:
     ):
         frame = step_frame(model, cluster, s)
         r = simulate_analytic(model, cluster, s)
-        assert r.step_time_s >= frame.bound_s() * (1 - 1e-12) and frame.bound_s() > 0
+        assert r.step_time_s >= frame.bound_s() * (1 - 1e-12) >= frame.least_s() * (1 - 2e-12) and frame.least_s() > 0
         assert (frame.peak_memory_bytes, frame.fits, frame.memory_margin) == (
             r.peak_memory_bytes,
             r.fits,
@@ -116,3 +117,29 @@ def test_a_bound_is_below_the_step_time_and_memory_is_the_results() -> None:
         assert {k: round(v) for k, v in frame.memory().items()} == {
             k: v for k, v in r.memory_breakdown_bytes.items() if k in frame.memory()
         }
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    schedule=st.sampled_from(sorted(SCHEDULES)),
+    p=st.integers(1, 8),
+    v=st.integers(1, 3),
+    rounds=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_a_schedule_takes_at_least_every_micro_batch_of_its_busiest_stage(
+    schedule: str, p: int, v: int, rounds: int, seed: int
+) -> None:
+    """What ``StepFrame.least_s`` rests on: each stage runs every micro-batch, so no schedule's closed form is
+    shorter than ``m`` times its busiest stage's time per micro-batch."""
+    import random
+
+    from plansim.pipeline.schedules import get_schedule
+
+    rng = random.Random(seed)
+    v = v if schedule == "interleaved" else 1
+    m = rounds * p
+    times = [rng.uniform(0.1, 5.0) for _ in range(p)]
+    weights = [t * rng.uniform(0.0, 0.6) for t in times]
+    step = get_schedule(schedule).step_time(times, m, v, weight_times=weights)
+    assert step >= m * max(times) * (1 - 1e-12)

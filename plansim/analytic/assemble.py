@@ -14,6 +14,7 @@ from plansim.analytic.data_parallel import DataParallelComm, dp_besides, embeddi
 from plansim.analytic.pipeline import Pipeline
 from plansim.analytic.stages import StageHeld, interference_of
 from plansim.costs.kernels import KernelCostModel
+from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
 from plansim.result import Result
@@ -185,6 +186,22 @@ class StepFrame:
             **worst_static, "activations": round(peak[0]), "workspace": worst_static.pop("workspace"),
             **self.fixed[worst], "fragmentation": round(peak[1] - peak[0]),
         }  # fmt: skip
+
+    def least_s(self) -> float:
+        """A lower bound on ``bound_s`` read from the stages' sums, before any pipeline is priced: every micro-batch's
+        work on the busiest stage (its compute, the recompute its policy reruns, its blocking collectives with their
+        waits and interference, each at most what ``stage_cost`` counts), which the schedule's time is at least, every
+        stage running every micro-batch (``tests/test_pruning.py`` holds the schedules to it)."""
+        scheduled = REMAT_POLICIES[self.s.remat].scheduled
+        most = 0.0
+        for h in self.held:
+            sums = h.sums
+            busy = sums.fwd_s + sums.bwd_s + sums.comm_s + sums.sync_s + sums.interference_s
+            if not scheduled:
+                again = sums.recompute(self.s.remat)
+                busy += again[0] + again[1]
+            most = max(most, busy)
+        return self.s.num_microbatches * most
 
     def bound_s(self) -> float:
         """A lower bound on the step time, exact in what it counts: the pipeline's time by its schedule (every

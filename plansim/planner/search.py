@@ -451,7 +451,8 @@ class _Bounds:
 
 @dataclass(frozen=True)
 class _Framed:
-    """A candidate that fits, its step framed (``_Pricing.frames``) and not yet priced in full."""
+    """A candidate that fits, its step framed (``_Pricing.frames``) and not yet priced in full, with the best lower
+    bound on its step time known so far."""
 
     index: int
     strategy: Strategy
@@ -552,7 +553,7 @@ def _frame_strategies(
                     found.too_big += 1
                 else:
                     tight = first.memory_margin < headroom
-                    framed.append(_Framed(offset + k, s, frames, max(f.bound_s() for f in frames), tight))
+                    framed.append(_Framed(offset + k, s, frames, max(f.least_s() for f in frames), tight))
         except PlansimError as exc:
             found.errors[f"cannot run: {str(exc).split(';')[0]}"] += 1
         if progress and (k % step == 0 or k + 1 == len(strategies)):
@@ -561,8 +562,12 @@ def _frame_strategies(
 
 
 def _price_framed(pricing: _Pricing, framed: list[_Framed], bounds: _Bounds, found: _Found) -> None:
-    """Price in full, in order of their bounds, the framed candidates ``bounds`` needs; prune the rest."""
+    """Price in full, in order of their least bounds (``StepFrame.least_s``), the framed candidates ``bounds`` needs
+    by their pipelines' bounds (``StepFrame.bound_s``, priced only for those the least bound does not rule out);
+    prune the rest."""
     for f in sorted(framed, key=lambda f: (f.bound, f.index)):
+        if bounds.needed(f.strategy, f.bound, f.tight):
+            f = dataclasses.replace(f, bound=max(x.bound_s() for x in f.frames))
         if bounds.needed(f.strategy, f.bound, f.tight):
             result, corner = pricing.complete(f.frames)
             p = Priced(f.index, f.strategy, result, corner)
