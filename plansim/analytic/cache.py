@@ -1,7 +1,8 @@
 """What the analytic engine memoizes for one model and cluster (``AnalyticCache``), each memo keyed on what its result
 reads of a strategy (a ``plansim.strategy.schema.StrategyProjection``): the op graph and layer costs
 (``LayerKey``), a pipeline's stages (``PipelineKey``), its sends (``SendsKey``), the model states
-(``StatesKey``), the data-parallel plan (``DataParallelKey``) and the fixed memory per stage (``FixedKey``).
+(``StatesKey``), the data-parallel plan (``DataParallelKey``: with what ``data_parallel_comm`` memoizes for it,
+``DpMemo``), the fixed memory per stage (``FixedKey``) and the kernel cost model (``KernelKey``).
 """
 
 from __future__ import annotations
