@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from plansim.analytic.data_parallel import (
     DataParallelComm,
     DpBesides,
@@ -245,6 +247,7 @@ class AnalyticCache:
     def __init__(self, model: Workload, cluster: Cluster) -> None:
         self.model, self.cluster = model, cluster
         self._priced: dict[LayerKey, PricedLayers] = {}
+        self._graphs: dict[Sharding, nx.DiGraph] = {}  # op graphs by what they are built from (``build_step``)
         self._states: dict[StatesKey, int] = {}
         self._fixed: dict[FixedKey, list[dict[str, float]]] = {}
         self._problems: dict[Strategy, list[str]] = {}
@@ -341,7 +344,7 @@ class AnalyticCache:
             kernels = self._kernels.get(KernelKey.of(s))
             if kernels is None:
                 kernels = self._kernels[KernelKey.of(s)] = kernel_model(self.cluster, s)
-            prep = build_step(self.model, self.cluster, s, kernels)
+            prep = build_step(self.model, self.cluster, s, kernels, self._graphs)
             programs = layer_programs(
                 prep.graph, prep.kernels, mesh_of(prep.strategy), tp_overlap(prep.strategy, self.cluster)
             )

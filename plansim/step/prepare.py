@@ -67,12 +67,27 @@ def prepare_step(model: Workload, cluster: Cluster, strategy: Strategy) -> Prepa
     return build_step(model, cluster, s)
 
 
-def build_step(model: Workload, cluster: Cluster, s: Strategy, kernels: KernelCostModel | None = None) -> PreparedStep:
+def build_step(
+    model: Workload,
+    cluster: Cluster,
+    s: Strategy,
+    kernels: KernelCostModel | None = None,
+    graphs: dict[Sharding, nx.DiGraph] | None = None,
+) -> PreparedStep:
     """The op graph and kernel model of a resolved strategy that passed ``check_strategy`` (the analytic engine
     checks once per strategy, before its cache). A traced model's graph is used as traced (the check has checked
     that the strategy fits it). ``kernels``: a kernel model for ``cluster``'s GPU and ``s``'s compute dtype to share
-    (its memo of kernel times with it; ``kernel_model`` by default)."""
-    graph = model.graph if isinstance(model, TracedModel) else build_sharded(model, sharding_of(s))
+    (its memo of kernel times with it; ``kernel_model`` by default). ``graphs``: op graphs already built for this
+    model, by the ``Sharding`` they were built from (all a builder reads), to share (no reader changes a graph)."""
+    if isinstance(model, TracedModel):
+        graph = model.graph
+    else:
+        sharding = sharding_of(s)
+        graph = graphs.get(sharding) if graphs is not None else None
+        if graph is None:
+            graph = build_sharded(model, sharding)
+            if graphs is not None:
+                graphs[sharding] = graph
     return PreparedStep(s, graph, kernels if kernels is not None else kernel_model(cluster, s))
 
 
