@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,15 +198,35 @@ def write_chrome_trace(
     return path
 
 
-@dataclass
 class Timeline:
-    """What a discrete-event simulation saw: task spans, memory over time per device, and per-link traffic."""
+    """What a discrete-event simulation saw: task spans, memory over time per device, and per-link traffic.
 
-    spans: list[Span]
-    memory: dict[str, list[tuple[float, float]]]
-    link_bytes: dict[str, float]
-    link_utilization: dict[str, float]
-    step_time_s: float
+    ``spans`` is a list, or a callable that makes it: the engine hands over its per-task times and the spans are
+    made the first time they are read (a large step's spans run to millions of objects, which a run whose
+    figures alone are read never needs)."""
+
+    __slots__ = ("_spans", "link_bytes", "link_utilization", "memory", "step_time_s")
+
+    def __init__(
+        self,
+        spans: list[Span] | Callable[[], list[Span]],
+        memory: dict[str, list[tuple[float, float]]],
+        link_bytes: dict[str, float],
+        link_utilization: dict[str, float],
+        step_time_s: float,
+    ) -> None:
+        self._spans = spans
+        self.memory = memory
+        self.link_bytes = link_bytes
+        self.link_utilization = link_utilization
+        self.step_time_s = step_time_s
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every task's span (made on first read where the engine handed over a callable)."""
+        if callable(self._spans):
+            self._spans = self._spans()
+        return self._spans
 
     def write_trace(self, path: str) -> str:
         """Write the Chrome trace-event JSON (opens in Perfetto); returns the path."""
