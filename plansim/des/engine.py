@@ -147,6 +147,7 @@ class _Device:
         "channels",
         "compute",
         "dirty",
+        "done",
         "end",
         "extra",
         "factor",
@@ -180,6 +181,7 @@ class _Device:
         # when each task started and ended (NaN: not yet), 8 bytes a value
         self.start = array("d", [math.nan]) * n
         self.end = array("d", [math.nan]) * n
+        self.done = bytearray(n)  # 1 once the task ended
         self.waiters: dict[int, list[_Stream]] = {}  # task -> the streams waiting for it to end
         # (comm, beside compute) -> (members, simulated members, phases, load on the GPU beside compute, what NCCL
         # adds): what each of the rank's collectives needs (``_Engine._communicate``)
@@ -273,24 +275,26 @@ class _Engine:
         if self._draining:
             return
         self._draining = True
-        ready = self._ready
+        ready, advance = self._ready, self._advance
         while ready:
-            self._advance(ready.popleft())
+            advance(ready.popleft())
         self._draining = False
         if self._dirty:
             self._settle()
 
     def _advance(self, stream: _Stream) -> None:
         """Start ``stream``'s tasks in order until one waits: for a task it depends on (the stream is woken when
-        that ends), for its time (a timer) or for a collective; a task with nothing to wait for ends at once."""
+        that ends), for its time (a timer) or for a collective; a task with nothing to wait for ends at once. A
+        compute task's timer is armed once this instant's rate is known (``_settle``)."""
         dev, env = stream.dev, self.env
         tasks, indices, peers = dev.program.tasks, stream.indices, dev.peers
-        while stream.pos < len(indices):
+        n = len(indices)
+        while stream.pos < n:
             i = indices[stream.pos]
             task = tasks[i]
             for st, j in task.deps:
                 owner = peers[st]
-                if math.isnan(owner.end[j]):  # not ended yet
+                if not owner.done[j]:
                     owner.waiters.setdefault(j, []).append(stream)
                     return
             now = env.now
@@ -302,12 +306,19 @@ class _Engine:
                 else:
                     self._communicate(stream, i)
                 return
-            if task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
-                if task.duration_s > 0:
-                    _Timer(env, task.duration_s, partial(self._timed, stream, i, now))
+            duration = task.duration_s
+            if duration > 0:
+                if task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
+                    _Timer(env, duration, partial(self._timed, stream, i, now))
                     return
-            elif task.duration_s > 0:
-                self._compute(stream, i)
+                d = duration * dev.factor
+                if self.what_if.jitter:
+                    d *= self._jitter_factor(self.what_if.jitter)
+                dev.task, dev.compute, dev.work, dev.armed = i, stream, d, 0.0
+                dev.began = dev.since = now
+                if not dev.dirty:
+                    dev.dirty = True
+                    self._dirty.append(dev)
                 return
             self._finish(stream, i, now)
 
@@ -318,6 +329,7 @@ class _Engine:
             dev.mem.free(name, now)
         dev.start[i] = start
         dev.end[i] = now
+        dev.done[i] = 1
         waiting = dev.waiters.pop(i, None)
         if waiting:
             self._ready.extend(waiting)
@@ -339,18 +351,8 @@ class _Engine:
         self._drain()
 
     # -- compute at the stream's rate ------------------------------------------------------------------------------
-    def _compute(self, stream: _Stream, i: int) -> None:
-        """Start compute task ``i`` on its device; its timer is armed once this instant's rate is known
-        (``_settle``)."""
-        dev = stream.dev
-        d = dev.program.tasks[i].duration_s * dev.factor
-        if self.what_if.jitter:
-            d *= self._jitter_factor(self.what_if.jitter)
-        dev.task, dev.compute, dev.work, dev.armed = i, stream, d, 0.0
-        dev.began = dev.since = self.env.now
-        self._touch(dev)
-
     def _touch(self, dev: _Device) -> None:
+        """Mark ``dev``'s running compute task for ``_settle``."""
         if not dev.dirty:
             dev.dirty = True
             self._dirty.append(dev)
@@ -360,7 +362,7 @@ class _Engine:
         collectives starting and ending beside them changed, once, at the net rate: the work done at the old rate
         is taken off (``_progress``), the rest runs at the new one. A task whose rate did not change keeps its
         timer."""
-        env = self.env
+        env, computed = self.env, self._computed
         for dev in self._dirty:
             dev.dirty = False
             if dev.task < 0 or dev.rate == dev.armed:
@@ -369,7 +371,7 @@ class _Engine:
                 self._progress(dev)
             dev.armed = rate = dev.rate
             dev.token += 1
-            _Timer(env, dev.work / rate, partial(self._computed, dev, dev.token))
+            _Timer(env, dev.work / rate, partial(computed, dev, dev.token))
         self._dirty.clear()
 
     def _progress(self, dev: _Device) -> None:
@@ -384,14 +386,20 @@ class _Engine:
         dev.since = now
 
     def _computed(self, dev: _Device, token: int, _event: simpy.Event) -> None:
-        """The compute task's timer fired; a timer of an older token (the rate changed since) is ignored."""
+        """The compute task's timer fired; a timer of an older token (the rate changed since) is ignored. The task
+        ends, its stream goes on, then the streams that waited for it."""
         if token != dev.token:
             return
         i, stream = dev.task, dev.compute
         assert stream is not None
-        self._progress(dev)
+        if dev.armed < 1.0:
+            self._progress(dev)
         dev.task, dev.compute, dev.armed = -1, None, 0.0
-        self._done(stream, i, dev.began)
+        self._finish(stream, i, dev.began)
+        self._draining = True
+        self._advance(stream)
+        self._draining = False
+        self._drain()
 
     def _jitter_factor(self, sigma: float) -> float:
         """A log-normal factor with mean 1 per rank; in symmetric mode the representative stands for ``tp`` ranks in
