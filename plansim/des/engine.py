@@ -878,7 +878,7 @@ def _result(
     top = sorted(util, key=util.__getitem__, reverse=True)[:_TOP_LINKS]
     timeline = Timeline(
         spans=_Spans(devices),
-        memory={d.label: d.mem.timeline for d in devices},
+        memory=_Memory(devices),
         link_bytes=link_bytes,
         link_utilization=util,
         step_time_s=step,
@@ -914,6 +914,17 @@ def _result(
         timeline=timeline,
         timings={"wall_s": wall_s},
     )
+
+
+class _Memory:
+    """The timeline's memory over time per device, made when first read (``Timeline.memory``) from the devices'
+    memory trackers."""
+
+    def __init__(self, devices: Iterable[_Device]) -> None:
+        self.trackers = [(d.label, d.mem) for d in devices]
+
+    def __call__(self) -> dict[str, list[tuple[float, float]]]:
+        return {label: mem.timeline for label, mem in self.trackers}
 
 
 class _Spans:
