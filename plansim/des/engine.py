@@ -796,13 +796,14 @@ def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
     """Bytes this GPU sends per step, by kind (the same per-rank volumes the analytic engine reports): each of its
     program's collectives priced once for this rank, then summed in task order."""
     comms = engine.comm_tasks(dev.program)
-    sent = {c: _sent_by(engine, dev, c) for c in set(comms)}
-    key = (dev.program.stage, frozenset(sent.items()))  # ranks whose groups send alike share the sum
+    unique = {id(c): c for c in comms}  # the lowering shares one Comm object among a layer's micro-batches
+    sent = {k: _sent_by(engine, dev, c) for k, c in unique.items()}
+    key = (dev.program.stage, tuple(sent.values()))  # ranks whose groups send alike share the sum
     out = engine.comm_sums.get(key)
     if out is None:
         out = engine.comm_sums[key] = dict.fromkeys(COMM_KINDS, 0.0)
         for c in comms:
-            out[c.kind] += sent[c]
+            out[c.kind] += sent[id(c)]
     return out
 
 

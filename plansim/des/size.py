@@ -87,7 +87,8 @@ def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
     width = mesh.stride("pp")  # ranks per stage
     runs = width if mode == "full" else 1
     tasks = runs * sum(len(program.tasks) for program in graph.stages)
-    kinds = {task.comm for program in graph.stages for task in program.tasks if task.comm is not None}
+    # the lowering shares one Comm object among a layer's micro-batches: by identity first, hashed once each
+    kinds = {id(task.comm): task.comm for program in graph.stages for task in program.tasks if task.comm}.values()
     transfers = 0.0
     for comm in {(c.collective, c.algorithm, c.axis, c.local) for c in kinds if isinstance(c.peers, WholeGroup)}:
         collective, algorithm, group, local = comm
