@@ -222,9 +222,8 @@ class _Engine:
         self.rng = np.random.default_rng(what_if.seed)
         # the expected waits of blocking collectives for their slowest member; sampled jitter replaces them
         self.sync_waits = not what_if.jitter
-        self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
-        # when a collective really started (its last member arrived), per (rank, task index) of each member
-        self.comm_start: dict[tuple[int, int], float] = {}
+        # (task name, members) -> the members' (stream, task) that reached a collective so far (full mode)
+        self.rendezvous: dict[tuple[str, tuple[int, ...]], list[tuple[_Stream, int]]] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
         self.extra_cache: dict[tuple[Any, ...], float] = {}
         self.layer_calls: dict[tuple[Any, ...], LayerCall] = {}
