@@ -30,8 +30,8 @@ def _count_resolves(monkeypatch: pytest.MonkeyPatch) -> list[Strategy]:
 
 @pytest.mark.parametrize("engine", ["analytic", "des"])
 def test_one_simulate_call_resolves_its_strategy_once(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """16 micro-batches over 2 stages: the discrete-event engine sizes its run from two smaller lowerings first
-    (``plansim.des.size.sized_lowering``), three lowerings in all, each checked, none resolving again."""
+    """16 micro-batches over 2 stages: the discrete-event engine sizes its run from a smaller lowering first
+    (``plansim.des.size.sized_lowering``), two lowerings in all, each checked, none resolving again."""
     calls = _count_resolves(monkeypatch)
     result = plansim.simulate("gpt3-125m", "dgx-a100", STRATEGY, engine=engine)
     assert result.step_time_s > 0

@@ -1,7 +1,11 @@
 """The discrete-event engine: runs a TaskGraph on simulated GPUs, links and memory with SimPy.
 
-Each simulated GPU runs one SimPy process per stream (compute, p2p, dp) that executes the stream's tasks in order,
-waiting for each task's dependencies: one timeout per compute task, one network transfer per collective phase.
+Each simulated GPU runs its streams (compute, p2p, dp, tp) in order, each task waiting for its dependencies. SimPy
+keeps time; the streams are driven by callbacks, not a SimPy process each: a task that ends wakes the streams waiting
+for it at once (no event), a compute task is one timer, a collective one network transfer per phase. While
+collectives run beside compute the compute stream runs slower (``plansim.costs.interference``); what starts or ends
+at one moment is settled together, and only a running compute task whose rate changed gets a new timer (the old one,
+stamped with an older token, is ignored when it fires).
 Collectives run as their cost-model schedules (``plansim.costs.collectives``) of point-to-point transfers over the
 cluster's routes (``plansim.des.routing``) through a flow-level network with max-min fair sharing
 (``plansim.des.network``). Consecutive schedule steps with the same pattern form one phase: one bundled transfer whose
@@ -28,14 +32,16 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections import defaultdict
-from collections.abc import Generator, Iterable, Mapping
+from array import array
+from collections import defaultdict, deque
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
 from plansim.costs.interference import IDLE, Interference, Load, interference_model, send_load
@@ -111,27 +117,57 @@ class _Phase:
     route: Route
 
 
+class _Timer(simpy.Event):
+    """A timeout that calls ``call(event)`` when it fires (one object, its one callback already attached)."""
+
+    def __init__(self, env: simpy.Environment, delay: float, call: Callable[[simpy.Event], None]) -> None:
+        self.env = env
+        self.callbacks = [call]
+        self._value = None
+        self._ok = True
+        env.schedule(self, NORMAL, delay)
+
+
+class _Stream:
+    """One stream of a simulated GPU: its tasks (indices into the stage's program) in order, and how many ran."""
+
+    __slots__ = ("dev", "indices", "pos")
+
+    def __init__(self, dev: _Device, indices: list[int]) -> None:
+        self.dev = dev
+        self.indices = indices
+        self.pos = 0
+
+
 class _Device:
     __slots__ = (
         "active",
+        "armed",
+        "began",
         "channels",
-        "deps",
+        "compute",
+        "dirty",
+        "done",
         "end",
-        "events",
         "extra",
         "factor",
+        "groups",
         "hbm_Bps",
         "label",
         "mem",
         "offset",
         "overlapped",
-        "process",
+        "peers",
         "program",
         "rank",
         "rate",
-        "running",
+        "since",
         "stage",
         "start",
+        "task",
+        "token",
+        "waiters",
+        "work",
     )
 
     def __init__(self, rank: int, stage: int, offset: int, program: StageProgram, capacity: float) -> None:
@@ -142,19 +178,32 @@ class _Device:
         self.label = f"gpu{rank} (stage {stage})"
         self.mem = MemoryTracker(self.label, capacity)
         n = len(program.tasks)
-        self.start = [math.nan] * n
-        self.end = [math.nan] * n
-        self.events: dict[int, simpy.Event] = {}
-        self.deps: list[list[simpy.Event]] = []  # per task, the events of the tasks it waits for
+        # when each task started and ended (NaN: not yet), 8 bytes a value
+        self.start = array("d", [math.nan]) * n
+        self.end = array("d", [math.nan]) * n
+        self.done = bytearray(n)  # 1 once the task ended
+        self.waiters: dict[int, list[_Stream]] = {}  # task -> the streams waiting for it to end
+        # (comm, beside compute) -> (members, simulated members, phases, load on the GPU beside compute, what NCCL
+        # adds): what each of the rank's collectives needs (``_Engine._communicate``)
+        self.groups: dict[tuple[int, bool], tuple[tuple[int, ...], int, list[_Phase], Load, float]] = {}
+        self.peers: list[_Device] = []  # per stage, the simulated rank of it this one depends on (its offset's)
         self.factor = 1.0
-        # interference (plansim.costs.interference): the collectives running beside compute, what they take, the
-        # compute stream's rate, whether a compute task is running (interruptible), and what the rate cost
+        # interference (plansim.costs.interference): the collectives running beside compute, what they take, and
+        # the compute stream's rate
         self.active = 0
         self.channels = 0
         self.hbm_Bps = 0.0
         self.rate = 1.0
-        self.running = False
-        self.process: simpy.Process | None = None
+        # the running compute task (-1: none), its stream, when it began, the work it has left (seconds at full
+        # rate) as of ``since``, the rate its timer was armed at (0: none yet) and that timer's token; ``dirty``:
+        # its rate may have changed in this instant's callbacks (the engine's ``_settle`` rearms it once)
+        self.task = -1
+        self.compute: _Stream | None = None
+        self.work = 0.0
+        self.began = self.since = 0.0
+        self.armed = 0.0
+        self.token = 0
+        self.dirty = False
         self.extra: dict[int, float] = {}  # compute-stream task -> seconds it lost to interference
         self.overlapped = 0.0  # seconds compute ran beside a collective
 
@@ -173,15 +222,14 @@ class _Engine:
         self.rng = np.random.default_rng(what_if.seed)
         # the expected waits of blocking collectives for their slowest member; sampled jitter replaces them
         self.sync_waits = not what_if.jitter
-        self.rendezvous: dict[tuple[str, tuple[int, ...]], list[Any]] = {}
-        # when a collective really started (its last member arrived), per (rank, task index) of each member
-        self.comm_start: dict[tuple[int, int], float] = {}
+        # (task name, members) -> the members' (stream, task) that reached a collective so far (full mode)
+        self.rendezvous: dict[tuple[str, tuple[int, ...]], list[tuple[_Stream, int]]] = {}
         self.phase_cache: dict[tuple[Any, ...], list[_Phase]] = {}
         self.extra_cache: dict[tuple[Any, ...], float] = {}
         self.layer_calls: dict[tuple[Any, ...], LayerCall] = {}
-        # (rank, comm) -> (members, simulated members, phases, load on a GPU beside compute): what each of a rank's
-        # collectives needs
-        self.groups: dict[tuple[int, Comm, bool], tuple[tuple[int, ...], int, list[_Phase], Load]] = {}
+        # per program, its collectives in task order; per (stage, what each sends) the bytes by kind (_comm_bytes)
+        self._comm_tasks: dict[int, list[Comm]] = {}
+        self.comm_sums: dict[tuple[Any, ...], dict[str, float]] = {}
         table = load_kernel_table(cluster.gpu.name)
         self.interference: Interference = interference_model(cluster.gpu, table.overlap if table else None)
         self.devices: dict[int, _Device] = {}
@@ -191,15 +239,11 @@ class _Engine:
                 rank = prog.stage * self.width + off
                 self.devices[rank] = _Device(rank, prog.stage, off, prog, cluster.gpu.memory_bytes)
         self._apply_stragglers()
-        referenced: dict[int, set[int]] = defaultdict(set)
-        for prog in graph.stages:
-            for task in prog.tasks:
-                for st, j in task.deps:
-                    referenced[st].add(j)
         for dev in self.devices.values():
-            dev.events = {j: self.env.event() for j in referenced[dev.stage]}
-        for dev in self.devices.values():
-            dev.deps = [[self._event(dev, st, j) for st, j in task.deps] for task in dev.program.tasks]
+            dev.peers = [self.devices[st * self.width + dev.offset] for st in range(len(graph.stages))]
+        self._ready: deque[_Stream] = deque()  # streams whose next task may start now
+        self._draining = False
+        self._dirty: list[_Device] = []  # devices whose compute rate changed or whose compute task started
 
     def _apply_stragglers(self) -> None:
         for rank, factor in self.what_if.stragglers.items():
@@ -216,70 +260,145 @@ class _Engine:
             streams: dict[str, list[int]] = defaultdict(list)
             for i, task in enumerate(dev.program.tasks):
                 streams[task.stream].append(i)
-            for name, indices in streams.items():
-                process = self.env.process(self._stream(dev, indices))
-                if name == "compute":
-                    dev.process = process
+            self._ready.extend(_Stream(dev, indices) for indices in streams.values())
+        self._drain()
         self.env.run()
         for dev in self.devices.values():
             unfinished = [dev.program.tasks[i].name for i, e in enumerate(dev.end) if math.isnan(e)]
             if unfinished:
                 raise AssertionError(f"{dev.label}: tasks never ran (deadlock in the lowering): {unfinished[:5]}")
 
-    def _stream(self, dev: _Device, indices: list[int]) -> Generator[simpy.Event, Any, None]:
-        env, tasks, jitter = self.env, dev.program.tasks, self.what_if.jitter
-        deps, sync_waits = dev.deps, self.sync_waits
-        for i in indices:
+    def _drain(self) -> None:
+        """Run the ready streams until each waits (for a dependency, a timer or a collective), then settle the
+        compute rates this changed (``_settle``). Every callback the engine gives SimPy ends here."""
+        if self._draining:
+            return
+        self._draining = True
+        ready, advance = self._ready, self._advance
+        while ready:
+            advance(ready.popleft())
+        self._draining = False
+        if self._dirty:
+            self._settle()
+
+    def _advance(self, stream: _Stream) -> None:
+        """Start ``stream``'s tasks in order until one waits: for a task it depends on (the stream is woken when
+        that ends), for its time (a timer) or for a collective; a task with nothing to wait for ends at once. A
+        compute task's timer is armed once this instant's rate is known (``_settle``)."""
+        dev, env = stream.dev, self.env
+        tasks, indices, peers = dev.program.tasks, stream.indices, dev.peers
+        n = len(indices)
+        while stream.pos < n:
+            i = indices[stream.pos]
             task = tasks[i]
-            if task.deps:
-                waits = [e for e in deps[i] if e.callbacks is not None]  # not yet processed
-                if waits:
-                    yield waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
-            start = env.now
+            for st, j in task.deps:
+                owner = peers[st]
+                if not owner.done[j]:
+                    owner.waiters.setdefault(j, []).append(stream)
+                    return
+            now = env.now
             for name, n_bytes, cat in task.alloc:
-                dev.mem.alloc(name, n_bytes, start, cat)
+                dev.mem.alloc(name, n_bytes, now, cat)
             if task.comm is not None:
-                if task.wait_s > 0 and sync_waits:  # the expected wait for the group's slowest member
-                    yield env.timeout(task.wait_s)
-                    start = env.now
-                done = self._communicate(dev, i, task.comm)
-                yield done
-                start = self.comm_start.pop((dev.rank, i), start)
-            elif task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
-                if task.duration_s > 0:
-                    yield env.timeout(task.duration_s)
-            elif task.duration_s > 0:
-                d = task.duration_s * dev.factor
-                if jitter:
-                    d *= self._jitter_factor(jitter)
-                # at the compute stream's rate; a collective starting or ending beside it interrupts the timeout and
-                # the rest of the work continues at the new rate
-                while True:
-                    began, rate = env.now, dev.rate
-                    dev.running = True
-                    try:
-                        yield env.timeout(d / rate)
-                    except simpy.Interrupt:
-                        spent = env.now - began
-                        d = max(0.0, d - spent * rate)
-                        if rate < 1.0:
-                            dev.overlapped += spent
-                            dev.extra[i] = dev.extra.get(i, 0.0) + spent * (1.0 - rate)
-                        continue
-                    dev.running = False
-                    if rate < 1.0:
-                        spent = env.now - began
-                        dev.overlapped += spent
-                        dev.extra[i] = dev.extra.get(i, 0.0) + spent * (1.0 - rate)
-                    break
-            end = env.now
-            for name in task.free:
-                dev.mem.free(name, end)
-            dev.start[i] = start
-            dev.end[i] = end
-            ev = dev.events.get(i)
-            if ev is not None:
-                ev.succeed()
+                if task.wait_s > 0 and self.sync_waits:  # the expected wait for the group's slowest member
+                    _Timer(env, task.wait_s, partial(self._waited, stream, i))
+                else:
+                    self._communicate(stream, i)
+                return
+            duration = task.duration_s
+            if duration > 0:
+                if task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
+                    _Timer(env, duration, partial(self._timed, stream, i, now))
+                    return
+                d = duration * dev.factor
+                if self.what_if.jitter:
+                    d *= self._jitter_factor(self.what_if.jitter)
+                dev.task, dev.compute, dev.work, dev.armed = i, stream, d, 0.0
+                dev.began = dev.since = now
+                if not dev.dirty:
+                    dev.dirty = True
+                    self._dirty.append(dev)
+                return
+            self._finish(stream, i, now)
+
+    def _finish(self, stream: _Stream, i: int, start: float) -> None:
+        """Task ``i`` of ``stream`` ends now: free its memory, record it, make the streams waiting for it ready."""
+        dev, now = stream.dev, self.env.now
+        for name in dev.program.tasks[i].free:
+            dev.mem.free(name, now)
+        dev.start[i] = start
+        dev.end[i] = now
+        dev.done[i] = 1
+        waiting = dev.waiters.pop(i, None)
+        if waiting:
+            self._ready.extend(waiting)
+        stream.pos += 1
+
+    def _done(self, stream: _Stream, i: int, start: float) -> None:
+        """A timer's task ends: its stream goes on at once, then the streams that waited for it."""
+        self._finish(stream, i, start)
+        self._ready.appendleft(stream)
+        self._drain()
+
+    def _timed(self, stream: _Stream, i: int, start: float, _event: simpy.Event) -> None:
+        """A task's timer fired (the wait for the job's slowest GPU): it ends."""
+        self._done(stream, i, start)
+
+    def _waited(self, stream: _Stream, i: int, _event: simpy.Event) -> None:
+        """A blocking collective's expected wait for its slowest member is over: the collective starts."""
+        self._communicate(stream, i)
+        self._drain()
+
+    # -- compute at the stream's rate ------------------------------------------------------------------------------
+    def _touch(self, dev: _Device) -> None:
+        """Mark ``dev``'s running compute task for ``_settle``."""
+        if not dev.dirty:
+            dev.dirty = True
+            self._dirty.append(dev)
+
+    def _settle(self) -> None:
+        """Arm the timer of each compute task started in this instant's callbacks, and rearm those whose rate the
+        collectives starting and ending beside them changed, once, at the net rate: the work done at the old rate
+        is taken off (``_progress``), the rest runs at the new one. A task whose rate did not change keeps its
+        timer."""
+        env, computed = self.env, self._computed
+        for dev in self._dirty:
+            dev.dirty = False
+            if dev.task < 0 or dev.rate == dev.armed:
+                continue
+            if dev.armed:
+                self._progress(dev)
+            dev.armed = rate = dev.rate
+            dev.token += 1
+            _Timer(env, dev.work / rate, partial(computed, dev, dev.token))
+        self._dirty.clear()
+
+    def _progress(self, dev: _Device) -> None:
+        """Take the work done since ``dev.since`` at the armed rate off the running task's; what the rate lost to
+        the collectives beside it is that task's ``extra`` (the breakdown's interference)."""
+        now, rate = self.env.now, dev.armed
+        spent = now - dev.since
+        dev.work = max(0.0, dev.work - spent * rate)
+        if rate < 1.0:
+            dev.overlapped += spent
+            dev.extra[dev.task] = dev.extra.get(dev.task, 0.0) + spent * (1.0 - rate)
+        dev.since = now
+
+    def _computed(self, dev: _Device, token: int, _event: simpy.Event) -> None:
+        """The compute task's timer fired; a timer of an older token (the rate changed since) is ignored. The task
+        ends, its stream goes on, then the streams that waited for it."""
+        if token != dev.token:
+            return
+        i, stream = dev.task, dev.compute
+        assert stream is not None
+        if dev.armed < 1.0:
+            self._progress(dev)
+        dev.task, dev.compute, dev.armed = -1, None, 0.0
+        self._finish(stream, i, dev.began)
+        self._draining = True
+        self._advance(stream)
+        self._draining = False
+        self._drain()
 
     def _jitter_factor(self, sigma: float) -> float:
         """A log-normal factor with mean 1 per rank; in symmetric mode the representative stands for ``tp`` ranks in
@@ -287,9 +406,6 @@ class _Engine:
         draws = 1 if self.mode == "full" else self.mesh.size("tp")
         z = float(self.rng.standard_normal(draws).max())
         return math.exp(sigma * z - sigma * sigma / 2)
-
-    def _event(self, dev: _Device, stage: int, j: int) -> simpy.Event:
-        return self.devices[stage * self.width + dev.offset].events[j]
 
     # -- communication ---------------------------------------------------------------------------------------------
     def members(self, dev: _Device, comm: Comm) -> tuple[int, ...]:
@@ -308,44 +424,66 @@ class _Engine:
             case Standalone():
                 raise ValueError("a standalone collective's ranks are its caller's (simulate_collective)")
 
+    def comm_tasks(self, program: StageProgram) -> list[Comm]:
+        """The collectives of ``program``'s tasks, in task order (made once per program)."""
+        got = self._comm_tasks.get(program.stage)
+        if got is None:
+            got = self._comm_tasks[program.stage] = [t.comm for t in program.tasks if t.comm is not None]
+        return got
+
     def images(self, group: str) -> tuple[int, ...]:
         """Rank offsets of the copies of an axis' transfers that the representative stands for (symmetric mode)."""
         if self.mode == "full":
             return (0,)
         return self.mesh.copies(group, "pp")
 
-    def _communicate(self, dev: _Device, index: int, comm: Comm) -> simpy.Event:
-        """Start (or join) the collective of task ``index``; it runs once every simulated member has arrived. One
-        on a stream beside compute (dp, p2p, tp) slows the members' compute while it runs (``_load``)."""
+    def _communicate(self, stream: _Stream, index: int) -> None:
+        """Start (or join) the collective of task ``index`` of ``stream``; it runs once every simulated member has
+        arrived, and its members' tasks end with it. One on a stream beside compute (dp, p2p, tp) slows the
+        members' compute while it runs (``_change``)."""
+        dev = stream.dev
+        task = dev.program.tasks[index]
+        comm = task.comm
+        assert comm is not None
         # the same collective blocks on the compute stream in one place and runs beside compute in another (a
         # sequence-parallel all-gather in forward and its re-gather in backward): only the latter loads the GPU
-        beside = dev.program.tasks[index].stream != "compute"
-        group_key = (dev.rank, comm, beside)
-        known = self.groups.get(group_key)
+        beside = task.stream != "compute"
+        group_key = (id(comm), beside)  # the program's Comm objects live as long as the run
+        known = dev.groups.get(group_key)
         if known is None:
             members = self.members(dev, comm)
             participants = 1 if isinstance(comm.peers, Shift) else sum(1 for r in members if r in self.devices)
             load = self._load_of(dev, comm, members) if beside else IDLE
-            known = self.groups[group_key] = (members, participants, self.phases(comm, members), load)
-        members, participants, phases, load = known
-        extra = self._nccl_extra(comm, members)
+            extra = self._nccl_extra(comm, members)
+            known = dev.groups[group_key] = (members, participants, self.phases(comm, members), load, extra)
+        members, participants, phases, load, extra = known
         if participants <= 1:  # a send, or the only simulated member (symmetric mode): nobody to wait for
-            done = self._collective(comm, phases, extra_s=extra)
-            if load is not IDLE:
-                self._load((dev,), load, done)
-            return done
-        key = (dev.program.tasks[index].name, members)
-        entry = self.rendezvous.setdefault(key, [0, self.env.event(), []])
-        entry[0] += 1
-        entry[2].append((dev.rank, index))
-        if entry[0] == participants:
+            waiters = [(stream, index)]
+        else:
+            key = (task.name, members)
+            waiters = self.rendezvous.setdefault(key, [])
+            waiters.append((stream, index))
+            if len(waiters) < participants:
+                return
             del self.rendezvous[key]
-            for waiter in entry[2]:
-                self.comm_start[waiter] = self.env.now
-            self._collective(comm, phases, entry[1], extra)
-            if load is not IDLE:
-                self._load(tuple(self.devices[rank] for rank, _ in entry[2]), load, entry[1])
-        return entry[1]
+        loaded = () if load is IDLE else tuple(s.dev for s, _ in waiters)
+        start = self.env.now
+        self._collective(comm, phases, extra, lambda: self._communicated(waiters, loaded, load, start))
+        for member in loaded:
+            self._change(member, load, +1)
+
+    def _communicated(
+        self, waiters: list[tuple[_Stream, int]], loaded: tuple[_Device, ...], load: Load, start: float
+    ) -> None:
+        """A collective ended: its load leaves the members' compute, its members' tasks end (they started when
+        the last member arrived), their streams go on."""
+        for member in loaded:
+            self._change(member, load, -1)
+        for stream, index in waiters:
+            self._finish(stream, index, start)
+        # the members' streams go on first, then those that waited for them
+        self._ready.extendleft(stream for stream, _ in reversed(waiters))
+        self._drain()
 
     def _nccl_extra(self, comm: Comm, members: tuple[int, ...]) -> float:
         """What NCCL adds to a call's bytes (``costs.nccl_groups``, as the analytic engine adds it), charged at the
@@ -409,18 +547,9 @@ class _Engine:
             sent = bytes_sent_per_rank(comm.collective, comm.algorithm, len(members), comm.n_bytes)
         return group.load_at(sent / group.link_Bps + self._nccl_extra(comm, members), sent)
 
-    def _load(self, devices: tuple[_Device, ...], load: Load, done: simpy.Event) -> None:
-        """Add ``load`` to each device's running collectives until ``done`` fires, updating its compute rate."""
-        for dev in devices:
-            self._change(dev, load, +1)
-
-        def ended(_event: simpy.Event) -> None:
-            for dev in devices:
-                self._change(dev, load, -1)
-
-        done.callbacks.append(ended)
-
     def _change(self, dev: _Device, load: Load, sign: int) -> None:
+        """Add (``sign`` +1) or remove (-1) a collective's ``load`` beside ``dev``'s compute and set its rate; a
+        running compute task is rearmed at the end of the instant's callbacks if its rate changed (``_settle``)."""
         dev.active += sign
         if dev.active:
             dev.channels += sign * load.channels
@@ -430,35 +559,26 @@ class _Engine:
         rate = self.interference.rate(Load(dev.channels, dev.hbm_Bps))
         if rate != dev.rate:
             dev.rate = rate
-            if dev.running and dev.process is not None:  # the running compute task goes on at the new rate
-                dev.running = False
-                dev.process.interrupt()
+            if dev.task >= 0:
+                self._touch(dev)
 
     def _collective(
-        self, comm: Comm, phases: list[_Phase], done: simpy.Event | None = None, extra_s: float = 0.0
-    ) -> simpy.Event:
-        """Run the collective's phases one after another (each starts when the previous one's transfer ends, by a
-        callback: no SimPy process per collective); ``extra_s`` is added to the last phase's latency. Returns the
-        event that fires at the end: ``done`` if given, else the last transfer's own event when there is one
-        phase."""
-        send, n_bytes, kind = self.net.send, comm.n_bytes, comm.kind
+        self, comm: Comm, phases: list[_Phase], extra_s: float, done: Callable[[], None], k: int = 0
+    ) -> None:
+        """Run the collective's phases from ``k`` on, one after another (each starts when the previous one's
+        transfer ends, by a callback: no SimPy process per collective), and call ``done`` when the last ends;
+        ``extra_s`` is added to the last phase's latency."""
         last = len(phases) - 1
-        if done is None and len(phases) == 1:
-            ph = phases[0]
-            return send(ph.route, ph.bytes_factor * n_bytes, ph.latency_s + extra_s, kind)
-        end = done if done is not None else self.env.event()
-
-        def advance(k: int) -> None:
-            if k == len(phases):
-                end.succeed()
-                return
-            ph = phases[k]
-            latency = ph.latency_s + (extra_s if k == last else 0.0)
-            event = send(ph.route, ph.bytes_factor * n_bytes, latency, kind)
-            event.callbacks.append(lambda _event: advance(k + 1))
-
-        advance(0)
-        return end
+        if last < 0:  # nothing to move
+            _Timer(self.env, 0.0, lambda _event: done())
+            return
+        ph = phases[k]
+        latency = ph.latency_s + (extra_s if k == last else 0.0)
+        event = self.net.send(ph.route, ph.bytes_factor * comm.n_bytes, latency, comm.kind)
+        if k == last:
+            event.callbacks.append(lambda _event: done())
+        else:
+            event.callbacks.append(lambda _event: self._collective(comm, phases, extra_s, done, k + 1))
 
     def phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         """The collective as phases of bundled transfers (cached per group and algorithm). A layer's all-reduce that
@@ -672,23 +792,32 @@ def _sent(collective: str, algorithm: str, p: int, n_bytes: float, local: int | 
 
 
 def _comm_bytes(engine: _Engine, dev: _Device) -> dict[str, float]:
-    """Bytes this GPU sends per step, by kind (the same per-rank volumes the analytic engine reports)."""
-    out = dict.fromkeys(COMM_KINDS, 0.0)
-    for task in dev.program.tasks:
-        c = task.comm
-        if c is None:
-            continue
-        if isinstance(c.peers, Shift):  # a send: its bytes, once
-            out[c.kind] += c.n_bytes
-            continue
-        members = engine.members(dev, c)
-        p = len(members)
-        call = engine._layer_call(c, members)
-        if call is not None and call.algorithm == "nvls":
-            out[c.kind] += call.sent_factor * c.n_bytes
-        elif p > 1:
-            out[c.kind] += _sent(c.collective, c.algorithm, p, c.n_bytes, c.local)
+    """Bytes this GPU sends per step, by kind (the same per-rank volumes the analytic engine reports): each of its
+    program's collectives priced once for this rank, then summed in task order."""
+    comms = engine.comm_tasks(dev.program)
+    unique = {id(c): c for c in comms}  # the lowering shares one Comm object among a layer's micro-batches
+    sent = {k: _sent_by(engine, dev, c) for k, c in unique.items()}
+    key = (dev.program.stage, tuple(sent.values()))  # ranks whose groups send alike share the sum
+    out = engine.comm_sums.get(key)
+    if out is None:
+        out = engine.comm_sums[key] = dict.fromkeys(COMM_KINDS, 0.0)
+        for c in comms:
+            out[c.kind] += sent[id(c)]
     return out
+
+
+def _sent_by(engine: _Engine, dev: _Device, c: Comm) -> float:
+    """Bytes one call of ``c`` sends from the rank ``dev`` stands for."""
+    if isinstance(c.peers, Shift):  # a send: its bytes, once
+        return c.n_bytes
+    members = engine.members(dev, c)
+    p = len(members)
+    call = engine._layer_call(c, members)
+    if call is not None and call.algorithm == "nvls":
+        return call.sent_factor * c.n_bytes
+    if p > 1:
+        return _sent(c.collective, c.algorithm, p, c.n_bytes, c.local)
+    return 0.0
 
 
 def simulate_des(
@@ -747,10 +876,9 @@ def _result(
         if v > 0 and math.isfinite(engine.fabric.capacity_Bps[k])
     }
     top = sorted(util, key=util.__getitem__, reverse=True)[:_TOP_LINKS]
-    spans = _spans(devices)
     timeline = Timeline(
-        spans=spans,
-        memory={d.label: d.mem.timeline for d in devices},
+        spans=_Spans(devices),
+        memory=_Memory(devices),
         link_bytes=link_bytes,
         link_utilization=util,
         step_time_s=step,
@@ -788,13 +916,31 @@ def _result(
     )
 
 
-def _spans(devices: Iterable[_Device]) -> list[Span]:
-    out = []
-    for d in devices:
-        for i, task in enumerate(d.program.tasks):
-            if task.stream == "compute" or task.comm is not None:
-                out.append(Span(d.label, task.stream, task.name, d.start[i], d.end[i], task.category))
-    return out
+class _Memory:
+    """The timeline's memory over time per device, made when first read (``Timeline.memory``) from the devices'
+    memory trackers."""
+
+    def __init__(self, devices: Iterable[_Device]) -> None:
+        self.trackers = [(d.label, d.mem) for d in devices]
+
+    def __call__(self) -> dict[str, list[tuple[float, float]]]:
+        return {label: mem.timeline for label, mem in self.trackers}
+
+
+class _Spans:
+    """The timeline's spans, made when first read (``Timeline.spans``): every compute-stream task's and every
+    collective's, from the devices' programs and task times (kept, not the engine)."""
+
+    def __init__(self, devices: Iterable[_Device]) -> None:
+        self.devices = [(d.label, d.program.tasks, d.start, d.end) for d in devices]
+
+    def __call__(self) -> list[Span]:
+        out = []
+        for label, tasks, start, end in self.devices:
+            for i, task in enumerate(tasks):
+                if task.stream == "compute" or task.comm is not None:
+                    out.append(Span(label, task.stream, task.name, start[i], end[i], task.category))
+        return out
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ releases with it: ``plansim.step.memory.layer_memory``.)
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass
 
 from plansim.units import GB
@@ -90,6 +91,8 @@ class MemoryTracker:
         "_cat_live",
         "_last_t",
         "_live",
+        "_times",
+        "_values",
         "capacity_bytes",
         "device",
         "live_bytes",
@@ -98,7 +101,6 @@ class MemoryTracker:
         "peak_bytes",
         "peak_time_s",
         "rounding",
-        "timeline",
     )
 
     def __init__(self, device: str, capacity_bytes: float, rounding: float = 1.0) -> None:
@@ -110,7 +112,9 @@ class MemoryTracker:
         self.live_bytes: float = 0.0
         self.peak_bytes: float = 0.0
         self.peak_time_s: float = 0.0
-        self.timeline: list[tuple[float, float]] = []
+        # the timeline as two arrays of 8-byte floats (times, live bytes): a full-mode run holds one per GPU
+        self._times = array("d")
+        self._values = array("d")
         self.peak_by_category: dict[str, float] = {}
         self.oom: OutOfMemory | None = None
         self._live: dict[str, tuple[float, str]] = {}  # name -> (bytes, category)
@@ -125,13 +129,18 @@ class MemoryTracker:
             )
         self._last_t = t
 
+    @property
+    def timeline(self) -> list[tuple[float, float]]:
+        """``(time, live bytes)`` after each change (several at one time: the last)."""
+        return list(zip(self._times, self._values, strict=True))
+
     def _record(self, t: float) -> None:
-        live = self.live_bytes
-        timeline = self.timeline
-        if timeline and timeline[-1][0] == t:
-            timeline[-1] = (t, live)
+        times = self._times
+        if times and times[-1] == t:
+            self._values[-1] = self.live_bytes
         else:
-            timeline.append((t, live))
+            times.append(t)
+            self._values.append(self.live_bytes)
 
     def alloc(self, name: str, n_bytes: float, t: float, category: str) -> None:
         """Allocate ``n_bytes`` (0 allowed) named ``name`` at time ``t``; ``name`` must not be live."""

@@ -19,7 +19,12 @@ starts together are allocated once (by a zero-delay event), and all transmission
 components are reallocated, once. Completion times live in the network's own heap, one entry per connected
 component: its earliest end, valid while the component's version stamp holds (every reallocation of a component
 restamps its transfers, so older entries are skipped when popped); one SimPy timeout stands for the earliest entry.
-That costs one heap entry per reallocation instead of one SimPy event per rate change.
+That costs one heap entry per reallocation instead of one SimPy event per rate change. A transfer alone in its
+component (no other crosses its links) needs no wake at its end, since its end changes no other rate: it gets one
+event, its completion, at the time the wake and the latency would give; it is taken off its links then, or as soon
+as another transfer starts on one of them after its last byte (``_expire``); one that starts on one of them before
+its last byte makes it an ordinary member of a component again (its completion event, stamped with an older version,
+is ignored).
 
 Examples
 --------
@@ -91,6 +96,8 @@ class _Transfer:
         "kind",
         "last",
         "latency",
+        "lazy",
+        "lazy_token",
         "links",
         "mark",
         "n_bytes",
@@ -122,6 +129,9 @@ class _Transfer:
         self.last = now
         self.version = 0
         self.mark = 0
+        # alone in its component: when its last byte leaves (the wake's time), else -1.0 (see FlowNetwork._alone)
+        self.lazy = -1.0
+        self.lazy_token = 0  # stamps its completion event while alone; moved on when it no longer is
         self.cap = math.inf  # scratch: the tightest link only this transfer crosses, in rate per member
         self.end = math.inf  # when transmission ends at the current rate
         # Its connected component as of the last reallocation; dropped at the end (no reference cycle outlives it).
@@ -286,6 +296,8 @@ class FlowNetwork:
         alone = True
         for link, weight in finite:
             flows = link.flows
+            if flows:
+                self._expire(flows, now)
             if not flows:
                 link.busy_since = now
             else:
@@ -315,11 +327,13 @@ class FlowNetwork:
     def active_rates(self) -> list[tuple[dict[LinkId, float], float]]:
         """Transfers transmitting now: their finite links with weights, and their rate per member (bytes/s)."""
         self._flush()
+        self._expire(self._active, self.env.now)
         return [({link.id: w for link, w in t.links}, t.rate) for t in self._active]
 
     @property
     def active_transfers(self) -> int:
         """Transfers transmitting now."""
+        self._expire(self._active, self.env.now)
         return len(self._active)
 
     # Internals.
@@ -391,8 +405,50 @@ class FlowNetwork:
         for transfer in finished:
             transfer.done.fire(transfer.latency)
 
+    def _expire(self, transfers: Mapping[_Transfer, object], now: float) -> None:
+        """Take off their links the transfers among ``transfers`` that were alone and whose last byte has left by
+        ``now`` (each at the time its wake would have come)."""
+        done = [t for t in transfers if 0.0 <= t.lazy <= now]
+        for transfer in done:
+            at = transfer.lazy
+            seeds: list[_Link] = []
+            self._end(transfer, at, seeds)
+            assert not seeds, "a transfer alone in its component shared a link"
+
+    def _alone(self, transfer: _Transfer, now: float) -> None:
+        """Schedule the completion of a transfer alone in its component, one event: at the time its wake would come
+        (as ``_arm`` computes it) plus its latency; it is taken off its links then (``_complete``) unless a start on
+        one of them did so first (``_expire``)."""
+        ended = now + max(0.0, transfer.end - now)
+        transfer.lazy = ended
+        transfer.lazy_token += 1
+        token = transfer.lazy_token
+        env = self.env
+        call = _Call.__new__(_Call)
+        call.env = env
+        call.callbacks = [lambda _event: self._complete(transfer, token)]
+        call._value = None
+        call._ok = True
+        heappush(env._queue, (ended + transfer.latency, NORMAL, next(env._eid), call))
+
+    def _complete(self, transfer: _Transfer, token: int) -> None:
+        """The completion of a transfer that was alone (``_alone``); ignored when a start joined its component
+        before its last byte left (its token moved on)."""
+        if token != transfer.lazy_token:
+            return
+        if transfer.version >= 0:  # still on its links
+            seeds: list[_Link] = []
+            self._end(transfer, transfer.lazy, seeds)
+            assert not seeds, "a transfer alone in its component shared a link"
+        done = transfer.done  # fires now, as the event SimPy would have processed
+        done._ok = True
+        done._value = None
+        callbacks, done.callbacks = done.callbacks, None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(done)
+
     def _end(self, transfer: _Transfer, now: float, seeds: list[_Link]) -> None:
-        """Take ``transfer`` off its links; add those still busy to ``seeds``."""
+        """Take ``transfer`` off its links (its last byte left at ``now``); add those still busy to ``seeds``."""
         del self._active[transfer]
         transfer.version = -1  # no entry of it is current any more
         transfer.group = []
@@ -431,9 +487,16 @@ class FlowNetwork:
                 updates += 1
             if transfer.end < first.end:
                 first = transfer
+        self.rate_updates += updates
+        if len(component) == 1:
+            self._alone(first, now)
+            return
+        for transfer in component:
+            if transfer.lazy >= 0.0:  # no longer alone: its completion event is void
+                transfer.lazy = -1.0
+                transfer.lazy_token += 1
         self._sequence += 1
         heappush(self._ends, (first.end, self._sequence, first, first.version))
-        self.rate_updates += updates
 
 
 # Shared marker for every link of infinite capacity: it never constrains a rate, so it keeps no state.

@@ -16,7 +16,7 @@ from plansim.des.lower import lower
 from plansim.des.taskgraph import TaskGraph
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
-from plansim.limits import refuse_work
+from plansim.limits import refuse_work, work_bound
 from plansim.step.comm import WholeGroup
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
@@ -26,22 +26,33 @@ __all__ = ["des_estimate", "des_work", "sized_lowering"]
 
 def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
     """``lower(model, cluster, s)``, refused with a ``PlansimError`` before it is built when the run it feeds
-    would exceed the work bound (``s`` resolved: dp and dtype set)."""
+    would exceed the work bound (``s`` resolved: dp and dtype set).
+
+    The work is ``a + b m`` with ``a >= 0`` (what every micro-batch runs, and a constant: the buckets, the
+    optimizer, the warm-up), so ``m / k`` times the work at ``k`` micro-batches is at least the work at ``m``:
+    where that is within the bound the run is built at once and its own work checked; else the work is
+    extrapolated from ``k`` and ``2k`` micro-batches before anything larger is built."""
     m = s.num_microbatches
     k = s.pp
     if m <= 2 * k:
-        graph = lower(model, cluster, s)
-        _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
-        return graph
+        return _checked(model, cluster, s, mode)
     try:
-        small, double = (lower(model, cluster, _with_microbatches(s, n)) for n in (k, 2 * k))
+        small = des_work(lower(model, cluster, _with_microbatches(s, k)), cluster, mode)
+        if small * m / k <= work_bound("des_tasks"):
+            return _checked(model, cluster, s, mode)
+        double = des_work(lower(model, cluster, _with_microbatches(s, 2 * k)), cluster, mode)
     except PlansimError:  # a check that only the smaller batch fails: count the strategy itself
-        graph = lower(model, cluster, s)
-        _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
-        return graph
-    per_microbatch = (des_work(double, cluster, mode) - des_work(small, cluster, mode)) / k
-    _refuse(model, cluster, s, mode, round(des_work(small, cluster, mode) + per_microbatch * (m - k)))
+        return _checked(model, cluster, s, mode)
+    per_microbatch = (double - small) / k
+    _refuse(model, cluster, s, mode, round(small + per_microbatch * (m - k)))
     return lower(model, cluster, s)
+
+
+def _checked(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
+    """``lower(model, cluster, s)``, refused once built when its run is above the work bound."""
+    graph = lower(model, cluster, s)
+    _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))
+    return graph
 
 
 def des_estimate(model: Workload, cluster: Cluster, s: Strategy, mode: str = "symmetric") -> int:
@@ -76,7 +87,8 @@ def des_work(graph: TaskGraph, cluster: Cluster, mode: str) -> int:
     width = mesh.stride("pp")  # ranks per stage
     runs = width if mode == "full" else 1
     tasks = runs * sum(len(program.tasks) for program in graph.stages)
-    kinds = {task.comm for program in graph.stages for task in program.tasks if task.comm is not None}
+    # the lowering shares one Comm object among a layer's micro-batches: by identity first, hashed once each
+    kinds = {id(task.comm): task.comm for program in graph.stages for task in program.tasks if task.comm}.values()
     transfers = 0.0
     for comm in {(c.collective, c.algorithm, c.axis, c.local) for c in kinds if isinstance(c.peers, WholeGroup)}:
         collective, algorithm, group, local = comm

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,15 +198,42 @@ def write_chrome_trace(
     return path
 
 
-@dataclass
 class Timeline:
-    """What a discrete-event simulation saw: task spans, memory over time per device, and per-link traffic."""
+    """What a discrete-event simulation saw: task spans, memory over time per device, and per-link traffic.
 
-    spans: list[Span]
-    memory: dict[str, list[tuple[float, float]]]
-    link_bytes: dict[str, float]
-    link_utilization: dict[str, float]
-    step_time_s: float
+    ``spans`` and ``memory`` are given as such, or as callables that make them: the engine hands over its per-task
+    times and memory trackers, and they are made the first time they are read (a large step's spans run to
+    millions of objects, which a run whose figures alone are read never needs)."""
+
+    __slots__ = ("_memory", "_spans", "link_bytes", "link_utilization", "step_time_s")
+
+    def __init__(
+        self,
+        spans: list[Span] | Callable[[], list[Span]],
+        memory: dict[str, list[tuple[float, float]]] | Callable[[], dict[str, list[tuple[float, float]]]],
+        link_bytes: dict[str, float],
+        link_utilization: dict[str, float],
+        step_time_s: float,
+    ) -> None:
+        self._spans = spans
+        self._memory = memory
+        self.link_bytes = link_bytes
+        self.link_utilization = link_utilization
+        self.step_time_s = step_time_s
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every task's span (made on first read where the engine handed over a callable)."""
+        if callable(self._spans):
+            self._spans = self._spans()
+        return self._spans
+
+    @property
+    def memory(self) -> dict[str, list[tuple[float, float]]]:
+        """Per device, ``(time, live bytes)`` after each change (made on first read where a callable was given)."""
+        if callable(self._memory):
+            self._memory = self._memory()
+        return self._memory
 
     def write_trace(self, path: str) -> str:
         """Write the Chrome trace-event JSON (opens in Perfetto); returns the path."""
