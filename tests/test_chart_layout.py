@@ -87,7 +87,7 @@ def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         result = plansim.plan(
             "gpt3-125m", "dgx-a100", gpus=8, global_batch=16, top_k=3, des=False, milp=False, robust=True
         )
-        write_plan(result, out / "plan")
+        write_plan(result, out / "plan", jobs=1)  # drawn in this process, where save_figure records them
         comparison = plansim.compare(
             "gpt3-125m", [THREE_D, DATA], ["dgx-a100", "dgx-h100"], gpus=8, engine="des", scaling_gpus=[4, 8, 12, 16]
         )

@@ -110,19 +110,23 @@ def test_plan_reports_each_phase_and_counts_the_des_finalists() -> None:
     assert labels[:4] == [
         "balancing the finalists' layer splits", "remat=milp for up to 3 finalists",
         "sizing the 2 finalists' discrete-event runs",
-        "re-simulating the 2 finalists with the DES (counted in tasks and transfers)",
+        "re-simulating the 2 finalists and the reference with the DES (counted in tasks and transfers)",
     ]  # fmt: skip
-    # the DES phase counts each finalist's tasks and transfers, as the engine's own estimate gives them
-    from plansim.des.size import des_estimate
+    # the DES phase counts each run's tasks and transfers as their ceiling gives them (des.size.des_ceiling): the two
+    # finalists' and the Megatron-style reference's, re-simulated beside them
+    from plansim.des.size import des_ceiling
     from plansim.hardware import load_hardware
     from plansim.workload import load_model
 
     cluster = load_hardware("dgx-a100", gpus=16)
-    sizes = [des_estimate(load_model("gpt3-1.3b"), cluster, f.priced.strategy.resolve(cluster))
-             for f in sorted(r.outcome.finalists, key=lambda f: f.priced.index)]  # fmt: skip
-    assert counts[-4:-2] == [(1, 2), (2, 2)]  # the sizing, one finalist at a time
-    assert counts[-2][0] in sizes and counts[-1] == (sum(sizes), sum(sizes)) and min(sizes) > 1
-    assert counts[-5][0] == counts[-5][1] == r.outcome.candidates
+    runs = [f.priced.strategy for f in r.outcome.finalists]
+    assert r.outcome.reference is not None and r.outcome.reference.priced.strategy not in runs
+    runs.append(r.outcome.reference.priced.strategy)
+    sizes = [des_ceiling(load_model("gpt3-1.3b"), cluster, s.resolve(cluster)) for s in runs]
+    assert counts[-5:-3] == [(1, 2), (2, 2)]  # the sizing, one finalist at a time
+    assert counts[-3][0] in sizes and counts[-1] == (sum(sizes), sum(sizes)) and min(sizes) > 1
+    assert r.outcome.reference.des is not None  # re-simulated
+    assert counts[-6][0] == counts[-6][1] == r.outcome.candidates
 
 
 def test_compare_progress_names_each_run(eager: None) -> None:

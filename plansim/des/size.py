@@ -10,6 +10,8 @@ The bound is ``plansim.limits.WORK["des_tasks"]`` (``PLANSIM_MAX_DES_TASKS``).
 
 from __future__ import annotations
 
+import math
+
 from plansim.costs.collectives import algorithm_entry, schedule
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.des.lower import lower
@@ -21,7 +23,7 @@ from plansim.step.comm import WholeGroup
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
-__all__ = ["des_estimate", "des_work", "sized_lowering"]
+__all__ = ["des_ceiling", "des_estimate", "des_work", "sized_lowering"]
 
 
 def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
@@ -68,6 +70,20 @@ def des_estimate(model: Workload, cluster: Cluster, s: Strategy, mode: str = "sy
     except PlansimError:
         return des_work(lower(model, cluster, whole), cluster, mode)
     return round(small + (double - small) / k * (m - k))
+
+
+def des_ceiling(model: Workload, cluster: Cluster, s: Strategy, mode: str = "symmetric") -> int:
+    """At least ``des_estimate`` and cheaper: ``m / k`` times the work at ``k`` micro-batches (the work is ``a + b m``
+    with ``a >= 0``), from one lowering at ``k = pp``; the run's own work where ``m <= 2k``, as ``des_estimate``.
+    Where the ceilings of several runs are within a bound, so are their works."""
+    m, k = s.num_microbatches, s.pp
+    if m <= 2 * k:
+        return des_estimate(model, cluster, s, mode)
+    try:
+        small = des_work(lower(model, cluster, _with_microbatches(s, k)), cluster, mode)
+    except PlansimError:
+        return des_estimate(model, cluster, s, mode)
+    return math.ceil(small * m / k)
 
 
 #: What one collective transfer costs against one simulated task, from whole-run wall times of this project's runs

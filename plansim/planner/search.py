@@ -853,23 +853,32 @@ def _refuse_des_work(
     progress: Callable[[int, int], None] | None = None,
     bound: bool = True,
 ) -> list[int]:
-    """Each finalist's discrete-event work (``des.size.des_estimate``, tasks and transfers), refused with a
-    ``PlansimError`` before the first run when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together
-    (naming the ``--top`` that fits; not with ``bound`` false); a finalist the DES cannot run counts nothing (its
-    own run says why)."""
-    from plansim.des.size import des_estimate
+    """Each finalist's discrete-event work (tasks and transfers), refused with a ``PlansimError`` before the first run
+    when they come to more than ``PLANSIM_MAX_FINALIST_TASKS`` together (naming the ``--top`` that fits; not with
+    ``bound`` false); a finalist the DES cannot run counts nothing (its own run says why). The works are their
+    ceilings (``des.size.des_ceiling``, one small lowering each) where those are within the bound, else their
+    estimates (``des_estimate``)."""
+    from plansim.des.size import des_ceiling, des_estimate
     from plansim.limits import refuse_work, work_bound
 
-    weights = []
-    for p in chosen:
-        try:
-            weights.append(des_estimate(model, p.cluster or cluster, p.strategy.resolve(p.cluster or cluster)))
-        except PlansimError:
-            weights.append(0)
-        if progress:
-            progress(len(weights), len(chosen))
-    most, total = work_bound("finalist_tasks"), sum(weights)
-    if bound and total > most:
+    def works(size: Callable[[ModelSpec, Cluster, Strategy], int]) -> list[int]:
+        out = []
+        for p in chosen:
+            try:
+                out.append(size(model, p.cluster or cluster, p.strategy.resolve(p.cluster or cluster)))
+            except PlansimError:
+                out.append(0)
+            if progress:
+                progress(len(out), len(chosen))
+        return out
+
+    most = work_bound("finalist_tasks")
+    weights = works(des_ceiling)
+    if not bound or sum(weights) <= most:
+        return weights
+    weights = works(des_estimate)
+    total = sum(weights)
+    if total > most:
         top = next(k for k in range(len(weights) + 1) if k == len(weights) or sum(weights[: k + 1]) > most)
         fewer = f"use --top {top}" if top else "use a smaller model or batch"
         refuse_work(
