@@ -423,7 +423,7 @@ SIM = ["simulate", "-m", "gpt3-125m", "-H", "dgx-a100", "-s", "dp=8"]
         (["remat", "--time-limit", "x"], "plansim remat: --time-limit: 'x' is not a valid number"),
         (
             ["plan", "--jobs", "two"],
-            "plansim plan: --jobs: 'two' is not a valid integer: give a whole number, e.g. --jobs 1",
+            "plansim plan: --jobs: 'two' is not a valid integer: give a whole number, e.g. --jobs 8",
         ),
         (
             [*SIM, "--format", "xml"],
