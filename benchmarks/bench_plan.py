@@ -7,7 +7,7 @@ For each case: candidates, candidates that fit, candidates per second of the ana
 phase (enumerate, analytic, splits: the finalists' balanced layer splits, milp for the finalists that recompute,
 des for the top 10), then the winner.
 
-Run: python benchmarks/bench_plan.py [--jobs N] [--no-des]
+Run: python benchmarks/bench_plan.py [--jobs N] [--no-des]   (benchmarks/bench_cli.py times the whole commands)
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ FINALIST_TASKS = "20000000"
 def main() -> None:
     os.environ.setdefault("PLANSIM_MAX_FINALIST_TASKS", FINALIST_TASKS)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=None, help="processes (default: the cores, as plansim plan)")
     parser.add_argument("--no-des", action="store_true")
     args = parser.parse_args()
     for model, hardware, gpus, batch in CASES:

@@ -47,8 +47,8 @@ def _both(monkeypatch: pytest.MonkeyPatch, *args: Any, **kwargs: Any) -> tuple[A
     [
         ("gpt3-175b", "dgx-a100", 1024, 1536, {}),  # the README's main job (its DES aside)
         ("gpt3-1.3b", "dgx-a100", 16, 64, {"constraints": {"pp": 4, "schedule": "1f1b"}}),  # the README's split
-        ("gpt3-2.7b", "dgx-a100", 32, 128, {"robust": True}),  # a robust search: each family's best read
-        ("gpt3-2.7b", "dgx-h100", 16, 64, {"constraints": {"framework": "all"}}),  # each framework's best read
+        ("gpt3-1.3b", "dgx-a100", 32, 128, {"robust": True}),  # a robust search: each family's best read
+        ("gpt3-1.3b", "dgx-h100", 16, 64, {"constraints": {"framework": "all"}}),  # each framework's best read
     ],
 )
 def test_pruning_changes_no_outcome(
@@ -67,7 +67,7 @@ def test_pruning_changes_no_outcome(
             assert exact[q.strategy].peak_memory_bytes == q.peak_memory_bytes
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(
     model=st.sampled_from(["gpt3-125m", "gpt3-350m", "gpt3-1.3b", "llama2-7b"]),
     gpus=st.sampled_from([8, 16]),
