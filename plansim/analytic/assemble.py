@@ -113,7 +113,7 @@ class StepFrame:
     build: Callable[[], Pipeline]
     shared: AnalyticCache
     kernel_recompute: float
-    static: list[dict[str, float]]
+    static: list[dict[str, int]]
     group_of: list[int]
     fixed: list[dict[str, float]]
     peaks: list[float]
@@ -134,8 +134,8 @@ class StepFrame:
         """Each stage's peak: its model states and workspace (priced once per group of stages that hold alike, as
         ``Pipeline.memory_groups``), its activations and the allocator's rounding of them, its fixed buffers (CUDA
         context, NCCL; ``plansim.step.memory``)."""
-        groups: dict[tuple[int, int], int] = {}
-        static: list[dict[str, float]] = []
+        groups: dict[tuple[int, tuple[float, ...]], int] = {}
+        static: list[dict[str, int]] = []
         group_of = []
         for st in held:
             g = groups.setdefault((st.params, st.sums.layer_params), len(static))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -220,7 +220,8 @@ def plan(
     max_tp = _megatron_tp(spec, cluster)
     # the candidates the explanation reads besides the finalists: the best Megatron-style one at each depth, each
     # framework's best (--framework all), and with --robust each family's best (a rival)
-    groups = [partial(_megatron_depth, max_tp), _framework, *([plan_family] if robust else [])]
+    groups: list[Callable[[Strategy], Hashable]] = [partial(_megatron_depth, max_tp), _framework]
+    groups += [plan_family] if robust else []
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
         progress=progress, phase=phase, corners=corners, groups=groups,

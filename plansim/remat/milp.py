@@ -238,7 +238,11 @@ class _StartedHiGHS(pulp.HiGHS):
                 len(integer), np.array(integer, dtype=np.int32),
                 np.full(len(integer), highspy.HighsVarType.kInteger.value, dtype=np.uint8),
             )  # fmt: skip
-        row_lower, row_upper, starts, indices, values = [], [], [], [], []
+        row_lower: list[float] = []
+        row_upper: list[float] = []
+        starts: list[int] = []
+        indices: list[int] = []
+        values: list[float] = []
         for i, constraint in enumerate(lp._constraints.values()):
             constraint.index = i
             starts.append(len(indices))
