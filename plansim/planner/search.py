@@ -1,5 +1,8 @@
-"""The search: price every candidate with the analytic engine, drop what does not fit (counting why), rank by the
-objective, re-simulate the best K with the discrete-event engine and rank the finalists by that. Three refinements
+"""The search: frame every candidate with the analytic engine (``analytic.step_frame``: its memory, exact, and lower
+bounds on its step time), drop what does not fit (counting why) without pricing its time, price in full, in order of
+their bounds, only the candidates whose bound could still rank them among the best K or as a candidate the
+explanation reads (``_Bounds``; the rest are ``SearchOutcome.pruned``, with their bounds), rank by the objective,
+re-simulate the best K with the discrete-event engine and rank the finalists by that. Three refinements
 are priced for the finalists only: Megatron-LM's ``--tp-comm-overlap`` where their framework runs it (unless the
 constraints fix it: ``Constraints.tp_comm_overlap``), the layer split that balances the pipeline stages' time
 (``split``), and ``remat: milp`` for those that recompute (where its schedule would fill what the stage leaves, on an
@@ -13,7 +16,8 @@ a better-ranked one only in its settings (``SETTINGS``: ZeRO stage, sequence par
 all-reduce, ...) and prices alike within ``TIE`` in both step time and peak memory is its twin, left out and counted
 (``SearchOutcome.equivalents``).
 
-Deterministic: candidates are priced in ``space.candidates`` order and ties are broken by that order. ``jobs > 1``
+Deterministic: ties are broken by the ``space.candidates`` order, and pruning changes no outcome (its rule is exact;
+``tests/test_pruning.py`` holds it to pricing everything). ``jobs > 1``
 prices chunks of the space, and runs the finalists' discrete-event simulations, in worker processes; the outcome is
 the same. Pricing shares one ``AnalyticCache`` per cluster (with ``--robust``, one per worst corner, ``_Pricing``)
 with the cyclic garbage collector paused (``plansim.gc_pause``); the ``--tp-comm-overlap`` twins a finalist was priced
