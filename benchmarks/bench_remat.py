@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from plansim.api import load_hardware, load_model
 from plansim.remat import BASELINES, RematGraph, linear_chain, solve_remat, stage_graph
@@ -66,7 +68,6 @@ def report(label: str, graph: RematGraph, budget: float, time_limit: float, gap:
 def limits() -> None:
     """(d) and (e): wall time against the time limit."""
     from plansim.api import simulate
-    from plansim.remat import plan as remat_plan
     from plansim.remat.api import plan_remat, remat_graph
 
     g = remat_graph("gpt3-1.3b", "dgx-a100", stage_layers=24, granularity="layer", micro_batch=8)
@@ -87,23 +88,11 @@ def limits() -> None:
             f"{'-' if s.bound is None else f'{(s.bound - g.total_cost) * 1e3:.3f} ms'}, build {s.build_time_s:.2f} s"
             f"{'; ' + r.reason if r.reason else ''}"
         )
-    stages: list[float] = []
-    solve = remat_plan.solve_remat
-
-    def timed(*args: object, **kwargs: object) -> object:
-        began = time.perf_counter()
-        out = solve(*args, **kwargs)  # type: ignore[arg-type]
-        stages.append(time.perf_counter() - began)
-        return out
-
-    remat_plan.solve_remat = timed  # type: ignore[assignment]
-    try:
+    with stage_solves() as stages:
         strategy = "tp=8,micro_batch=1,global_batch=8,remat=milp,remat_budget=8GB,remat_time_limit_s=3"
         start = time.perf_counter()
         result = simulate("gpt3-13b", "dgx-a100", strategy, gpus=8, engine="analytic")
         wall = time.perf_counter() - start
-    finally:
-        remat_plan.solve_remat = solve  # type: ignore[assignment]
     print(
         f"(e) remat=milp, one 40-block stage (GPT-3 13B, tp=8, 8 GB), remat_time_limit_s=3: stage solve "
         f"{', '.join(f'{t:.2f}' for t in stages)} s (limit 3 s), whole simulation {wall:.2f} s; "
@@ -111,28 +100,36 @@ def limits() -> None:
     )
 
 
+@contextmanager
+def stage_solves() -> Iterator[list[float]]:
+    """The seconds of each stage MILP ``remat.plan`` solves within the block (``solve_remat`` timed, then restored)."""
+    from plansim.remat import plan as remat_plan
+
+    seconds: list[float] = []
+    solve = remat_plan.solve_remat
+
+    def timed(*args: object, **kwargs: object) -> object:
+        began = time.perf_counter()
+        out = solve(*args, **kwargs)  # type: ignore[arg-type]
+        seconds.append(time.perf_counter() - began)
+        return out
+
+    remat_plan.solve_remat = timed  # type: ignore[assignment]
+    try:
+        yield seconds
+    finally:
+        remat_plan.solve_remat = solve  # type: ignore[assignment]
+
+
 def planner() -> None:
     """(f): the planner's milp phase on the README's plan."""
     from plansim.planner import Constraints, plan
-    from plansim.remat import plan as remat_plan
 
-    solves: list[float] = []
-    solve = remat_plan.solve_remat
-
-    def counted(*args: object, **kwargs: object) -> object:
-        began = time.perf_counter()
-        out = solve(*args, **kwargs)  # type: ignore[arg-type]
-        solves.append(time.perf_counter() - began)
-        return out
-
-    remat_plan.solve_remat = counted  # type: ignore[assignment]
-    try:
+    with stage_solves() as solves:
         start = time.perf_counter()
         r = plan("gpt3-175b", "dgx-a100", gpus=1024, global_batch=1536, constraints=Constraints(remat=("full",)),
                  des=False)  # fmt: skip
         wall = time.perf_counter() - start
-    finally:
-        remat_plan.solve_remat = solve  # type: ignore[assignment]
     phases = r.outcome.phase_s
     step = r.winner_result.step_time_s if r.winner_result else float("nan")
     print(

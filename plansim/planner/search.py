@@ -572,13 +572,13 @@ def _price_framed(pricing: _Pricing, framed: list[_Framed], bounds: _Bounds, fou
     for f in sorted(framed, key=lambda f: (f.bound, f.index)):
         if bounds.needed(f.strategy, f.bound, f.tight):
             f = dataclasses.replace(f, bound=max(x.bound_s() for x in f.frames))
-        if bounds.needed(f.strategy, f.bound, f.tight):
-            result, corner = pricing.complete(f.frames)
-            p = Priced(f.index, f.strategy, result, corner)
-            found.priced.append(p)
-            bounds.add(p)
-        else:
-            found.pruned.append(f.pruned())
+            if bounds.needed(f.strategy, f.bound, f.tight):
+                result, corner = pricing.complete(f.frames)
+                p = Priced(f.index, f.strategy, result, corner)
+                found.priced.append(p)
+                bounds.add(p)
+                continue
+        found.pruned.append(f.pruned())
 
 
 def _settle(found: _Found, pricing: _Pricing, clusters: tuple[Cluster, ...], bounds: _Bounds) -> None:
