@@ -8,7 +8,18 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, TypedDict
 
-__all__ = ["Result", "StepRates", "step_rates"]
+__all__ = ["FLOPS_CONVENTION", "Result", "StepRates", "step_rates"]
+
+#: What MFU and HFU divide by the step time, the GPUs and the GPU's dense peak at the training dtype (every Result
+#: carries it as ``flops_convention``). Model FLOPs are Megatron-LM's ``num_floating_point_operations`` (NVIDIA/
+#: Megatron-LM d98e8a64, megatron/training/training.py:1146-1169); hardware FLOPs what the GPU executes, recomputation
+#: included (Korthikanti et al. 2022, sec 6), so that HFU cannot pass 1.
+FLOPS_CONVENTION = {
+    "mfu": "model FLOPs as Megatron-LM counts them: 3x the forward matmuls, causal attention over half the scores, "
+    "no recomputation",
+    "hfu": "hardware FLOPs the kernels execute: forward and backward matmuls, a fused causal attention kernel over "
+    "half the scores (its backward recomputing QK^T), and every recomputation",
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class Result:
     memory_margin: float = 0.0
     #: What the caller should know about this result (a thin memory margin: ``plansim.step.result.THIN_MARGIN``).
     warnings: list[str] = field(default_factory=list)
+    #: What ``mfu`` and ``hfu`` count (``FLOPS_CONVENTION``).
+    flops_convention: dict[str, str] = field(default_factory=lambda: dict(FLOPS_CONVENTION))
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.des.timeline.Timeline``); not
     #: part of the JSON output (write it with ``timeline.write_trace``).
     timeline: Any = field(default=None, compare=False, repr=False)

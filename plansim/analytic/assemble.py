@@ -112,7 +112,7 @@ class StepFrame:
     held: tuple[StageHeld, ...]
     build: Callable[[], Pipeline]
     shared: AnalyticCache
-    kernel_recompute: float
+    executed_flops: float
     static: list[dict[str, int]]
     group_of: list[int]
     fixed: list[dict[str, float]]
@@ -129,7 +129,7 @@ class StepFrame:
         held: tuple[StageHeld, ...],
         build: Callable[[], Pipeline],
         shared: AnalyticCache,
-        kernel_recompute: float = 0.0,
+        executed_flops: float = 0.0,
     ) -> StepFrame:
         """Each stage's peak: its model states and workspace (priced once per group of stages that hold alike, as
         ``Pipeline.memory_groups``), its activations and the allocator's rounding of them, its fixed buffers (CUDA
@@ -148,7 +148,7 @@ class StepFrame:
             totals[g] + round(st.peak[0]) + round(st.peak[1] - st.peak[0]) + sum(fixed[i].values())
             for i, (g, st) in enumerate(zip(group_of, held, strict=True))
         ]
-        return cls(model, cluster, s, micro_batch_flops, kernels, held, build, shared, kernel_recompute, static,
+        return cls(model, cluster, s, micro_batch_flops, kernels, held, build, shared, executed_flops, static,
                    group_of, fixed, peaks)  # fmt: skip
 
     @cached_property
@@ -229,7 +229,7 @@ def assemble_result(frame: StepFrame) -> Result:
         s,
         engine="analytic",
         step_s=step,
-        flops=step_flops(frame.micro_batch_flops, pipe.recompute_matmul_flops + frame.kernel_recompute, s),
+        flops=step_flops(frame.micro_batch_flops, frame.executed_flops, pipe.recompute_matmul_flops, s),
         memory=memory,
         comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
         | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},

@@ -168,7 +168,7 @@ class PricedLayers:
     prep: PreparedStep
     costs: dict[int, LayerCost]
     model_flops: float
-    kernel_recompute_flops: float  # what fused kernels' backward recomputes (workload.kernel_recompute_flops)
+    executed_flops: float  # what the kernels execute per micro-batch (costs.kernels.executed_flops)
     stage_sums: dict[tuple[int, ...], StageSums] = field(default_factory=dict)
     pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
     stage_memory: dict[PipelineKey, tuple[StageHeld, ...]] = field(default_factory=dict)
@@ -339,7 +339,8 @@ class AnalyticCache:
         key = LayerKey.of(s)
         hit = self._priced.get(key)
         if hit is None:
-            from plansim.workload import kernel_recompute_flops, model_flops
+            from plansim.costs.kernels import executed_flops
+            from plansim.workload import model_flops
 
             kernels = self._kernels.get(KernelKey.of(s))
             if kernels is None:
@@ -355,6 +356,6 @@ class AnalyticCache:
             )
             for block in range(self.model.layers):  # a traced block may run no kernel (nn.Flatten, nn.Identity)
                 costs.setdefault(block, LayerCost())
-            hit = PricedLayers(prep, costs, model_flops(prep.graph), kernel_recompute_flops(prep.graph))
+            hit = PricedLayers(prep, costs, model_flops(prep.graph), executed_flops(prep.graph))
             self._priced[key] = hit
         return hit

@@ -77,7 +77,7 @@ def step_frame(
         held,
         partial(_pipeline, model, cluster, s, priced, held, plans),
         shared,
-        kernel_recompute=priced.kernel_recompute_flops,
+        executed_flops=priced.executed_flops,
     )
 
 

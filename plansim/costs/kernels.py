@@ -14,12 +14,16 @@ roofline answers. ``cost_provenance`` says which a GPU gets; every Result carrie
 run-to-run coefficient of variation: the spread of the profile's repeats where it recorded one, else the GPU
 profile's cited default (``plansim.costs.stragglers`` charges what it makes collectives wait).
 
-Fused attention (kind ``attention``, FlashAttention): the op counts its matmuls over every score (the model FLOPs), and
-the causal kernel computes only the blocks on and below the diagonal, about half (FlashAttention-2, Dao 2023, sec 4.1:
-"with causal mask, divide this number by 2"); its time is that half at the fused kernel's rate: the measured profile's
-``sdpa`` points where it has them (``plansim profile`` times causal ``scaled_dot_product_attention`` and records the
-same halved FLOPs), else the GPU profile's cited kernel benchmark (``efficiency.attention_fwd`` / ``attention_bwd``),
-else the GEMM roofline. The backward is one kernel of ``bwd_flops`` (it recomputes QK^T).
+Fused attention (kind ``attention``, FlashAttention): the op counts its matmuls over every score, and under a causal
+mask (the op's ``causal``) the kernel computes only the blocks on and below the diagonal, about half
+(``workload.graph.CAUSAL_SHARE``; FlashAttention-2, Dao 2023, sec 4.1: "with causal mask, divide this number by 2");
+``executed_share`` says what a kernel executes of an op's FLOPs, which both its time and the hardware FLOPs
+(``executed_flops``, HFU's numerator) count, so that no kernel runs above the GPU's peak and HFU cannot pass 1. Its
+time is the executed FLOPs at the fused kernel's rate: the measured profile's ``sdpa`` points where it has them
+(``plansim profile`` times causal ``scaled_dot_product_attention`` and records the same halved FLOPs), else the GPU
+profile's cited kernel benchmark (``efficiency.attention_fwd`` / ``attention_bwd``, causal points), else the GEMM
+roofline. The backward is one kernel of ``bwd_flops`` (it recomputes QK^T). The unfused core (``bmm`` QK^T and
+attention over V) computes every score and masks them afterwards: it executes all of its FLOPs.
 """
 
 from __future__ import annotations
@@ -35,14 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from plansim.files.data import data_dir
-from plansim.workload.graph import MATMUL_KINDS
+from plansim.workload.graph import MATMUL_KINDS, causal_share
 
 if TYPE_CHECKING:
     from plansim.hardware import GPUSpec
     from plansim.hardware.schema import OverlapMeasurement
     from plansim.profiling.schema import KernelProfile
 
-__all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "load_kernel_table"]
+__all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "executed_flops", "executed_share", "load_kernel_table"]
 
 # Op kinds in MATMUL_KINDS run on tensor cores at the training dtype; everything else is priced as CUDA-core fp32 work.
 
@@ -57,9 +61,29 @@ _GROUP_OF_OP = {
     "silu": "elementwise", "add": "elementwise", "copy": "memory", "sdpa": "attention",
 }  # fmt: skip
 _COMPUTE_GROUPS = ("gemm", "bmm", "attention")
-#: The share of the scores a causal fused attention kernel computes: the blocks on and below the diagonal, about half
-#: (FlashAttention-2, Dao 2023, sec 4.1, which counts a causal kernel's FLOPs as half the full count).
-CAUSAL_SHARE = 0.5
+
+
+def executed_share(op: Mapping[str, Any]) -> float:
+    """The share of an op's counted FLOPs its kernels execute: a fused attention kernel under a causal mask skips the
+    blocks above the diagonal (``causal_share``); every other op, the unfused attention core included, computes all
+    of them.
+
+    >>> executed_share({"kind": "attention", "causal": True}), executed_share({"kind": "bmm", "causal": True})
+    (0.5, 1.0)
+    """
+    return causal_share(op) if op["kind"] == "attention" else 1.0
+
+
+def executed_flops(graph: Any) -> float:
+    """FLOPs the matmul-like kernels of one micro-batch execute on this rank, forward and backward, a fused causal
+    attention kernel's over the causal half (``executed_share``): with the recomputation's, the hardware FLOPs of
+    HFU (Korthikanti et al. 2022, sec 6: hardware FLOPs count what the GPU runs, recomputation included; the
+    backward of a fused attention kernel recomputes QK^T, FlashAttention-2 sec 3.1.2)."""
+    return sum(
+        (data["flops"] + data["bwd_flops"]) * executed_share(data)
+        for _, data in graph.nodes(data=True)
+        if data["kind"] in MATMUL_KINDS
+    )
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
@@ -227,8 +251,6 @@ class KernelCostModel:
     def _kernel_time(self, kind: str, flops: float, nbytes: float, direction: str) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        if kind == "attention":  # the causal kernel executes half the scores' FLOPs (module docstring)
-            flops *= CAUSAL_SHARE
         measured = self._measured(kind, flops, nbytes, direction)
         if measured is not None:
             return measured
@@ -244,8 +266,8 @@ class KernelCostModel:
         return max(compute, memory) + self.gpu.kernel_launch_s
 
     def forward(self, op: Mapping[str, Any]) -> float:
-        """Forward time of a graph op (its ``kind``, ``flops`` and ``bytes`` attributes)."""
-        return self.kernel_time(op["kind"], op["flops"], op["bytes"])
+        """Forward time of a graph op (its ``kind``, the ``flops`` it executes and ``bytes``)."""
+        return self.kernel_time(op["kind"], op["flops"] * executed_share(op), op["bytes"])
 
     def backward(self, op: Mapping[str, Any]) -> float:
         """Backward time: GEMM-like ops run two kernels (input and weight gradients) of half ``bwd_flops`` each,
@@ -254,7 +276,7 @@ class KernelCostModel:
         backward is one kernel of ``bwd_flops`` (its input gradients; it has no weights)."""
         kind = op["kind"]
         if kind == "attention":
-            return self.kernel_time(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
+            return self.kernel_time(kind, op["bwd_flops"] * executed_share(op), 2 * op["bytes"], "bwd")
         if kind in MATMUL_KINDS:
             pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
             return pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"])

@@ -549,7 +549,8 @@ class _StageLowering:
 def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     """The TaskGraph of one training step; raises ``PlansimError`` when the strategy cannot run. ``strategy`` as
     written or resolved (``Strategy.resolved``: ``simulate_des`` hands it a resolved one)."""
-    from plansim.workload import kernel_recompute_flops, model_flops
+    from plansim.costs.kernels import executed_flops
+    from plansim.workload import model_flops
 
     prep = prepare_step(model, cluster, strategy)
     s, graph, kernels = prep.strategy, prep.graph, prep.kernels
@@ -603,7 +604,7 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         task.deps = (*task.deps, ctx.sends[key])
     _slowest_gpu(cluster, mesh, stages)
     recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
-    model_fl, hardware_fl = step_flops(model_flops(graph), recompute_flops + kernel_recompute_flops(graph), s)
+    model_fl, hardware_fl = step_flops(model_flops(graph), executed_flops(graph), recompute_flops, s)
     return TaskGraph(stages=stages, mesh=mesh, num_microbatches=m, model_flops=model_fl, hardware_flops=hardware_fl)
 
 

@@ -30,7 +30,7 @@ from typing import Literal
 
 import networkx as nx
 
-from plansim.costs.kernels import KernelCostModel
+from plansim.costs.kernels import KernelCostModel, executed_share
 from plansim.errors import PlansimError
 from plansim.remat.coarsen import contract, layer_parts
 from plansim.remat.graph import RematGraph, RematNode, training_graph
@@ -130,7 +130,13 @@ def _contract(
                 layer=last["layer"],
                 selective=last["selective_recompute"] or all(graph.nodes[v]["selective_recompute"] for v in members[g]),
                 comm_cost=sum(c for _, _, c in times),
-                flops=float(sum(graph.nodes[v]["flops"] for v in members[g] if graph.nodes[v]["kind"] in MATMUL_KINDS)),
+                flops=float(
+                    sum(
+                        graph.nodes[v]["flops"] * executed_share(graph.nodes[v])
+                        for v in members[g]
+                        if graph.nodes[v]["kind"] in MATMUL_KINDS
+                    )
+                ),  # what recomputing the group executes (hardware FLOPs)
             )
         )
         bwd_costs.append(sum(b for _, b, _ in times))

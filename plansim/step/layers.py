@@ -27,7 +27,7 @@ import networkx as nx
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.interference import overlap_cost
-from plansim.costs.kernels import KernelCostModel
+from plansim.costs.kernels import KernelCostModel, executed_share
 from plansim.costs.memory import LayerActivations
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import collective_wait_s
@@ -313,8 +313,8 @@ def layer_programs(
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
         lp.transient += op.get("transient_bytes", 0)
         lp.bwd_workspace = max(lp.bwd_workspace, op.get("workspace_bytes", 0))
-        if op["kind"] in MATMUL_KINDS:
-            lp.fwd_matmul_flops += op["flops"]
+        if op["kind"] in MATMUL_KINDS:  # what a recompute of the forward executes (hardware FLOPs)
+            lp.fwd_matmul_flops += op["flops"] * executed_share(op)
             if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
                 lp.wgrad_saved += op["saved_bytes"]
                 lp.wgrad_saved_reserved += reserved_bytes(op["saved_bytes"])
@@ -323,7 +323,7 @@ def layer_programs(
             lp.selective_saved += op["saved_bytes"]
             lp.selective_saved_reserved += reserved_bytes(op["saved_bytes"])
             if op["kind"] in MATMUL_KINDS:
-                lp.selective_matmul_flops += op["flops"]
+                lp.selective_matmul_flops += op["flops"] * executed_share(op)
     for r in runs.values():
         r.close_fwd()
     taken.clear()

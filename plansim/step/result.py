@@ -51,12 +51,14 @@ TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sy
 THIN_MARGIN = 0.05
 
 
-def step_flops(micro_batch_flops: float, recompute_flops: float, s: Strategy) -> tuple[float, float]:
-    """(model, hardware) FLOPs of the whole step over every GPU, from one rank's per-micro-batch model FLOPs and
-    its recompute FLOPs per micro-batch (summed over stages): every tp x dp rank runs every micro-batch."""
+def step_flops(
+    micro_batch_flops: float, executed_flops: float, recompute_flops: float, s: Strategy
+) -> tuple[float, float]:
+    """(model, hardware) FLOPs of the whole step over every GPU, from one rank's per-micro-batch model FLOPs
+    (``workload.graph.model_flops``), the FLOPs its kernels execute per micro-batch (``costs.kernels.executed_flops``)
+    and its recompute FLOPs per micro-batch (summed over stages): every tp x dp rank runs every micro-batch."""
     copies = ranks_of(s, besides=("pp",)) * s.num_microbatches
-    model = micro_batch_flops * copies
-    return model, model + recompute_flops * copies
+    return micro_batch_flops * copies, (executed_flops + recompute_flops) * copies
 
 
 def overlap_figures(overlapped_s: float, interference_s: float, source: str) -> dict[str, float | str]:

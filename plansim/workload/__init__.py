@@ -9,7 +9,7 @@ True
 """
 
 from plansim.workload.build import build_graph
-from plansim.workload.graph import MATMUL_KINDS, graph_totals, kernel_recompute_flops, layer_nodes, model_flops
+from plansim.workload.graph import MATMUL_KINDS, graph_totals, layer_nodes, model_flops
 from plansim.workload.hf_config import from_hf_config
 from plansim.workload.loader import list_models, load_model
 from plansim.workload.spec import ModelSpec
@@ -22,7 +22,6 @@ __all__ = [
     "build_graph",
     "from_hf_config",
     "graph_totals",
-    "kernel_recompute_flops",
     "layer_nodes",
     "list_models",
     "load_model",

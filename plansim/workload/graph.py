@@ -9,9 +9,9 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
 ``flops``, ``bwd_flops``
     forward and backward FLOPs on this rank (a GEMM is ``2mnk``; backward is twice forward for matmul-like
     kinds, twice for norms and softmax, once for the other kinds; collectives have none). A fused attention
-    kernel (``attention``) counts its two matmuls over every score, as the unfused pair would (the model FLOPs of
-    Narayanan et al. 2021), and 2.5 times that in backward, which recomputes QK^T (FlashAttention-2, Dao 2023,
-    sec 3.1.2 and 4.1: five matmuls to the forward's two).
+    kernel (``attention``) counts its two matmuls over every score, as the unfused pair would, and 2.5 times that
+    in backward, which recomputes QK^T (FlashAttention-2, Dao 2023, sec 3.1.2 and 4.1: five matmuls to the
+    forward's two); what a causal mask leaves of them is the ``causal`` attribute's business.
 ``bytes``
     bytes read plus written by the forward op on this rank (activations and weights at ``act_bytes`` per element,
     dropout masks 1 byte). Collectives have ``bytes = 0``: their cost is ``comm_bytes``.
@@ -26,6 +26,10 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     True for the ops Korthikanti et al. 2022 (sec 5) recompute under selective recompute: QK^T, softmax,
     softmax dropout and attention over V, or the fused attention kernel that replaces them (Megatron-LM checkpoints
     its core attention, whichever kernel runs it).
+``causal`` (optional, False when absent)
+    True for the attention core's matmuls under a causal mask (the fused kernel, or QK^T and attention over V):
+    only the scores on and below the diagonal count (``CAUSAL_SHARE``); ``model_flops`` counts that share, and a
+    fused kernel also executes only that share (``plansim.costs.kernels.executed_share``).
 ``workspace_bytes`` (optional, 0 when absent)
     bytes a fused kernel allocates for the length of its backward only (FlashAttention-2's fp32 accumulators).
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
@@ -36,13 +40,14 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 
 __all__ = [
+    "CAUSAL_SHARE",
     "COLLECTIVE_ATTRIBUTES",
     "IN",
     "KINDS",
@@ -51,10 +56,10 @@ __all__ = [
     "PREV",
     "Node",
     "Sharding",
+    "causal_share",
     "collective",
     "gemm",
     "graph_totals",
-    "kernel_recompute_flops",
     "layer_nodes",
     "model_flops",
     "op",
@@ -73,6 +78,11 @@ KINDS = frozenset(
 MATMUL_KINDS = frozenset({"matmul", "bmm", "conv", "attention"})
 NODE_ATTRIBUTES = ("kind", "flops", "bwd_flops", "bytes", "saved_bytes", "params", "layer", "selective_recompute")
 COLLECTIVE_ATTRIBUTES = ("collective", "bwd_collective", "group", "comm_bytes")
+#: The share of the scores a causal mask keeps: those on and below the diagonal, about half (Megatron-LM's
+#: ``num_floating_point_operations``: "causal mask (only half of the mask is non-zero)", NVIDIA/Megatron-LM
+#: d98e8a64, megatron/training/training.py:1163-1169; FlashAttention-2, Dao 2023, sec 4.1: "with causal mask, divide
+#: this number by 2").
+CAUSAL_SHARE = 0.5
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "none"})
 _TOTAL_KEYS = ("flops", "bwd_flops", "bytes", "saved_bytes", "params")
 
@@ -277,47 +287,35 @@ def layer_nodes(graph: nx.DiGraph, layer: int) -> list[str]:
     return [n for n, at in graph.nodes(data="layer") if at == layer]
 
 
-def model_flops(graph: nx.DiGraph) -> int:
-    """Model FLOPs of one micro-batch on this rank: 3x the forward FLOPs of the matmul-like ops.
+def causal_share(op: Mapping[str, Any]) -> float:
+    """The share of an op's FLOPs its causal mask keeps (``CAUSAL_SHARE`` for the attention core under one, else 1).
 
-    This is Narayanan et al. 2021 (sec 5.1): forward plus a backward of twice the forward, GEMMs only, no
-    recomputation.
+    >>> causal_share({"kind": "attention", "causal": True}), causal_share({"kind": "matmul"})
+    (0.5, 1.0)
+    """
+    return CAUSAL_SHARE if op.get("causal", False) else 1.0
+
+
+def model_flops(graph: nx.DiGraph) -> float:
+    """Model FLOPs of one micro-batch on this rank: 3x the forward FLOPs of the matmul-like ops, the attention
+    core's over the scores a causal mask keeps (``causal_share``).
+
+    This is Megatron-LM's ``num_floating_point_operations`` (NVIDIA/Megatron-LM d98e8a64,
+    megatron/training/training.py:1146-1169: forward plus a backward of twice the forward, GEMMs only, no
+    recomputation, the core attention halved by the causal mask), which MFU divides by; Narayanan et al. 2021
+    (sec 5.1) counted every score.
 
     Examples
     --------
     >>> from plansim.workload import build_graph, load_model
     >>> spec = load_model("gpt3-125m")
     >>> b, s, l, h, V = 1, spec.seq_len, spec.layers, spec.hidden, spec.vocab
-    >>> model_flops(build_graph(spec, b)) == 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * V
+    >>> model_flops(build_graph(spec, b)) == 72 * b * s * l * h * h + 6 * b * s * s * l * h + 6 * b * s * h * V
     True
     """
-    return 3 * sum(f for _, k, f in _kinds_and(graph, "flops") if k in MATMUL_KINDS)
-
-
-def kernel_recompute_flops(graph: nx.DiGraph) -> int:
-    """FLOPs of one micro-batch on this rank that backward kernels recompute: what matmul-like ops' backward does
-    beyond twice their forward. A fused attention kernel's backward recomputes QK^T (FlashAttention-2, Dao 2023,
-    sec 3.1.2: five matmuls to the forward's two), which hardware FLOPs count as recomputation does (Korthikanti et
-    al. 2022, sec 6); every other op's is 0.
-
-    >>> from plansim.workload import build_graph, load_model
-    >>> spec = load_model("gpt3-125m")
-    >>> b, s, l, h = 1, spec.seq_len, spec.layers, spec.hidden
-    >>> kernel_recompute_flops(build_graph(spec, b)) == 2 * b * s * s * h * l   # half of 4bs^2h, every layer
-    True
-    >>> kernel_recompute_flops(build_graph(spec, b, attention="unfused"))
-    0
-    """
-    return sum(
-        max(0, data["bwd_flops"] - 2 * data["flops"])
-        for _, data in graph.nodes(data=True)
-        if data["kind"] in MATMUL_KINDS
+    return 3 * sum(
+        data["flops"] * causal_share(data) for _, data in graph.nodes(data=True) if data["kind"] in MATMUL_KINDS
     )
-
-
-def _kinds_and(graph: nx.DiGraph, attr: str) -> Iterable[tuple[str, str, int]]:
-    for n, data in graph.nodes(data=True):
-        yield n, data["kind"], data[attr]
 
 
 def graph_totals(graph: nx.DiGraph, layers: Iterable[int] | None = None) -> dict[str, int]:

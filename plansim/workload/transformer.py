@@ -39,8 +39,10 @@ Embedding (layer -1): GPT keeps its dropout mask ``sbh/d`` (and adds learned pos
 (layer ``layers``): final-norm input ``E sbh/d``, logits-GEMM input ``E sbh/d`` and fp32 softmax of the logits
 ``4 sbV/t`` (Korthikanti, sec 4.3).
 
-FLOPs: GEMMs ``2mnk``, QK^T and attention-over-V ``2bs^2h/t`` each, biases not counted, so for GPT at ``t = 1``
-the matmul FLOPs times 3 are Narayanan et al. 2021 (sec 5.1) ``72Bslh^2(1 + s/(6h) + V/(12lh))`` exactly.
+FLOPs: GEMMs ``2mnk``, QK^T and attention-over-V ``2bs^2h/t`` each over every score, biases not counted, so for GPT
+at ``t = 1`` the matmul FLOPs times 3 are Narayanan et al. 2021 (sec 5.1) ``72Bslh^2(1 + s/(6h) + V/(12lh))``
+exactly. The attention core's ops carry ``causal`` (the decoder's mask): model FLOPs count the half of the scores
+it keeps, as Megatron-LM's formula does today (``plansim.workload.graph.model_flops``).
 
 The formulas above are ``attention: unfused`` (Megatron-LM's core attention of 2021-22, which Korthikanti et al.
 measured). Under ``attention: flash`` (the default) one fused kernel replaces QK^T, softmax, dropout and attention
@@ -241,6 +243,7 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
         selective=True,
         workspace=workspace,
     )
+    attrs["causal"] = True  # the decoder's causal mask: the kernel skips the blocks above the diagonal
     return Node("attn", attrs, (qk_input, "qkv"))
 
 
@@ -252,15 +255,16 @@ def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
     scores = d.b * d.heads_l * d.s * d.s
     flops = 2 * scores * d.head_dim  # 2 b s^2 h / t per batched GEMM
     q, kv = d.rows * d.q_l, d.rows * d.kv_l
+    qk = op("bmm", flops=flops, nbytes=d.E * (q + kv + scores), selective=True)
     nodes = [
-        Node("qk", op("bmm", flops=flops, nbytes=d.E * (q + kv + scores), selective=True), (qk_input,)),
+        Node("qk", {**qk, "causal": True}, (qk_input,)),
         Node("softmax", pointwise("softmax", scores, SOFTMAX_FLOPS, d.E, saved=d.E * scores, selective=True)),
     ]
     if dropout:
         nodes.append(Node("attn_drop", _dropout(d, scores, selective=True)))
     probs = d.E * scores if dropout else 0  # without dropout AV reads the softmax output, already saved
     av = op("bmm", flops=flops, nbytes=d.E * (scores + kv + q), saved=probs, selective=True)
-    return [*nodes, Node("av", av, (PREV, "qkv"))]
+    return [*nodes, Node("av", {**av, "causal": True}, (PREV, "qkv"))]
 
 
 def _rope(d: Dims) -> Node:
