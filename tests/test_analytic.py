@@ -13,6 +13,7 @@ from plansim.analytic.engine import simulate_analytic
 from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import load_hardware
 from plansim.result import Result
+from plansim.step.prepare import kernel_model
 from plansim.strategy.schema import Strategy
 from plansim.workload import ModelSpec, build_graph, load_model
 
@@ -56,8 +57,10 @@ def test_flops_match_closed_forms(text: str, attention: str) -> None:
 def test_single_gpu_step_is_the_sum_of_its_kernels() -> None:
     m = gpt(layers=2, hidden=512, heads=8, seq=256)
     cluster = load_hardware("dgx-a100", gpus=1)
-    r = simulate_analytic(m, cluster, Strategy.parse("dp=1,micro_batch=2,global_batch=6"))
-    kernels = KernelCostModel(cluster.gpu, "bf16")
+    s = Strategy.parse("dp=1,micro_batch=2,global_batch=6")
+    r = simulate_analytic(m, cluster, s)
+    kernels = kernel_model(cluster, s)  # the framework's fused attention kernel on this GPU (FlashAttention-2)
+    assert kernels.attention_kernel == "flash2"
     graph = build_graph(m, micro_batch=2)
     per_mb = sum(kernels.forward(op) + kernels.backward(op) for _, op in graph.nodes(data=True))
     assert r.num_microbatches == 3

@@ -47,8 +47,12 @@ def _fraction(points: tuple[tuple[float, float], ...] | None, f: float) -> tuple
 
 def _efficiency(c: Cluster, f: float) -> Cluster:
     e = c.gpu.efficiency
-    curves = {k: _fraction(getattr(e, k), f) for k in ("matmul", "memory", "attention_fwd", "attention_bwd")}
-    return _gpu(c, efficiency=e.model_copy(update=curves))
+    curves = {k: _fraction(getattr(e, k), f) for k in ("matmul", "memory")}
+    attention = {
+        name: a.model_copy(update={"fwd": _fraction(a.fwd, f), "bwd": _fraction(a.bwd, f)})
+        for name, a in c.gpu.attention_kernels.items()
+    }
+    return _gpu(c, efficiency=e.model_copy(update=curves), attention_kernels=attention)
 
 
 def _busbw(c: Cluster, f: float) -> Cluster:

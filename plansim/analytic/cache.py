@@ -38,6 +38,7 @@ from plansim.step.memory import (
 )
 from plansim.step.prepare import (
     PreparedStep,
+    attention_rule,
     build_step,
     comm_pricer,
     kernel_model,
@@ -60,6 +61,8 @@ class LayerKey(StrategyProjection):
     the pipeline message size read of a strategy."""
 
     compute_dtype: str  # the kernels' rates (the sharding has only its bytes)
+    #: the fused attention kernel its framework calls, by the GPU's architecture
+    attention_kernel: tuple[object, ...] = read_with(attention_rule)
     #: what the op graph is built from (micro-batch, each sharded axis's degree, sequence parallelism, attention):
     #: ``step.prepare.sharding_of``, so a new sharded axis enters the key with its ``Sharding`` field
     sharding: Sharding = read_with(sharding_of)
@@ -73,6 +76,8 @@ class KernelKey(StrategyProjection):
     one, and with it its memo of kernel times."""
 
     compute_dtype: str
+    #: the fused attention kernel its framework calls, by the GPU's architecture
+    attention_kernel: tuple[object, ...] = read_with(attention_rule)
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ mask (the op's ``causal``) the kernel computes only the blocks on and below the 
 (``executed_flops``, HFU's numerator) count, so that no kernel runs above the GPU's peak and HFU cannot pass 1. Its
 time is the executed FLOPs at the fused kernel's rate: the measured profile's ``sdpa`` points where it has them
 (``plansim profile`` times causal ``scaled_dot_product_attention`` and records the same halved FLOPs), else the GPU
-profile's cited kernel benchmark (``efficiency.attention_fwd`` / ``attention_bwd``, causal points), else the GEMM
-roofline. The backward is one kernel of ``bwd_flops`` (it recomputes QK^T). The unfused core (``bmm`` QK^T and
-attention over V) computes every score and masks them afterwards: it executes all of its FLOPs.
+profile's cited kernel benchmark for the kernel the framework calls (``attention_kernels``: FlashAttention-2 or -3,
+cuDNN; ``step.prepare.kernel_model`` asks the framework's ``attention_kernel`` rule), else the GEMM roofline. The
+backward is one kernel of ``bwd_flops`` (it recomputes QK^T). The unfused core (``bmm`` QK^T and attention over V)
+computes every score and masks them afterwards: it executes all of its FLOPs.
 """
 
 from __future__ import annotations
@@ -188,11 +189,16 @@ def load_kernel_table(gpu_name: str, directory: Path | None = None) -> KernelTab
     return _read_table(path, path.stat().st_mtime) if path.is_file() else None
 
 
-def cost_provenance(gpu: GPUSpec, table: KernelTable | None) -> str:
-    """Where kernel times on ``gpu`` come from with ``table`` (None: the roofline alone), for every Result."""
+def cost_provenance(gpu: GPUSpec, table: KernelTable | None, attention_kernel: str | None = None) -> str:
+    """Where kernel times on ``gpu`` come from with ``table`` (None: the roofline alone), for every Result; with the
+    fused attention kernel the framework calls where the GPU profile has its rates."""
     if table is None:
-        return f"roofline: {gpu.name} spec sheet with efficiency curves"
-    return f"measured: {table.source}; roofline outside the measured sizes"
+        text = f"roofline: {gpu.name} spec sheet with efficiency curves"
+    else:
+        text = f"measured: {table.source}; roofline outside the measured sizes"
+    if attention_kernel is not None and attention_kernel in gpu.attention_kernels:
+        text += f"; fused attention: {attention_kernel}"
+    return text
 
 
 class KernelCostModel:
@@ -206,18 +212,24 @@ class KernelCostModel:
         The training dtype: tensor-core kinds (matmul, bmm, conv) run at its peak; other kinds at fp32 peak.
     table : KernelTable, optional
         Measured rates; where it covers a kernel (group, pass, dtype and size) they replace the roofline.
+    attention_kernel : str, optional
+        The fused attention kernel the framework calls on this GPU (``hardware.schema.AttentionKernel``), priced at
+        the GPU profile's curves for it; None or a kernel the profile lacks: the GEMM roofline.
     """
 
-    def __init__(self, gpu: GPUSpec, dtype: str, table: KernelTable | None = None) -> None:
+    def __init__(
+        self, gpu: GPUSpec, dtype: str, table: KernelTable | None = None, *, attention_kernel: str | None = None
+    ) -> None:
         self.gpu = gpu
         self.dtype = dtype
         self.table = table
+        self.attention_kernel = attention_kernel
         self._memo: dict[tuple[str, str, float, float], float] = {}  # a stage's blocks repeat the same kernels
 
     @property
     def provenance(self) -> str:
         """Where this model's kernel times come from (``cost_provenance``)."""
-        return cost_provenance(self.gpu, self.table)
+        return cost_provenance(self.gpu, self.table, self.attention_kernel)
 
     def kernel_time(self, kind: str, flops: float, nbytes: float, direction: str = "fwd") -> float:
         """Seconds for one kernel of ``flops`` FLOPs moving ``nbytes`` bytes (``direction``: which pass's
@@ -254,7 +266,11 @@ class KernelCostModel:
         measured = self._measured(kind, flops, nbytes, direction)
         if measured is not None:
             return measured
-        fused = self.gpu.attention_efficiency(direction, flops) if kind == "attention" and flops > 0 else None
+        fused = (
+            self.gpu.attention_efficiency(self.attention_kernel, direction, flops)
+            if kind == "attention" and flops > 0
+            else None
+        )
         if fused is not None:  # the cited kernel benchmark's rate (its times include the launch)
             return flops / (self.gpu.peak_flops(self.dtype) * fused)
         if kind in MATMUL_KINDS:  # tensor cores at the training dtype, ramping up with the GEMM's size

@@ -45,7 +45,7 @@ from simpy.events import NORMAL
 
 from plansim.costs.collectives import algorithm_entry, bytes_sent_per_rank, schedule
 from plansim.costs.interference import IDLE, Interference, Load, interference_model, send_load
-from plansim.costs.kernels import cost_provenance, load_kernel_table
+from plansim.costs.kernels import load_kernel_table
 from plansim.costs.nccl_groups import LayerCall, layer_call, ring_overhead_s, timed
 from plansim.des.memory import MemoryTracker
 from plansim.des.network import FlowNetwork, LinkId, Route
@@ -58,7 +58,7 @@ from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.result import Result
 from plansim.step.comm import Comm, GroupEnds, Shift, Standalone, WholeGroup
-from plansim.step.prepare import beside
+from plansim.step.prepare import beside, kernel_model
 from plansim.step.result import TIME_PARTS, overlap_figures, step_result
 from plansim.strategy.mesh import AXIS_ORDER, COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy
@@ -893,7 +893,7 @@ def _result(
         flops=(graph.model_flops, graph.hardware_flops),
         memory=worst.mem.peak_by_category,
         comm={k: max(c[k] for c in comm) for k in COMM_KINDS},
-        cost_model=cost_provenance(cluster.gpu, load_kernel_table(cluster.gpu.name)),
+        cost_model=kernel_model(cluster, s).provenance,
         fits=fits,
         peak_memory_bytes=int(worst.mem.peak_bytes),
         time_breakdown_s=breakdown,

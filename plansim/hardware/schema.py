@@ -20,6 +20,9 @@ from plansim.limits import field
 from plansim.units import DTYPE_BYTES
 
 __all__ = [
+    "Architecture",
+    "AttentionCurves",
+    "AttentionKernel",
     "Dtype",
     "EfficiencyCurves",
     "FabricTier",
@@ -58,33 +61,45 @@ class EfficiencyCurves(_Strict):
 
     ``matmul`` is indexed by the FLOPs of one GEMM, ``memory`` by the bytes one memory-bound kernel moves. Between
     points the fraction is interpolated linearly in log10(size); outside them it is clamped to the end points.
-    ``attention_fwd`` and ``attention_bwd`` (optional; both or neither) are a fused causal attention kernel's
-    (FlashAttention) forward and backward, indexed by the FLOPs the kernel executes (the causal half), from a cited
-    kernel benchmark; without them the kernel is priced as a GEMM.
     """
 
     matmul: tuple[CurvePoint, ...] = Field(min_length=1)
     memory: tuple[CurvePoint, ...] = Field(min_length=1)
-    attention_fwd: tuple[CurvePoint, ...] | None = Field(default=None, min_length=1)
-    attention_bwd: tuple[CurvePoint, ...] | None = Field(default=None, min_length=1)
 
-    @model_validator(mode="after")
-    def _attention_pair(self) -> EfficiencyCurves:
-        if (self.attention_fwd is None) != (self.attention_bwd is None):
-            raise ValueError(
-                "attention_fwd and attention_bwd: give both curves (a fused kernel's two passes) or neither"
-            )
-        return self
-
-    @field_validator("matmul", "memory", "attention_fwd", "attention_bwd")
+    @field_validator("matmul", "memory")
     @classmethod
-    def _sizes_increase(cls, points: tuple[CurvePoint, ...] | None) -> tuple[CurvePoint, ...] | None:
-        if points is None:
-            return None
-        sizes = [size for size, _ in points]
-        if any(b <= a for a, b in itertools.pairwise(sizes)):
-            raise ValueError(f"sizes must strictly increase, got {sizes}: sort the points and drop duplicates")
-        return points
+    def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
+        return _increasing(points)
+
+
+#: GPU architectures, as NVIDIA names them.
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+
+#: Fused attention kernels a framework may call (``plansim.strategy.frameworks``: its ``attention_kernel`` rule):
+#: FlashAttention-2 and -3 (the flash-attn package; FlashAttention-2 is also PyTorch SDPA's bundled flash backend)
+#: and cuDNN's fused attention (Transformer Engine's FusedAttention, PyTorch SDPA's cudnn backend).
+AttentionKernel = Literal["flash2", "flash3", "cudnn"]
+
+
+class AttentionCurves(_Strict):
+    """One fused attention kernel's achieved fraction of the training dtype's peak, forward and backward, by the
+    FLOPs one call executes (a causal kernel's half), from a cited kernel benchmark (``source``)."""
+
+    fwd: tuple[CurvePoint, ...] = Field(min_length=1)
+    bwd: tuple[CurvePoint, ...] = Field(min_length=1)
+    source: str = Field(min_length=3)
+
+    @field_validator("fwd", "bwd")
+    @classmethod
+    def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
+        return _increasing(points)
+
+
+def _increasing(points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
+    sizes = [size for size, _ in points]
+    if any(b <= a for a, b in itertools.pairwise(sizes)):
+        raise ValueError(f"sizes must strictly increase, got {sizes}: sort the points and drop duplicates")
+    return points
 
 
 def _interpolate(points: tuple[CurvePoint, ...], size: float) -> float:
@@ -189,6 +204,10 @@ class GPUSpec(_Strict):
     hbm_bandwidth_Bps: PositiveFloat
     peak_flops_by_dtype: dict[Dtype, PositiveFloat] = Field(alias="peak_flops", min_length=1)
     efficiency: EfficiencyCurves
+    #: The GPU's architecture, which decides a framework's fused attention kernel (None: not stated).
+    architecture: Architecture | None = None
+    #: Fused attention kernels' rates by kernel (``AttentionKernel``); a kernel not listed is priced as a GEMM.
+    attention_kernels: dict[AttentionKernel, AttentionCurves] = Field(default_factory=dict)
     kernel_launch_s: float = field("kernel_launch_s")
     workspace_reserve_bytes: int = field("workspace_reserve_bytes")
     #: Run-to-run coefficient of variation of one kernel's time on one GPU, independent per kernel (a measured
@@ -281,18 +300,20 @@ class GPUSpec(_Strict):
         """
         return _interpolate(self.efficiency.matmul, flops)
 
-    def attention_efficiency(self, direction: str, flops: float) -> float | None:
-        """Achieved fraction of peak of a fused causal attention kernel's ``direction`` (``fwd`` or ``bwd``) pass that
-        executes ``flops`` FLOPs (the ``efficiency.attention_*`` curves), or None where the profile has no such curve.
+    def attention_efficiency(self, kernel: str | None, direction: str, flops: float) -> float | None:
+        """Achieved fraction of peak of fused attention kernel ``kernel``'s ``direction`` (``fwd`` or ``bwd``) pass
+        executing ``flops`` FLOPs (its ``attention_kernels`` curves), or None where the profile has none for it.
 
         >>> from plansim.hardware import load_gpu
-        >>> round(load_gpu("h100-sxm5-80gb").attention_efficiency("fwd", 1e13), 3)
+        >>> round(load_gpu("h100-sxm5-80gb").attention_efficiency("flash3", "fwd", 1e13), 3)
         0.623
-        >>> load_gpu("v100-sxm2-32gb").attention_efficiency("fwd", 1e13) is None
+        >>> load_gpu("v100-sxm2-32gb").attention_efficiency("flash2", "fwd", 1e13) is None
         True
         """
-        curve = self.efficiency.attention_fwd if direction == "fwd" else self.efficiency.attention_bwd
-        return None if curve is None else _interpolate(curve, flops)
+        curves = self.attention_kernels.get(kernel) if kernel is not None else None  # type: ignore[call-overload]
+        if curves is None:
+            return None
+        return _interpolate(curves.fwd if direction == "fwd" else curves.bwd, flops)
 
     def memory_efficiency(self, nbytes: float) -> float:
         """Achievable fraction of memory bandwidth for a memory-bound kernel moving ``nbytes`` bytes.

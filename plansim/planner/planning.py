@@ -473,12 +473,15 @@ def _framework_sentences(r: PlanResult, best: Priced) -> list[str]:
 
     key = OBJECTIVES[r.objective]
     names = sorted({p.strategy.framework for p in r.outcome.fitting} - {best.strategy.framework})
+    architecture = as_cluster(r.hardware, r.gpus).gpu.architecture if names else None
     out = []
     for name in names:
         other = min((p for p in r.outcome.fitting if p.strategy.framework == name), key=lambda p: key(p.result))
         how = f"which {pace(other.result.step_time_s, best.result.step_time_s)} the winner by the analytic engine"
         b = best.strategy
-        why = rule_differences(b.framework, name, b.zero, b.pp, b.tp, b.schedule)
+        why = rule_differences(
+            b.framework, name, b.zero, b.pp, b.tp, b.schedule, architecture=architecture, attention=b.attention
+        )
         out.append(
             f"Best under {load_framework(name).title}: {describe(other.strategy)}, {how}"
             + (f" ({'; '.join(why)})." if why else ".")

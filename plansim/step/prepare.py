@@ -25,6 +25,7 @@ from plansim.hardware import Cluster, Link
 from plansim.step.comm import Comm
 from plansim.step.layers import CommPricer, RateBeside
 from plansim.strategy.checks import check_strategy
+from plansim.strategy.frameworks import load_framework
 from plansim.strategy.mesh import DeviceMesh, degrees_of, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
@@ -35,9 +36,11 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
+    "attention_rule",
     "beside",
     "build_step",
     "comm_pricer",
+    "kernel_model",
     "p2p_message_bytes",
     "prepare_step",
     "rate_beside",
@@ -91,10 +94,18 @@ def build_step(
     return PreparedStep(s, graph, kernels if kernels is not None else kernel_model(cluster, s))
 
 
+def attention_rule(s: Strategy) -> tuple[object, ...]:
+    """What ``kernel_model`` reads of ``s``'s framework: its ``attention_kernel`` rule (a cache key)."""
+    rule = load_framework(s.framework).rules.attention_kernel.value
+    return (rule.default, *sorted(rule.by_architecture.items()))
+
+
 def kernel_model(cluster: Cluster, s: Strategy) -> KernelCostModel:
     """The kernel cost model of ``s`` on ``cluster``: its GPU, its measured kernel table if any, the strategy's
-    compute dtype (all it reads of the strategy)."""
-    return KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name))
+    compute dtype and the fused attention kernel its framework calls on that GPU (its ``attention_kernel`` rule by the
+    GPU's architecture): all it reads of the strategy."""
+    kernel = load_framework(s.framework).rules.attention_kernel.value.kernel_for(cluster.gpu.architecture)
+    return KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name), attention_kernel=kernel)
 
 
 def sharding_of(s: Strategy) -> Sharding:

@@ -25,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from plansim.errors import PlansimError, shown
 from plansim.files.data import data_dir
 from plansim.files.yamlfile import read_mapping, validated
+from plansim.hardware.schema import Architecture, AttentionKernel
 
 __all__ = [
+    "AttentionKernels",
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
@@ -105,6 +107,23 @@ class TPCommOverlap(_Strict):
     kernel_sms: int = Field(ge=0, le=1024)
     buffers: int = Field(ge=0, le=64)
     needs_sequence_parallel: bool
+
+
+#: Each fused attention kernel as messages name it.
+KERNEL_TITLES = {"flash2": "FlashAttention-2", "flash3": "FlashAttention-3", "cudnn": "cuDNN"}
+
+
+class AttentionKernels(_Strict):
+    """The fused attention kernel a framework calls, by GPU architecture (``hardware.schema.GPUSpec.architecture``):
+    ``by_architecture`` where one differs, ``default`` for the rest (``kernel_for``). A strategy with ``attention:
+    unfused`` calls none."""
+
+    default: AttentionKernel
+    by_architecture: dict[Architecture, AttentionKernel] = Field(default_factory=dict)
+
+    def kernel_for(self, architecture: str | None) -> AttentionKernel:
+        """The kernel on a GPU of ``architecture`` (None: not stated, the default)."""
+        return self.by_architecture.get(architecture, self.default) if architecture else self.default  # type: ignore[call-overload]
 
 
 class ParamPrefetch(_Strict):
@@ -189,6 +208,7 @@ class FrameworkRules(_Strict):
     hybrid_shard: Rule[list[ZeroStage]]
     pipeline_sends: Rule[PipelineSends]
     param_prefetch: Rule[ParamPrefetch]
+    attention_kernel: Rule[AttentionKernels]
     #: the communication library its collectives run in (all three: NCCL, through torch.distributed); the planner
     #: searches only the algorithms whose registry entry that library runs (``library_algorithms``)
     collective_library: Rule[Literal["nccl"]]
@@ -294,14 +314,22 @@ def library_algorithms(name: str) -> tuple[str, ...]:
 
 
 def rule_differences(
-    winner: str, other: str, zero: int = 0, pp: int = 1, tp: int = 1, schedule: str = "1f1b"
+    winner: str,
+    other: str,
+    zero: int = 0,
+    pp: int = 1,
+    tp: int = 1,
+    schedule: str = "1f1b",
+    *,
+    architecture: str | None = None,
+    attention: str = "flash",
 ) -> list[str]:
     """The behaviours in which framework ``other`` runs a strategy differently from ``winner``, in words, said of
     ``other`` (for the planner's explanation): each rule whose value differs and bears on a strategy with ZeRO stage
     ``zero``, ``pp`` pipeline stages, tensor parallelism ``tp`` and pipeline ``schedule`` (the winner's): the
     pipeline rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only
     under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO rules only where ``other`` cannot run
-    the winner's stage.
+    the winner's stage, the fused attention kernel only under ``attention: flash`` on a GPU of ``architecture``.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
@@ -318,9 +346,16 @@ def rule_differences(
     'no ZeRO-1 (it runs ZeRO 0, 2, 3)'
     >>> rule_differences("megatron", "fsdp", tp=8)[-1]
     'tensor-parallel input-gradient reduction beside the weight-gradient GEMM: nothing'
+    >>> rule_differences("megatron", "deepspeed", architecture="hopper")[0]
+    'fused attention by FlashAttention-2, not cuDNN'
     """
     a, b = load_framework(winner).rules, load_framework(other).rules
     out = []
+    if attention == "flash":
+        kernel_a = a.attention_kernel.value.kernel_for(architecture)
+        kernel_b = b.attention_kernel.value.kernel_for(architecture)
+        if kernel_a != kernel_b:
+            out.append(f"fused attention by {KERNEL_TITLES[kernel_b]}, not {KERNEL_TITLES[kernel_a]}")
     if a.collective_library.value != b.collective_library.value:
         out.append(f"collectives in {b.collective_library.value}, not {a.collective_library.value}")
     if a.grad_reduce_fp32.value != b.grad_reduce_fp32.value:
