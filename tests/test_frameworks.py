@@ -592,8 +592,9 @@ def test_zero2_shards_weights_fsdp_gathers_each_layer_once_and_keeps_it_until_it
     """fsdp's zero=2 is SHARD_GRAD_OP (torch/distributed/fsdp/api.py:32-69; FSDP2 reshard_after_forward=False): the
     weights sharded at rest, each layer all-gathered before its forward and kept until its backward, which gathers
     nothing, then resharded; gradients reduce-scattered per layer. So per micro-batch half of ZeRO-3's gather
-    volume, and at the end of forward every weight of the stage gathered beside the shard: P (2 / dp + 2) bytes of
-    bf16 weights, where deepspeed's ZeRO-2 keeps them whole (2 P)."""
+    volume, and at the end of forward every weight of the stage gathered beside the shard: P (4 / dp + 2) bytes of
+    weights (the fp32 shard, which is the master copy: ``sharded_params_are_master``, and the bf16 copies), where
+    deepspeed's ZeRO-2 keeps them whole (2 P)."""
     same = "dp=16,micro_batch=1,global_batch=32,zero=2,framework=fsdp"
     (tasks,) = _tasks(same)
     gathers = [t for t in tasks if t.category == "param_gather"]
@@ -615,7 +616,7 @@ def test_zero2_shards_weights_fsdp_gathers_each_layer_once_and_keeps_it_until_it
         assert shard_grad_op.comm_bytes_per_gpu["dp"] == pytest.approx(full_shard.comm_bytes_per_gpu["dp"])
         params = model.num_parameters()
         weights = shard_grad_op.memory_breakdown_bytes["weights"]
-        assert weights == pytest.approx(params * (2 / 16 + 2), rel=1e-6)
+        assert weights == pytest.approx(params * (4 / 16 + 2), rel=1e-6)
         assert results[2, "deepspeed", engine].memory_breakdown_bytes["weights"] == pytest.approx(2 * params, rel=1e-6)
     a, d = results[2, "fsdp", "analytic"], results[2, "fsdp", "des"]
     assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.01)
@@ -841,3 +842,34 @@ def test_attention_kernel_rule_picks_the_cited_kernel(framework: str, hardware: 
     assert model.attention_kernel == kernel
     assert kernel in cluster.gpu.attention_kernels
     assert model.provenance.endswith(f"fused attention: {kernel}")
+
+
+def test_fsdp2_shards_are_the_fp32_master_weights() -> None:
+    """FSDP2 (torchtitan) steps AdamW on the fp32 shards themselves (FSDPParam.init_dtype_attrs: the shard keeps the
+    model's dtype; MixedPrecisionPolicy's bf16 is the gathered copy's): per parameter 4 bytes of shard, 4 of fp32
+    gradient (reduce_dtype float32) and 8 of moments, over dp; plus the bf16 copies gathered at once, here the layer in
+    use and the one prefetched (the embedding, 128,256 x 4,096, with block 0, or the output head with the last block).
+    DeepSpeed's ZeRO-3 keeps bf16 partitions and an fp32 master in the optimizer: 2 + 12 bytes, gradients in bf16.
+    Hand computation from Llama 3 8B's published dimensions (Llama Team 2024, Table 3)."""
+    h, layers, vocab, ffn, kv = 4096, 32, 128256, 14336, 1024
+    block = h * (h + 2 * kv) + h * h + 3 * h * ffn + 2 * h  # QKV (grouped K, V), output, SwiGLU, two RMSNorms
+    params = 2 * vocab * h + layers * block + h  # input embedding, blocks, final norm, output head (untied)
+    held = vocab * h + block + h  # the output head (with the final norm) and the last block, gathered in backward
+    dp = 8
+    r = plansim.simulate("llama3-8b", "dgx-h100", "dp=8,zero=3,micro_batch=1,global_batch=8,framework=fsdp", gpus=8)
+    m = r.memory_breakdown_bytes
+    assert m["weights"] == pytest.approx(4 * params / dp + 2 * held, abs=2)
+    assert m["gradients"] == pytest.approx(4 * params / dp, abs=2)
+    assert m["optimizer"] == pytest.approx(8 * params / dp, abs=2)
+    ds = plansim.simulate(
+        "llama3-8b", "dgx-h100", "dp=8,zero=3,micro_batch=1,global_batch=8,framework=deepspeed", gpus=8
+    )
+    assert ds.memory_breakdown_bytes["optimizer"] == pytest.approx(12 * params / dp, abs=2)
+    assert ds.memory_breakdown_bytes["gradients"] == pytest.approx(2 * params / dp, abs=2)
+    # the optimizer step reads and writes the fp32 shard and moments (3 x 8 bytes) and reads the fp32 gradient: no
+    # bf16 copy to write back
+    from plansim.step.prepare import kernel_model
+
+    s = Strategy.parse("dp=8,zero=3,micro_batch=1,global_batch=8,framework=fsdp")
+    step = kernel_model(load_hardware("dgx-h100", gpus=8), s).kernel_time("elementwise", 0.0, params / dp * (24 + 4))
+    assert r.time_breakdown_s["optimizer"] == pytest.approx(step)

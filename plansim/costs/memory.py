@@ -56,17 +56,23 @@ def model_state_bytes(
     mixed_precision: bool = True,
     fp32_grad_accum: bool = False,
     weights_sharded: bool | None = None,
+    master_in_weights: bool = False,
 ) -> ModelStates:
     """Model-state bytes per device for ``params`` parameters held by a device, under ZeRO across ``dp`` ranks; the
-    weights sharded under ZeRO-3, or wherever ``weights_sharded`` says (FSDP's SHARD_GRAD_OP at ZeRO-2).
+    weights sharded under ZeRO-3, or wherever ``weights_sharded`` says (FSDP's SHARD_GRAD_OP at ZeRO-2). With
+    ``master_in_weights`` (FSDP2) the weights are the fp32 master copy and the optimizer holds only its moments.
 
     >>> s = model_state_bytes(7.5e9, 64, 1)      # ZeRO paper sec 5, Figure 1: 31.4 GB
     >>> round(s.total / 1e9, 1)
     31.4
+    >>> fsdp2 = model_state_bytes(8e9, 8, 3, fp32_grad_accum=True, master_in_weights=True)
+    >>> [round(x / 1e9) for x in (fsdp2.weights, fsdp2.gradients, fsdp2.optimizer)]  # 4 + 4 + 8 bytes a parameter
+    [4, 4, 8]
     """
-    weight_b = 2 if mixed_precision else 4
+    master = master_in_weights and mixed_precision
+    weight_b = 2 if mixed_precision and not master else 4
     grad_b = 4 if (fp32_grad_accum or not mixed_precision) else 2
-    k = ADAM_MIXED_K if mixed_precision else ADAM_FP32_K
+    k = ADAM_MIXED_K if mixed_precision and not master else ADAM_FP32_K
     sharded = zero >= 3 if weights_sharded is None else weights_sharded
     weights = params * weight_b / (dp if sharded else 1)
     gradients = params * grad_b / (dp if zero >= 2 else 1)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from plansim.costs.collectives import algorithm_entry
 from plansim.hardware import Cluster
-from plansim.step.optimizer import grad_bytes_per_param
 from plansim.step.prepare import shard_algorithm, tied_copy_params
 from plansim.strategy.frameworks import FrameworkRules, ParamPrefetch, load_framework
 from plansim.strategy.mesh import mesh_of
@@ -49,6 +48,7 @@ __all__ = [
     "gathers_per_layer",
     "param_prefetch",
     "per_layer_overlap",
+    "sharded_params_are_master",
     "tied_gradient_bytes",
     "weights_kept_through_step",
 ]
@@ -523,6 +523,13 @@ def gathers_per_layer(s: Strategy) -> bool:
     return s.zero >= 3 and not weights_kept_through_step(s)
 
 
+def sharded_params_are_master(s: Strategy) -> bool:
+    """Whether the parameters' shards are the fp32 master weights, so that the optimizer keeps only its moments (the
+    framework's rule ``sharded_params_are_master`` at ``s``'s ZeRO stage, where the weights are sharded at rest and
+    training is in mixed precision: FSDP2's fully_shard)."""
+    return s.mixed_precision and gathers_per_layer(s) and s.zero in _framework_rules(s).sharded_params_are_master.value
+
+
 def param_prefetch(s: Strategy) -> ParamPrefetch:
     """How far ahead of a pass ZeRO-3's per-layer gathers are issued (the framework's rule ``param_prefetch``): the
     lowering's gathers (``DataParallelPlan.prefetch``) and the layers the memory model holds gathered at once
@@ -556,7 +563,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         per_layer=gathers_per_layer(s),
         regather_backward=s.zero >= 3,
         gather_after_step=kept or (s.zero in (1, 2) and not gathers_per_layer(s)),
-        grad_bytes=grad_bytes_per_param(s),
+        grad_bytes=s.grad_bytes,
         weight_bytes=dtype_bytes(s.compute_dtype),
         bucket_bytes=1.0 if kept else s.grad_bucket_bytes,  # each FSDP unit (a layer) reduces and gathers alone
         # the REDUCE_GRAD action after the stage's last backward: one reduction here, where torch issues one per layer
@@ -574,4 +581,4 @@ def tied_gradient_bytes(model: Workload, s: Strategy) -> float:
     """Bytes of the tied embeddings' gradient that the first and last pipeline stage all-reduce between their two
     copies after backward, before the optimizer step (Megatron-LM, ``_allreduce_word_embedding_grads``); 0 without
     a second copy."""
-    return tied_copy_params(model, s) * grad_bytes_per_param(s)
+    return tied_copy_params(model, s) * s.grad_bytes

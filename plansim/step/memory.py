@@ -30,7 +30,12 @@ from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
 from plansim.pipeline.runs import Node, order_runs
 from plansim.pipeline.schedules import get_schedule
-from plansim.step.data_parallel import gathers_per_layer, param_prefetch, weights_kept_through_step
+from plansim.step.data_parallel import (
+    gathers_per_layer,
+    param_prefetch,
+    sharded_params_are_master,
+    weights_kept_through_step,
+)
 from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.prepare import tied_copy_params
 from plansim.step.tp_overlap import userbuffers_bytes
@@ -177,6 +182,7 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
         mixed_precision=s.mixed_precision,
         fp32_grad_accum=s.grads_fp32,
         weights_sharded=gathers_per_layer(s),
+        master_in_weights=sharded_params_are_master(s),
     )
     return {
         "weights": states.weights,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from plansim.step.data_parallel import sharded_params_are_master
+
 if TYPE_CHECKING:
     from plansim.costs.kernels import KernelCostModel
     from plansim.strategy.schema import Strategy
@@ -30,5 +32,6 @@ def optimizer_step_s(kernels: KernelCostModel, s: Strategy, params: float) -> fl
     """Seconds of one fused Adam step over ``params`` parameters held by a stage (its share under ZeRO >= 1: 1/dp,
     or 1/``dp_shard`` under hybrid sharding)."""
     local = params / (s.shard_degree if s.zero >= 1 else 1)
-    per_param = (ADAM_BYTES_MIXED if s.mixed_precision else ADAM_BYTES_FP32) + grad_bytes_per_param(s)
+    mixed = s.mixed_precision and not sharded_params_are_master(s)  # FSDP2 steps the fp32 shards: no bf16 copy
+    per_param = (ADAM_BYTES_MIXED if mixed else ADAM_BYTES_FP32) + grad_bytes_per_param(s)
     return kernels.kernel_time("elementwise", 0.0, local * per_param)

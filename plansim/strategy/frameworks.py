@@ -203,6 +203,9 @@ class FrameworkRules(_Strict):
     schedules: Rule[tuple[str, ...]]
     tp_grad_input_overlap: Rule[tuple[Literal["all_reduce", "reduce_scatter"], ...]]
     zero2_shards_weights: Rule[bool]
+    #: the ZeRO stages at which the sharded parameters are the fp32 master weights (FSDP2 keeps each shard in the
+    #: model's dtype and gathers a bf16 copy per unit): the optimizer holds no master copy of its own
+    sharded_params_are_master: Rule[list[ZeroStage]]
     sharded_weights_kept_with_pipeline: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
     hybrid_shard: Rule[list[ZeroStage]]
