@@ -527,6 +527,8 @@ def sharded_params_are_master(s: Strategy) -> bool:
     """Whether the parameters' shards are the fp32 master weights, so that the optimizer keeps only its moments (the
     framework's rule ``sharded_params_are_master`` at ``s``'s ZeRO stage, where the weights are sharded at rest and
     training is in mixed precision: FSDP2's fully_shard)."""
+    if s.zero < 2:  # the planner asks it of every candidate: the common case first
+        return False
     return s.mixed_precision and gathers_per_layer(s) and s.zero in _framework_rules(s).sharded_params_are_master.value
 
 

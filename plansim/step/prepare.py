@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import networkx as nx
 
@@ -95,8 +96,14 @@ def build_step(
 
 
 def attention_rule(s: Strategy) -> tuple[object, ...]:
-    """What ``kernel_model`` reads of ``s``'s framework: its ``attention_kernel`` rule (a cache key)."""
-    rule = load_framework(s.framework).rules.attention_kernel.value
+    """What ``kernel_model`` reads of ``s``'s framework: its ``attention_kernel`` rule (a cache key, read once per
+    framework: the planner asks it of every candidate)."""
+    return _attention_rule(s.framework)
+
+
+@lru_cache(maxsize=16)
+def _attention_rule(framework: str) -> tuple[object, ...]:
+    rule = load_framework(framework).rules.attention_kernel.value
     return (rule.default, *sorted(rule.by_architecture.items()))
 
 
