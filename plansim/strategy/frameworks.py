@@ -341,8 +341,10 @@ def rule_differences(
     gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
     every pipeline stage bucketed, not only the first
     1f1b pipeline sends blocking, not blocking with a host synchronisation
-    >>> rule_differences("megatron", "fsdp", zero=3)[-2:]
+    >>> rule_differences("megatron", "fsdp", zero=3)[-3::2]
     ['ZeRO-3 gathers 1 layer ahead, not layers ahead up to 5e+08 elements', 'hybrid sharding of ZeRO-3 (HSDP)']
+    >>> rule_differences("megatron", "fsdp", zero=3)[-2].split(" (")[0]
+    'fp32 shards that are the master weights'
     >>> rule_differences("megatron", "deepspeed", zero=1)[-1]
     'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
@@ -397,6 +399,14 @@ def rule_differences(
         out.append(f"{schedule} pipeline sends {theirs}, not {mine}")
     if zero == 3 and pp == 1 and a.param_prefetch.value != b.param_prefetch.value:
         out.append(f"ZeRO-3 gathers {_prefetch(b.param_prefetch.value)}, not {_prefetch(a.param_prefetch.value)}")
+    if zero >= 2 and (zero in a.sharded_params_are_master.value) != (zero in b.sharded_params_are_master.value):
+        out.append(
+            "fp32 shards that are the master weights (4 + 4 + 8 bytes a parameter), not bf16 shards beside an fp32 "
+            "master (2 + 4 + 12)"
+            if zero in b.sharded_params_are_master.value
+            else "bf16 shards beside an fp32 master (2 + 4 + 12 bytes a parameter), not fp32 shards that are the "
+            "master weights (4 + 4 + 8)"
+        )
     if zero >= 2 and (zero in a.hybrid_shard.value) != (zero in b.hybrid_shard.value):
         out.append(f"{'' if zero in b.hybrid_shard.value else 'no '}hybrid sharding of ZeRO-{zero} (HSDP)")
     if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
