@@ -461,9 +461,10 @@ def test_tp_comm_overlap_megatron_pipelines_the_blocks_gemms_with_their_collecti
     """megatron --tp-comm-overlap (Transformer Engine v2.9 userbuffers, base.py:302-348): QKV and fc1's input
     all-gathers and proj and fc2's output-gradient all-gathers as ring exchanges beside tp chunks of their GEMM (the
     last chunk waits), on the copy engines; proj and fc2's forward in 4 chunks, each chunk's reduce-scatter beside
-    the next chunk, the last one blocking; the GEMMs beside the SM kernels on 16 SMs fewer. Priced with a fixed time
-    per collective and no interference, a block's exposed forward communication is the closed form of that
-    pipeline; the bytes sent are those without the overlap."""
+    the next chunk, the last one blocking; the GEMMs beside the SM kernels on 16 SMs fewer; each split GEMM's chunks
+    on three compute streams in turn (base.py:63, comm_gemm_overlap.cpp:533-538, 967-972), so together they take the
+    whole GEMM's time. Priced with a fixed time per collective and no interference, a block's exposed forward
+    communication is the closed form of that pipeline; the bytes sent are those without the overlap."""
     from plansim.step.layers import layer_cost
 
     lp, prep = _block_program("tp=4,dp=2,sequence_parallel=true,tp_comm_overlap=true")
@@ -479,8 +480,8 @@ def test_tp_comm_overlap_megatron_pipelines_the_blocks_gemms_with_their_collecti
         ("reduce_scatter", "userbuffers", False),
     ]
     qkv, proj = graph.nodes["L0.qkv"], graph.nodes["L0.proj"]
-    g_qkv = kernels.kernel_time("matmul", qkv["flops"] / tp, qkv["bytes"] / tp)
-    g_proj = sms / (sms - 16) * kernels.kernel_time("matmul", proj["flops"] / 4, proj["bytes"] / 4)
+    g_qkv = kernels.kernel_time("matmul", qkv["flops"], qkv["bytes"]) / tp
+    g_proj = sms / (sms - 16) * kernels.kernel_time("matmul", proj["flops"], proj["bytes"]) / 4
     assert fwd_comms[0].hidden_s == pytest.approx((tp - 1) * g_qkv, rel=1e-12)
     assert fwd_comms[1].hidden_s == pytest.approx(g_proj, rel=1e-12)
     assert fwd_comms[1].comm.n_bytes == pytest.approx(graph.nodes["L0.attn_out"]["comm_bytes"] / 4)  # type: ignore[union-attr]
@@ -491,8 +492,8 @@ def test_tp_comm_overlap_megatron_pipelines_the_blocks_gemms_with_their_collecti
 
         cost = layer_cost(lp, price)
         fc1, fc2 = graph.nodes["L0.fc1"], graph.nodes["L0.fc2"]
-        g_fc1 = kernels.kernel_time("matmul", fc1["flops"] / tp, fc1["bytes"] / tp)
-        g_fc2 = sms / (sms - 16) * kernels.kernel_time("matmul", fc2["flops"] / 4, fc2["bytes"] / 4)
+        g_fc1 = kernels.kernel_time("matmul", fc1["flops"], fc1["bytes"]) / tp
+        g_fc2 = sms / (sms - 16) * kernels.kernel_time("matmul", fc2["flops"], fc2["bytes"]) / 4
         expected = sum(max(0.0, t - (tp - 1) * g) for g in (g_qkv, g_fc1))
         expected += sum(3 * max(0.0, t - g) + t for g in (g_proj, g_fc2))
         assert cost.comm_fwd_s == pytest.approx(expected, rel=1e-9)

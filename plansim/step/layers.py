@@ -205,6 +205,16 @@ class _Runs:
             segments.append(Segment(dgrad_s))
 
 
+def _chunk_s(kernels: KernelCostModel, kind: str, flops: float, nbytes: float, n: int, overlap: TPOverlap) -> float:
+    """One of the ``n`` chunks a split GEMM of ``flops`` FLOPs runs as: on one stream each chunk is a kernel of its
+    own, ramp-up and tail included; where the chunks take ``overlap.chunk_streams`` > 1 streams in turn (Transformer
+    Engine's userbuffers) each one's ramp-up and tail run beside its neighbours' work, so together they take the
+    whole GEMM's time."""
+    if overlap.chunk_streams > 1:
+        return kernels.kernel_time(kind, flops, nbytes) / n
+    return kernels.kernel_time(kind, flops / n, nbytes / n)
+
+
 def _execution_order(graph: nx.DiGraph) -> tuple[list[str], bool]:
     """The ops in an order that runs each after its inputs, and whether it is the insertion order: as inserted where
     that already is one (the builders and the tracer add ops in execution order), else a topological sort."""
@@ -292,14 +302,14 @@ def layer_programs(
             # the blocking gather the walk put down before this GEMM becomes a ring exchange beside its chunks
             assert before is not None
             members = mesh.size(nodes[before]["group"])
-            chunk = kernels.kernel_time(op["kind"], op["flops"] / members, op["bytes"] / members)
+            chunk = _chunk_s(kernels, op["kind"], op["flops"], op["bytes"], members, overlap)
             lp.fwd.pop()
             r.gather_into_gemm(replace(gather, engine="copy_engine"), members, chunk, backward=False)
             r.var_fwd += (kernels.time_cv(op["kind"]) * members * chunk) ** 2
             fwd = 0.0
         elif overlap.reduce_scatter_splits and after is not None and nodes[after]["collective"] == "reduce_scatter":
             n = overlap.reduce_scatter_splits
-            chunk = overlap.gemm_slowdown * kernels.kernel_time(op["kind"], op["flops"] / n, op["bytes"] / n)
+            chunk = overlap.gemm_slowdown * _chunk_s(kernels, op["kind"], op["flops"], op["bytes"], n, overlap)
             r.var_fwd += (kernels.time_cv(op["kind"]) * n * chunk) ** 2
             rs = replace(_comm(nodes[after], "reduce_scatter", nodes[after]["comm_bytes"] / n), engine="userbuffers")
             r.gemm_into_reduce_scatter(rs, n, chunk, mesh.size(nodes[after]["group"]))
@@ -346,7 +356,7 @@ def layer_programs(
             # input-gradient GEMM's chunks
             assert after is not None
             members = mesh.size(nodes[after]["group"])
-            chunk = kernels.kernel_time(op["kind"], op["bwd_flops"] / 2 / members, op["bytes"] / members)
+            chunk = _chunk_s(kernels, op["kind"], op["bwd_flops"] / 2, op["bytes"], members, overlap)
             for segments in (r.lp.bwd, r.lp.bwd_input):
                 segments.pop()
             r.gather_into_gemm(replace(gather, engine="copy_engine"), members, chunk, backward=True)

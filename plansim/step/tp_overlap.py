@@ -57,6 +57,9 @@ class TPOverlap:
     #: on the SMs they leave it (``set_sm_margin``)
     userbuffers: bool = False
     gemm_slowdown: float = 1.0
+    #: the compute streams the split GEMMs' chunks take in turn (``TPCommOverlap.gemm_streams``): with more than one,
+    #: a chunk's ramp-up and tail run beside its neighbours' work and the chunks together take the whole GEMM's time
+    chunk_streams: int = 1
 
 
 def grad_input_beside_wgrad(s: Strategy) -> frozenset[str]:
@@ -85,6 +88,7 @@ def tp_overlap(s: Strategy, cluster: Cluster) -> TPOverlap:
         userbuffers=True,
         # the SM-share part of the interference model: its kernels' SMs taken for the GEMM's whole run, no HBM load
         gemm_slowdown=interference_model(cluster.gpu).slowdown(pipelined.kernel_sms, 0.0),
+        chunk_streams=pipelined.gemm_streams,
     )
 
 

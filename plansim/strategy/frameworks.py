@@ -106,6 +106,9 @@ class TPCommOverlap(_Strict):
     reduce_scatter_splits: int = Field(ge=2, le=64)
     kernel_sms: int = Field(ge=0, le=1024)
     buffers: int = Field(ge=0, le=64)
+    #: the compute streams a split GEMM's chunks take in turn, so that each chunk's ramp-up and tail run beside its
+    #: neighbours' work (1: one after another on one stream)
+    gemm_streams: int = Field(default=1, ge=1, le=64)
     needs_sequence_parallel: bool
 
 
