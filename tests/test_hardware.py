@@ -356,3 +356,19 @@ def test_docstring_examples(module):
     name = "plansim.hardware" if module == "__init__" else f"plansim.hardware.{module}"
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0
+
+
+def test_a_profile_with_the_old_attention_curves_says_where_they_moved(tmp_path) -> None:
+    """efficiency.attention_fwd / attention_bwd became attention_kernels.<kernel>.fwd / .bwd: a profile written
+    before is refused in one line that says where its curves go."""
+    import yaml
+
+    data = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "hardware_profiles/gpus/h100-sxm5-80gb.yaml").read_text()
+    )
+    data["efficiency"]["attention_fwd"] = [[1.0e10, 0.5]]
+    data["efficiency"]["attention_bwd"] = [[1.0e10, 0.5]]
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(PlansimError, match=r"attention_fwd and attention_bwd moved: put them under attention_kernels"):
+        load_gpu(path)

@@ -66,6 +66,17 @@ class EfficiencyCurves(_Strict):
     matmul: tuple[CurvePoint, ...] = Field(min_length=1)
     memory: tuple[CurvePoint, ...] = Field(min_length=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_attention(cls, data: object) -> object:
+        """A profile written before fused attention was priced per kernel: say where its curves go now."""
+        if isinstance(data, dict) and ({"attention_fwd", "attention_bwd"} & data.keys()):
+            raise ValueError(
+                "attention_fwd and attention_bwd moved: put them under attention_kernels.<kernel>.fwd and .bwd "
+                "(kernel flash2, flash3 or cudnn, with its source; docs/hardware-profiles.md)"
+            )
+        return data
+
     @field_validator("matmul", "memory")
     @classmethod
     def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
