@@ -17,7 +17,7 @@ from plansim.cli.app import app
 from plansim.des.lower import lower
 from plansim.des.taskgraph import Task
 from plansim.errors import PlansimError
-from plansim.hardware import load_hardware
+from plansim.hardware import Cluster, load_hardware
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.planner import Constraints
 from plansim.planner.space import candidates
@@ -791,18 +791,19 @@ def test_param_prefetch_fsdp_one_unit_megatron_a_window_deepspeed_a_live_cap() -
     k_deepspeed = int((1e9 - embedding) // block)  # blocks the live cap leaves beside the embedding
     assert [len(first[f]) for f in ("fsdp", "megatron", "deepspeed")] == [2, 1 + k_megatron, 1 + k_deepspeed]
     assert (k_megatron, k_deepspeed) == (10, 17)
-    # a gather-bound step (GPT-3 350M on 128 H100s, where both call cuDNN's fused attention), the other rules set
-    # alike: the windows hide more of it
+    # a gather-bound step (GPT-3 350M on 128 A100s), the other rules set alike, the attention kernel among them (a
+    # profile without fused-attention curves prices both frameworks' kernel as a GEMM): the windows hide more of it
     same = "dp=128,micro_batch=1,global_batch=128,zero=3,fp32_grad_accum=true,grad_bucket_bytes=26214400"
+    a100 = load_hardware("dgx-a100", gpus=128)
+    alike = Cluster(a100.node, a100.gpu.model_copy(update={"attention_kernels": {}}), a100.num_gpus)
     exposed = {}
     for framework in ("fsdp", "megatron"):
         a, d = (
-            plansim.simulate("gpt3-350m", "dgx-h100", f"{same},framework={framework}", gpus=128, engine=e)
-            for e in ("analytic", "des")
+            plansim.simulate("gpt3-350m", alike, f"{same},framework={framework}", engine=e) for e in ("analytic", "des")
         )
         assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.01)
         exposed[framework] = d.time_breakdown_s["exposed_comm"]
-    assert exposed["megatron"] < 0.95 * exposed["fsdp"]
+    assert exposed["megatron"] < 0.9 * exposed["fsdp"]
 
 
 def test_a_split_backward_schedule_needs_its_framework_without_pipelining_too() -> None:
