@@ -19,6 +19,7 @@ from plansim.hardware import load_hardware
 from plansim.pipeline.schedules import SCHEDULES, get_schedule
 from plansim.pipeline.stages import chunk_layers
 from plansim.step.prepare import ring_call_s
+from plansim.strategy.frameworks import load_framework
 from plansim.strategy.mesh import DeviceMesh
 from plansim.strategy.schema import Strategy
 from plansim.workload import load_model
@@ -359,7 +360,8 @@ def test_each_blocking_send_is_one_call_on_the_compute_stream(
         for i in sends if blocking else ():
             call = next(t for t in prog.tasks[i + 1 :] if t.category == "p2p_call")
             assert (prog.stage, i) in call.deps and call.stream == "compute"
-            assert call.duration_s == (cluster.gpu.kernel_launch_s if host_sync else 0.0)
+            launch = load_framework(framework).rules.kernel_launch.value.host_s + cluster.gpu.kernel_launch_s
+            assert call.duration_s == (launch if host_sync else 0.0)
 
 
 # -- exact event traces on tiny pipelines ---------------------------------------------------------------------------
@@ -672,7 +674,8 @@ def test_result_carries_the_contract_and_the_des_extras() -> None:
     d = r.to_dict()
     assert d["engine"] == "des" and "timeline" not in d
     assert set(d["time_breakdown_s"]) == {
-        "compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference"
+        "compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference",
+        "host_wait",
     }  # fmt: skip
     assert set(d["overlap"]) == {"overlapped_comm_s", "interference_s", "source"}
     assert set(d["memory_breakdown_bytes"]) == {

@@ -74,13 +74,14 @@ def _time_breakdown(
     own = comms[pipe.dp_group_of[k]].exposed_s
     hidden = min(max(0.0, min(own, slack + dpc.exposed_s) - dpc.exposed_s), max(0.0, bubble))
     breakdown = {
-        "compute": m * bottleneck.compute_s,
+        "compute": m * (bottleneck.compute_s - bottleneck.host_s),
         "recompute": m * bottleneck.recompute_s,
         "exposed_comm": m * bottleneck.comm_s + pipe.send_chain_s + dpc.exposed_s + dpc.lead_s + emb_s + hidden,
         "bubble": bubble - hidden,
         "optimizer": max(optimizer),
         "sync_wait": m * bottleneck.sync_s + _slowest_gpu_s(cluster, s, pipe, optimizer),
         "interference": m * bottleneck.interference_s + dpc.interference_s,
+        "host_wait": m * bottleneck.host_s,
     }
     return breakdown, dpc, emb_bytes
 

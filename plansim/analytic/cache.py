@@ -38,10 +38,10 @@ from plansim.step.memory import (
 )
 from plansim.step.prepare import (
     PreparedStep,
-    attention_rule,
     build_step,
     comm_pricer,
     kernel_model,
+    kernel_rules,
     rate_beside,
     sharding_of,
     tied_copy_params,
@@ -61,8 +61,9 @@ class LayerKey(StrategyProjection):
     the pipeline message size read of a strategy."""
 
     compute_dtype: str  # the kernels' rates (the sharding has only its bytes)
-    #: the fused attention kernel its framework calls, by the GPU's architecture
-    attention_kernel: tuple[object, ...] = read_with(attention_rule)
+    #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
+    #: host's time to launch a kernel
+    kernel_rules: tuple[object, ...] = read_with(kernel_rules)
     #: what the op graph is built from (micro-batch, each sharded axis's degree, sequence parallelism, attention):
     #: ``step.prepare.sharding_of``, so a new sharded axis enters the key with its ``Sharding`` field
     sharding: Sharding = read_with(sharding_of)
@@ -76,8 +77,9 @@ class KernelKey(StrategyProjection):
     one, and with it its memo of kernel times."""
 
     compute_dtype: str
-    #: the fused attention kernel its framework calls, by the GPU's architecture
-    attention_kernel: tuple[object, ...] = read_with(attention_rule)
+    #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
+    #: host's time to launch a kernel
+    kernel_rules: tuple[object, ...] = read_with(kernel_rules)
 
 
 @dataclass(frozen=True)

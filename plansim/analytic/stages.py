@@ -67,6 +67,8 @@ class StageCost:
     backward_chunks: tuple[int, ...] = ()
     #: the pipeline's first stage (where a framework buckets only the first stage, ``DataParallelPlan``)
     first_stage: bool = False
+    #: the part of ``fwd_s + bwd_s`` the GPU waits for the host to launch kernels (``LayerCost.host_fwd_s``)
+    host_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -145,6 +147,7 @@ class StageSums:
         self.bwd_s = sum(c.bwd_s for c in every)
         self.comm_s = sum(c.comm_fwd_s + c.comm_bwd_s for c in every)
         self.sync_s = sum(c.sync_fwd_s + c.sync_bwd_s for c in every)
+        self.host_s = sum(c.host_fwd_s + c.host_bwd_s for c in every)
         # compute lost beside the layers' asynchronous tensor-parallel collectives, and how long both ran
         self.interference_s = sum(c.interference_s for c in every)
         self.overlapped_s = sum(c.overlapped_s for c in every)
@@ -265,6 +268,7 @@ def _stage_parts(
         interference_s=lost + sums.interference_s,
         overlapped_s=overlapped + sums.overlapped_s,
         send_chain_s=overlapped_sends.chain_s,
+        host_s=sums.host_s,
     )
 
 

@@ -215,15 +215,25 @@ class KernelCostModel:
     attention_kernel : str, optional
         The fused attention kernel the framework calls on this GPU (``hardware.schema.AttentionKernel``), priced at
         the GPU profile's curves for it; None or a kernel the profile lacks: the GEMM roofline.
+    host_s : float, optional
+        The host's time to issue one kernel (the framework's ``kernel_launch`` rule; 0: never the bottleneck). A run
+        of ``n`` kernels takes at least ``n * host_s`` (``launches`` counts an op's kernels).
     """
 
     def __init__(
-        self, gpu: GPUSpec, dtype: str, table: KernelTable | None = None, *, attention_kernel: str | None = None
+        self,
+        gpu: GPUSpec,
+        dtype: str,
+        table: KernelTable | None = None,
+        *,
+        attention_kernel: str | None = None,
+        host_s: float = 0.0,
     ) -> None:
         self.gpu = gpu
         self.dtype = dtype
         self.table = table
         self.attention_kernel = attention_kernel
+        self.host_s = host_s
         self._memo: dict[tuple[str, str, float, float], float] = {}  # a stage's blocks repeat the same kernels
 
     @property
@@ -280,6 +290,15 @@ class KernelCostModel:
             compute = flops / self.gpu.peak_flops("fp32")
         memory = nbytes / (self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)) if nbytes > 0 else 0.0
         return max(compute, memory) + self.gpu.kernel_launch_s
+
+    @staticmethod
+    def launches(op: Mapping[str, Any], direction: str = "fwd") -> int:
+        """Kernels the host launches for one op in a pass (``direction`` fwd or bwd): one in forward; in backward two
+        for a GEMM-like op (``backward``'s input- and weight-gradient kernels) and one for the rest, a fused attention
+        kernel included (each op of the graph being one kernel, as a fused implementation runs it)."""
+        if direction == "bwd" and op["kind"] in MATMUL_KINDS and op["kind"] != "attention":
+            return 2
+        return 1
 
     def forward(self, op: Mapping[str, Any]) -> float:
         """Forward time of a graph op (its ``kind``, the ``flops`` it executes and ``bytes``)."""

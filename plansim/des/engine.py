@@ -70,6 +70,9 @@ __all__ = ["MODES", "CollectiveRun", "WhatIf", "simulate_collective", "simulate_
 MODES = ("symmetric", "full")
 #: Task categories that are model compute (not recompute, communication or the optimizer).
 _COMPUTE = frozenset({"forward", "backward", "weight_grad"})
+#: compute-stream tasks that run no kernel: the wait for the job's slowest GPU, and the idle time after a blocking
+#: pipeline call until the host launches the next kernel (``plansim.step.p2p``)
+_NO_KERNEL = frozenset({"sync_wait", "p2p_call"})
 _TOP_LINKS = 20
 
 
@@ -307,12 +310,15 @@ class _Engine:
                 return
             duration = task.duration_s
             if duration > 0:
-                if task.category == "sync_wait":  # the wait for the job's slowest GPU: no kernel of this one
+                if task.category in _NO_KERNEL:  # a wait for the slowest GPU or for the host: no kernel of this one
                     _Timer(env, duration, partial(self._timed, stream, i, now))
                     return
-                d = duration * dev.factor
+                # a slower GPU slows the kernels, not the host's launches: a host-bound run stays host-bound
+                d = (duration - task.host_s) * dev.factor
                 if self.what_if.jitter:
                     d *= self._jitter_factor(self.what_if.jitter)
+                if task.host_s > 0:
+                    d = max(d, duration)
                 dev.task, dev.compute, dev.work, dev.armed = i, stream, d, 0.0
                 dev.began = dev.since = now
                 if not dev.dirty:
@@ -748,7 +754,10 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             out["interference"] += lost
             elapsed -= lost
         if task.category in _COMPUTE:
-            out["compute"] += elapsed
+            # the GPU's wait for the host's launches: what the task took beyond its kernels (on this GPU's pace)
+            host = min(task.host_s, max(0.0, elapsed - (task.duration_s - task.host_s) * dev.factor))
+            out["host_wait"] += host
+            out["compute"] += elapsed - host
         elif task.category == "recompute":
             out["recompute"] += elapsed
         elif task.category == "optimizer":

@@ -255,6 +255,7 @@ class _StageLowering:
                     free=free if i == n - 1 else (),
                     microbatch=mb,
                     wait_s=seg.wait_s,
+                    host_s=seg.host_wait_s,
                 )
             )
             if head:

@@ -33,7 +33,8 @@ class Task:
     idle time after a blocking pipeline call, ``plansim.step.p2p``), grad_reduce, param_gather, embedding_sync,
     optimizer, sync_wait (the wait for the job's slowest GPU). ``duration_s`` is the compute time from the cost model
     (0 for communication, whose time the network decides). ``wait_s``: a blocking collective's expected wait for its
-    slowest member before it starts (``plansim.costs.stragglers``). ``alloc`` tensors ``(name, bytes, memory
+    slowest member before it starts (``plansim.costs.stragglers``); ``host_s`` the part of ``duration_s`` the GPU
+    waits for the host's kernel launches. ``alloc`` tensors ``(name, bytes, memory
     category)`` are allocated when it starts, ``free`` names released when it ends. ``deps`` are ``(stage, task
     index)``.
     """
@@ -48,6 +49,8 @@ class Task:
     free: tuple[str, ...] = ()
     microbatch: int = -1
     wait_s: float = 0.0
+    #: the part of ``duration_s`` the GPU waits for the host to launch the task's kernels (``Segment.host_wait_s``)
+    host_s: float = 0.0
 
 
 @dataclass

@@ -18,7 +18,7 @@ __all__ = ["FIGURE_COLUMNS", "OPTIONAL_COLUMNS", "print_result", "results_table"
 #: Every part of the step time (``TIME_PARTS``, in its order) as the tables' last column names it.
 _PART_NAMES = {
     "compute": "compute", "recompute": "recompute", "exposed_comm": "comm", "bubble": "bubble",
-    "optimizer": "optim", "sync_wait": "wait", "interference": "interf",
+    "optimizer": "optim", "sync_wait": "wait", "interference": "interf", "host_wait": "host",
 }  # fmt: skip
 assert tuple(_PART_NAMES) == TIME_PARTS, "a time part without its column name"
 _PARTS_HEADER = "/".join(_PART_NAMES.values())

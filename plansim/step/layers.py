@@ -75,6 +75,15 @@ class Segment:
     comm: Comm | None = None
     hidden_s: float = 0.0
     wait_s: float = 0.0
+    #: the part of ``seconds`` the GPU waits for the host to launch the run's kernels (``_Runs``)
+    host_wait_s: float = 0.0
+
+
+def _run(gpu_s: float, host_s: float) -> Segment:
+    """A run of kernels that take ``gpu_s`` on the GPU and ``host_s`` for the host to launch: the host launches
+    ahead while the GPU works through what it launched, so the run takes the longer of the two (the GPU waits for the
+    host where launching is slower: small kernels, eager PyTorch)."""
+    return Segment(max(gpu_s, host_s), host_wait_s=max(0.0, host_s - gpu_s))
 
 
 @dataclass
@@ -129,17 +138,18 @@ class _Runs:
     it (consecutive kernels are one segment), with the run's variance (kernels' noise independent: s^2 adds); a
     collective among ``members`` ranks waits for the slowest member's run."""
 
-    __slots__ = ("bwd", "bwd_input", "fwd", "lp", "var_bwd", "var_fwd")
+    __slots__ = ("bwd", "bwd_input", "fwd", "host_bwd", "host_bwd_input", "host_fwd", "lp", "var_bwd", "var_fwd")
 
     def __init__(self, lp: LayerProgram) -> None:
         self.lp = lp
         self.fwd = self.bwd = self.bwd_input = 0.0
+        self.host_fwd = self.host_bwd = self.host_bwd_input = 0.0  # the host's time to launch each open run
         self.var_fwd = self.var_bwd = 0.0
 
     def close_fwd(self, comm: Comm | None = None, members: int = 1) -> None:
-        if self.fwd > 0:
-            self.lp.fwd.append(Segment(self.fwd))
-            self.fwd = 0.0
+        if self.fwd > 0 or self.host_fwd > 0:
+            self.lp.fwd.append(_run(self.fwd, self.host_fwd))
+            self.fwd = self.host_fwd = 0.0
         if comm is not None:
             self.lp.fwd.append(Segment(comm=comm, wait_s=collective_wait_s(self.var_fwd, members)))
         self.var_fwd = 0.0
@@ -149,12 +159,15 @@ class _Runs:
         # (ZB-H1) the input-gradient run before a collective is shorter, so this overstates its wait slightly; the
         # analytic engine prices the whole backward, and so both engines charge the same.
         wait = collective_wait_s(self.var_bwd, members)
-        for segments, run in ((self.lp.bwd, self.bwd), (self.lp.bwd_input, self.bwd_input)):
-            if run > 0:
-                segments.append(Segment(run))
+        for segments, run, host in (
+            (self.lp.bwd, self.bwd, self.host_bwd),
+            (self.lp.bwd_input, self.bwd_input, self.host_bwd_input),
+        ):
+            if run > 0 or host > 0:
+                segments.append(_run(run, host))
             if comm is not None:
                 segments.append(Segment(comm=comm, wait_s=wait))
-        self.bwd = self.bwd_input = 0.0
+        self.bwd = self.bwd_input = self.host_bwd = self.host_bwd_input = 0.0
         self.var_bwd = 0.0
 
     def gather_into_gemm(self, comm: Comm, chunks: int, chunk_s: float, backward: bool) -> None:
@@ -318,6 +331,7 @@ def layer_programs(
         if fwd > 0:
             r.fwd += fwd
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
+        r.host_fwd += kernels.host_s * kernels.launches(op)
         lp.params += op["params"]
         lp.saved += op["saved_bytes"]
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
@@ -348,6 +362,10 @@ def layer_programs(
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)
         r.lp.wgrad_s += wgrad
+        launched = kernels.host_s * kernels.launches(op, "bwd")
+        r.host_bwd += launched
+        # a weight GEMM's weight-gradient kernel is launched in the W pass under split backward
+        r.host_bwd_input += launched - (kernels.host_s if _weight_gemm(op) else 0.0)
         split = _weight_gemm(op) and 0 <= op["layer"] < blocks
         after = _tp_collective(graph, name, mesh, "succ") if split else None
         gather = _comm(nodes[after], "all_gather") if after is not None else None
@@ -414,7 +432,9 @@ class LayerCost:
     collectives per mesh axis (Megatron-LM's tensor-parallel ones are on the critical path; an asynchronous one for
     what it outlasts the compute beside it); ``sync_fwd_s`` / ``sync_bwd_s`` what those collectives wait for their
     slowest member, per pass (``Segment.wait_s``); ``interference_fwd_s`` / ``interference_bwd_s`` what the compute
-    beside the asynchronous ones loses to them, per pass, and ``overlapped_s`` how long both ran.
+    beside the asynchronous ones loses to them, per pass, and ``overlapped_s`` how long both ran; ``host_fwd_s`` /
+    ``host_bwd_s`` the part of ``fwd_s`` / ``bwd_s`` the GPU waits for the host to launch kernels
+    (``Segment.host_wait_s``).
     """
 
     fwd_s: float = 0.0
@@ -427,6 +447,8 @@ class LayerCost:
     interference_fwd_s: float = 0.0
     interference_bwd_s: float = 0.0
     overlapped_s: float = 0.0
+    host_fwd_s: float = 0.0
+    host_bwd_s: float = 0.0
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
@@ -500,6 +522,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         bwd_s=sum(seg.seconds for seg in lp.bwd),
         sync_fwd_s=sum(seg.wait_s for seg in lp.fwd),
         sync_bwd_s=sum(seg.wait_s for seg in lp.bwd),
+        host_fwd_s=sum(seg.host_wait_s for seg in lp.fwd),
+        host_bwd_s=sum(seg.host_wait_s for seg in lp.bwd),
         interference_fwd_s=lost_fwd,
         interference_bwd_s=lost_bwd,
         overlapped_s=ran_fwd + ran_bwd,

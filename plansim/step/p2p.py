@@ -15,7 +15,8 @@ steady state a send shares its call with the receive the next pass needs (``send
 forward, ``send_backward_recv_forward`` after a backward: ``schedules.py``,
 ``forward_backward_pipelining_without_interleaving``), so each send is one call. The stage's compute waits for the
 transfer (the host is blocked in the synchronize), and after the synchronize nothing is queued on the device: it
-idles until the host has launched the next kernel, one kernel launch (the GPU profile's ``kernel_launch_s``). The
+idles until the host has launched the next kernel: one launch's host time (the framework's ``kernel_launch``
+rule) and the GPU's start of it (the GPU profile's ``kernel_launch_s``). The
 call's own NCCL kernel is launched while the device still runs the pass before it (the host runs ahead of the
 device), so it adds nothing. The interleaved schedule's separate ``isend``/``irecv`` (``overlap_p2p_comm``) block
 nothing: the receiver waits for the data where it needs it.
@@ -85,9 +86,11 @@ def pipeline_sends(gpu: GPUSpec, s: Strategy) -> PipelineSends:
     schedule, and a blocking call's idle time the launch of the next kernel after ``torch.cuda.synchronize()`` has
     drained the device, where the framework's blocking calls end in one (Megatron-LM's); 0 where the wait is the
     stream's only."""
-    rule = load_framework(s.framework).rules.pipeline_sends.value
+    rules = load_framework(s.framework).rules
+    rule = rules.pipeline_sends.value
     blocking = s.schedule in rule.blocking
-    return PipelineSends(blocking, gpu.kernel_launch_s if blocking and rule.host_sync else 0.0)
+    launch = rules.kernel_launch.value.host_s + gpu.kernel_launch_s
+    return PipelineSends(blocking, launch if blocking and rule.host_sync else 0.0)
 
 
 def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:

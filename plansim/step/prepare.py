@@ -37,11 +37,11 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "PreparedStep",
-    "attention_rule",
     "beside",
     "build_step",
     "comm_pricer",
     "kernel_model",
+    "kernel_rules",
     "p2p_message_bytes",
     "prepare_step",
     "rate_beside",
@@ -95,24 +95,33 @@ def build_step(
     return PreparedStep(s, graph, kernels if kernels is not None else kernel_model(cluster, s))
 
 
-def attention_rule(s: Strategy) -> tuple[object, ...]:
-    """What ``kernel_model`` reads of ``s``'s framework: its ``attention_kernel`` rule (a cache key, read once per
-    framework: the planner asks it of every candidate)."""
-    return _attention_rule(s.framework)
+def kernel_rules(s: Strategy) -> tuple[object, ...]:
+    """What ``kernel_model`` reads of ``s``'s framework: its ``attention_kernel`` and ``kernel_launch`` rules (a
+    cache key, read once per framework: the planner asks it of every candidate)."""
+    return _kernel_rules(s.framework)
 
 
 @lru_cache(maxsize=16)
-def _attention_rule(framework: str) -> tuple[object, ...]:
-    rule = load_framework(framework).rules.attention_kernel.value
-    return (rule.default, *sorted(rule.by_architecture.items()))
+def _kernel_rules(framework: str) -> tuple[object, ...]:
+    rules = load_framework(framework).rules
+    attention, launch = rules.attention_kernel.value, rules.kernel_launch.value
+    return (attention.default, *sorted(attention.by_architecture.items()), launch.mode, launch.host_s)
 
 
 def kernel_model(cluster: Cluster, s: Strategy) -> KernelCostModel:
     """The kernel cost model of ``s`` on ``cluster``: its GPU, its measured kernel table if any, the strategy's
     compute dtype and the fused attention kernel its framework calls on that GPU (its ``attention_kernel`` rule by the
-    GPU's architecture): all it reads of the strategy."""
-    kernel = load_framework(s.framework).rules.attention_kernel.value.kernel_for(cluster.gpu.architecture)
-    return KernelCostModel(cluster.gpu, s.compute_dtype, load_kernel_table(cluster.gpu.name), attention_kernel=kernel)
+    GPU's architecture) and the host's time to launch a kernel (its ``kernel_launch`` rule): all it reads of the
+    strategy."""
+    rules = load_framework(s.framework).rules
+    kernel = rules.attention_kernel.value.kernel_for(cluster.gpu.architecture)
+    return KernelCostModel(
+        cluster.gpu,
+        s.compute_dtype,
+        load_kernel_table(cluster.gpu.name),
+        attention_kernel=kernel,
+        host_s=rules.kernel_launch.value.host_s,
+    )
 
 
 def sharding_of(s: Strategy) -> Sharding:

@@ -40,8 +40,11 @@ MEMORY_CATEGORIES = (
 
 #: ``Result.time_breakdown_s`` keys, in order (they sum to the step time): kernels of the passes, remat's rebuilds,
 #: communication nothing hides, the pipeline schedule's idle time, the optimizer step, the waits for the slowest rank
-#: (``costs.stragglers``), and what collectives running beside compute added to it (``costs.interference``).
-TIME_PARTS = ("compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference")
+#: (``costs.stragglers``), what collectives running beside compute added to it (``costs.interference``), and what
+#: the GPU waited for the host to launch the passes' kernels (``step.layers``: a host-bound step).
+TIME_PARTS = (
+    "compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference", "host_wait"
+)  # fmt: skip
 
 #: Below this fraction of the GPU's memory left free at the peak, a strategy that fits is flagged as a thin margin.
 #: Why 5 %: what the memory model leaves out grows with the run and is of that order on an 80 GB GPU: kernels that

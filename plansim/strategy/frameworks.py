@@ -32,6 +32,7 @@ __all__ = [
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
+    "KernelLaunch",
     "ParamPrefetch",
     "PipelineSends",
     "Rule",
@@ -181,6 +182,17 @@ class ParamPrefetch(_Strict):
         return max(1, k)
 
 
+class KernelLaunch(_Strict):
+    """How a framework's kernels reach the GPU: in ``eager`` PyTorch the host issues each kernel of the step one op
+    at a time (Python, the dispatcher, the driver's launch), ``host_s`` of host time each, while the GPU runs the
+    kernels issued before; when the host issues a run of kernels more slowly than the GPU runs them, the GPU waits
+    (``plansim.step.layers``). The frameworks plansim knows run eager by default (none captures CUDA graphs or
+    compiles unless asked), so ``eager`` is the one mode."""
+
+    mode: Literal["eager"]
+    host_s: float = Field(ge=0.0, le=1e-3)
+
+
 class PipelineSends(_Strict):
     """How a framework synchronises a pipeline stage's sends: under the schedules named in ``blocking`` the sender's
     compute waits for each send's transfer (a blocking call, or a batch waited for before the next pass); with
@@ -215,6 +227,11 @@ class FrameworkRules(_Strict):
     pipeline_sends: Rule[PipelineSends]
     param_prefetch: Rule[ParamPrefetch]
     attention_kernel: Rule[AttentionKernels]
+    #: how the host issues the step's kernels, and its time per kernel
+    kernel_launch: Rule[KernelLaunch]
+    #: whether the optimizer step clips the gradients by their global norm (a norm pass and a scaling pass over the
+    #: gradients it steps)
+    grad_clip: Rule[bool]
     #: the communication library its collectives run in (all three: NCCL, through torch.distributed); the planner
     #: searches only the algorithms whose registry entry that library runs (``library_algorithms``)
     collective_library: Rule[Literal["nccl"]]
@@ -335,7 +352,8 @@ def rule_differences(
     ``zero``, ``pp`` pipeline stages, tensor parallelism ``tp`` and pipeline ``schedule`` (the winner's): the
     pipeline rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only
     under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO rules only where ``other`` cannot run
-    the winner's stage, the fused attention kernel only under ``attention: flash`` on a GPU of ``architecture``.
+    the winner's stage, the fused attention kernel only under ``attention: flash`` on a GPU of ``architecture``; how
+    the host launches kernels and whether the optimizer clips, always.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
@@ -364,6 +382,10 @@ def rule_differences(
         kernel_b = b.attention_kernel.value.kernel_for(architecture)
         if kernel_a != kernel_b:
             out.append(f"fused attention by {KERNEL_TITLES[kernel_b]}, not {KERNEL_TITLES[kernel_a]}")
+    if a.kernel_launch.value != b.kernel_launch.value:
+        out.append(f"kernels launched {_launch(b.kernel_launch.value)}, not {_launch(a.kernel_launch.value)}")
+    if a.grad_clip.value != b.grad_clip.value:
+        out.append("gradients clipped by their global norm" if b.grad_clip.value else "no gradient clipping")
     if a.collective_library.value != b.collective_library.value:
         out.append(f"collectives in {b.collective_library.value}, not {a.collective_library.value}")
     if a.grad_reduce_fp32.value != b.grad_reduce_fp32.value:
@@ -423,6 +445,10 @@ def rule_differences(
         else:
             out.append(f"no ZeRO-{zero}{where} (it runs ZeRO {', '.join(map(str, runs))})")
     return out
+
+
+def _launch(k: KernelLaunch) -> str:
+    return f"{k.mode}, {k.host_s * 1e6:g} us of host time each"
 
 
 def _prefetch(p: ParamPrefetch) -> str:
