@@ -502,3 +502,24 @@ def test_nccl_call_time_does_not_fall_as_ranks_grow(n_bytes: int) -> None:
     for (a, b), (was, now) in zip(pairwise(times), pairwise(chunks), strict=True):
         rechunked = now[0] == "tree" and (now[:2] != was[:2] or now[2] != was[2])
         assert a <= b or (rechunked and b >= 0.9 * a), (times, chunks)
+
+
+@pytest.mark.parametrize("per_node", [1, 2, 4, 8])
+def test_a_group_spanning_nodes_gets_the_channels_its_ranks_nics_carry(per_node: int) -> None:
+    """NCCL searches a communicator's rings over its own ranks' GPUs and the NICs they reach (src/graph/search.cc at
+    5067397c): a data-parallel group with ``per_node`` of a DGX A100's 8 GPUs on each node reaches the network
+    through ``per_node`` of its 8 HDR NICs. So the communicator's channels carry what the group's link carries
+    (``Cluster.group_link``: those NICs at their efficiency), not the whole node's 24 channels: otherwise NCCL's
+    predicted call is shorter than its bytes on the wire and its latency terms are dropped."""
+    from plansim.costs.nccl_groups import nccl_comm
+    from plansim.hardware import load_hardware
+
+    nodes = 16
+    cluster = load_hardware("dgx-a100", gpus=8 * nodes)
+    comm = nccl_comm(cluster, per_node * nodes, nodes)
+    carried = comm.channels * min(comm.bw_intra, comm.bw_inter) * 1e9
+    link = cluster.group_link(per_node * nodes, 8 // per_node).bandwidth_Bps
+    assert comm.channels == 24 * per_node // 8
+    assert link <= carried <= link / cluster.node.nics.efficiency * 1.001  # the NICs' raw rate over their efficiency
+    # one node's group keeps the node's channels
+    assert nccl_comm(cluster, per_node, 1).channels == 24
