@@ -41,6 +41,8 @@ from plansim.errors import PlansimError  # noqa: E402
 from plansim.hardware import Cluster, load_hardware  # noqa: E402
 from plansim.hardware.schema import EfficiencyCurves  # noqa: E402
 from plansim.profiling.torch_models import build_model  # noqa: E402
+from plansim.step import prepare  # noqa: E402
+from plansim.strategy.frameworks import KernelLaunch, load_framework  # noqa: E402
 from plansim.workload import ModelSpec, TracedModel, build_graph, graph_totals, model_flops  # noqa: E402
 from plansim.workload.graph import MATMUL_KINDS  # noqa: E402
 
@@ -80,6 +82,23 @@ def _trace(spec: ModelSpec) -> TracedModel:
 @pytest.fixture(scope="module")
 def traced() -> dict[str, TracedModel]:
     return {family: _trace(spec) for family, spec in SPECS.items()}
+
+
+@pytest.fixture
+def host_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The framework's host launches free as well (its ``kernel_launch`` rule at 0 s a kernel), for ``_matmul_rate``'s
+    world in which a kernel costs its matmul FLOPs and nothing else."""
+    real = prepare.load_framework
+
+    def free(name: str):  # type: ignore[no-untyped-def]
+        profile = real(name)
+        launch = profile.rules.kernel_launch.model_copy(update={"value": KernelLaunch(mode="eager", host_s=0.0)})
+        return profile.model_copy(update={"rules": profile.rules.model_copy(update={"kernel_launch": launch})})
+
+    monkeypatch.setattr(prepare, "load_framework", free)
+    prepare._kernel_rules.cache_clear()
+    yield
+    prepare._kernel_rules.cache_clear()
 
 
 def _matmul_rate(cluster: Cluster) -> Cluster:
@@ -162,7 +181,7 @@ def test_builder_graph_as_traced_model_prices_as_its_spec(family, remat, strateg
 @pytest.mark.parametrize("engine", ["analytic", "des"])
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("family", sorted(SPECS))
-def test_traced_validator_model_matches_its_spec(traced, family, strategy, engine):
+def test_traced_validator_model_matches_its_spec(traced, family, strategy, engine, host_free):
     spec, text = SPECS[family], STRATEGIES[strategy]
     cluster = load_hardware(HARDWARE, gpus=2)
     # the validator's models write the attention core out: the spec is priced with attention unfused
@@ -200,22 +219,41 @@ def _kernel_seconds(graph, kernels: KernelCostModel) -> float:
     return sum(kernels.forward(d) + kernels.backward(d) for _, d in graph.nodes(data=True))
 
 
+def _run_seconds(graph, kernels: KernelCostModel) -> float:
+    """Forward plus backward time of ``graph``'s layers (one micro-batch, no collective splitting a pass): each
+    layer's pass is one run of kernels, taking the longer of their GPU time and their launches on the host (one
+    kernel an op forward; two a GEMM backward, one the rest)."""
+    passes: dict[tuple[int, str], list[float]] = {}
+    for _, d in graph.nodes(data=True):
+        if d["kind"] == "collective":
+            continue
+        bwd_launches = 2 if d["kind"] in MATMUL_KINDS and d["kind"] != "attention" else 1
+        for key, gpu, launches in (("fwd", kernels.forward(d), 1), ("bwd", kernels.backward(d), bwd_launches)):
+            run = passes.setdefault((d["layer"], key), [0.0, 0.0])
+            run[0] += gpu
+            run[1] += launches * kernels.host_s
+    return sum(max(gpu, host) for gpu, host in passes.values())
+
+
 @pytest.mark.parametrize("engine", ["analytic", "des"])
 @pytest.mark.parametrize("family", sorted(SPECS))
 def test_traced_step_exceeds_spec_by_its_extra_kernels(traced, family, engine):
     """dp=2 without pipeline: the step is M micro-batches of compute, then the gradient all-reduce (one bucket,
     exposed whole) and the optimizer, which are the same for both; so the traced step exceeds the spec's by M times
-    the difference of the two graphs' kernel time, and the wait for the slower of the two GPUs by its share of it
-    (``gpu_to_gpu_cv`` times e_2, plansim.costs.stragglers)."""
+    the difference of the two graphs' layer passes (each the longer of its kernels' GPU time and their launches on
+    the host: the eager module's extra kernels cost launches too), and the wait for the slower of the two GPUs by
+    its share of their kernel time (``gpu_to_gpu_cv`` times e_2, plansim.costs.stragglers; not of the host's)."""
     spec = SPECS[family]
     cluster = load_hardware(HARDWARE, gpus=2)
     got = plansim.simulate(traced[family], cluster, STRATEGIES["dp2"], engine=engine)
     want = plansim.simulate(spec, cluster, f"{STRATEGIES['dp2']},attention=unfused", engine=engine)
-    kernels = KernelCostModel(cluster.gpu, "bf16", load_kernel_table(cluster.gpu.name))
+    host_s = load_framework("megatron").rules.kernel_launch.value.host_s
+    kernels = KernelCostModel(cluster.gpu, "bf16", load_kernel_table(cluster.gpu.name), host_s=host_s)
     unfused = build_graph(spec, MB, attention="unfused")
+    runs = _run_seconds(traced[family].graph, kernels) - _run_seconds(unfused, kernels)
     extra = _kernel_seconds(traced[family].graph, kernels) - _kernel_seconds(unfused, kernels)
-    slower = 1 + cluster.gpu.gpu_to_gpu_cv * expected_max_normal(2)
-    assert got.step_time_s - want.step_time_s == pytest.approx(M * extra * slower, rel=1e-9)
+    wait = cluster.gpu.gpu_to_gpu_cv * expected_max_normal(2)
+    assert got.step_time_s - want.step_time_s == pytest.approx(M * (runs + extra * wait), rel=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -250,7 +288,7 @@ def test_micro_batch_and_dtype_left_out_come_from_the_trace(traced):
 
 @pytest.mark.parametrize("engine", ["analytic", "des"])
 @pytest.mark.parametrize("remat", ["none", "sqrt"])
-def test_sequential_mlp_with_dp2_matches_closed_forms(engine, remat):
+def test_sequential_mlp_with_dp2_matches_closed_forms(engine, remat, host_free):
     """Flatten (no kernel: a block of zero cost), then Linear(k, n1) GELU Linear(n1, n2) ReLU Linear(n2, n3) on
     (B, k) in bf16, the output differentiated against ones; dp=2, M micro-batches."""
     B, (k, n1, n2, n3) = 64, (512, 1024, 768, 256)

@@ -89,10 +89,10 @@ def _time_breakdown(
 def _slowest_gpu_s(cluster: Cluster, s: Strategy, pipe: Pipeline, optimizer: list[float]) -> float:
     """What the step waits for its slowest GPU (``plansim.costs.stragglers.straggler_wait_s``): GPUs differ
     persistently, the step ends with a synchronisation of all of them, and the slowest is slow in every kernel of its
-    stage (its micro-batches' compute and recompute, and its optimizer step)."""
+    stage (its micro-batches' compute and recompute, and its optimizer step), not in what it waits for the host."""
     m = s.num_microbatches
     busy = max(
-        m * (st.compute_s + st.recompute_s) + optimizer[g]
+        m * (st.compute_s - st.host_s + st.recompute_s) + optimizer[g]
         for st, g in zip(pipe.stages, pipe.memory_group_of, strict=True)
     )
     return straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh_of(s).num_ranks, busy)

@@ -613,9 +613,14 @@ def _slowest_gpu(cluster: Cluster, mesh: DeviceMesh, stages: list[StageProgram])
     """Set every stage's first task to the step's wait for its slowest GPU (``straggler_wait_s``): GPUs differ
     persistently, the step ends with a synchronisation of all of them, and the slowest is slow in each of its
     kernels, so the wait is its coefficient of variation times the expected maximum over all GPUs times the busiest
-    stage's kernel time (what the analytic engine charges)."""
+    stage's kernel time (what the analytic engine charges): its tasks' time but what they wait for the host (a
+    launch, a blocking pipeline call's idle time), which a slower GPU does not lengthen."""
     busy = max(
-        sum(t.duration_s for t in prog.tasks if t.stream == "compute" and t.comm is None and t.category != "sync_wait")
+        sum(
+            t.duration_s - t.host_s
+            for t in prog.tasks
+            if t.stream == "compute" and t.comm is None and t.category not in ("sync_wait", "p2p_call")
+        )
         for prog in stages
     )
     wait = straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh.num_ranks, busy)
