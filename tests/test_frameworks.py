@@ -881,3 +881,84 @@ def test_fsdp2_shards_are_the_fp32_master_weights() -> None:
         "elementwise", 0.0, params / dp * 8
     )
     assert r.time_breakdown_s["optimizer"] == pytest.approx(step + clip)
+
+
+def _llama3_8b_units() -> tuple[int, int, int]:
+    """Llama 3 8B's FSDP units as torchtitan wraps them (parallelize.py:333-354), from its published dimensions
+    (Llama Team 2024, Table 3): (all parameters, one transformer block, the [norm, output] unit)."""
+    h, layers, vocab, ffn, kv = 4096, 32, 128256, 14336, 1024
+    block = h * (h + 2 * kv) + h * h + 3 * h * ffn + 2 * h  # QKV (grouped K, V), output, SwiGLU, two RMSNorms
+    head = vocab * h + h  # the output projection (untied) with the final norm
+    return vocab * h + layers * block + head, block, head
+
+
+def _compute_stream_peak(tasks: list[Task]) -> tuple[float, float, float]:
+    """What the DES's memory tracker sees of the allocations made on one rank's compute stream, replayed in the
+    stream's order (each task allocates at its start and frees at its end; the stream runs one task at a time): at the
+    point with the most bytes reserved, (bytes, reserved, gradient buffers' bytes). The gathered weights (``g/``,
+    allocated by the dp stream's gathers) are left out: what ``step.memory.activation_peak`` walks."""
+    live: dict[str, tuple[float, bool]] = {}
+    n = res = g = 0.0
+    top = (0.0, 0.0, 0.0)
+    for t in tasks:
+        if t.stream != "compute":
+            continue
+        for name, size, category in t.alloc:
+            live[name] = (size, category == "gradients")
+            res += size
+            n += 0.0 if name.endswith("#rounding") else size
+            g += size if category == "gradients" else 0.0
+        if res > top[1]:
+            top = (n, res, g)
+        for name in t.free:
+            for key in (name, f"{name}#rounding"):
+                if key in live:
+                    size, grad = live.pop(key)
+                    res -= size
+                    n -= 0.0 if key.endswith("#rounding") else size
+                    g -= size if grad else 0.0
+    return top
+
+
+def test_grad_reduce_copy_in_fsdp_holds_each_units_fp32_reduce_scatter_input() -> None:
+    """FSDP2's post-backward (foreach_reduce, torchtitan's reduce_dtype float32: parallelize.py:313): a unit's bf16
+    unsharded gradients, made by its backward, are copied into one flat fp32 reduce-scatter input of the unit's
+    unsharded size and then freed; that input stays until the next unit's post-backward has waited for its
+    reduce-scatter, the last unit's until the end of backward. Hand computation for Llama 3 8B on 8 H100s, dp8
+    zero3, 2,048 tokens and full recompute, whose peak is at the start of block 31's backward: the [norm, output]
+    unit's fp32 input (4 bytes x 525.3M) and block 31's bf16 gradients (2 x 218.1M) beside the fp32 gradient shards
+    (4 P / 8), with blocks 31 and 30 gathered in bf16 (31 in use, 30 prefetched) beside the fp32 shards. Both engines
+    hold the same gradient buffers over the step's compute stream; the analytic engine's peak adds its gathered
+    weights at their most (the head with block 31), so it is above the DES's by less than those. megatron reduces
+    in place and deepspeed into a bucket allocated at start-up: neither copies per unit."""
+    from plansim.analytic.engine import step_frame
+    from plansim.workload import ModelSpec
+
+    params, block, head = _llama3_8b_units()
+    spec = load_model("llama3-8b")
+    assert isinstance(spec, ModelSpec)
+    model = spec.model_copy(update={"seq_len": 2048})
+    cluster = load_hardware("dgx-h100", gpus=8)
+    s = Strategy.parse("dp=8,zero=3,micro_batch=1,global_batch=8,framework=fsdp,remat=full")
+    (tasks,) = [st.tasks for st in lower(model, cluster, s).stages]
+    # each unit: its bf16 gradients at its backward's first task, its fp32 input at its copy, freed by the next unit
+    made = {name: n for t in tasks for name, n, cat in t.alloc if cat == "gradients"}
+    assert made["ug/0/32"] == 2 * head and made["rs_in/0/32"] == 4 * head
+    assert made["ug/0/31"] == 2 * block and made["rs_in/0/31"] == 4 * block
+    freed_by = {name: t.name for t in tasks for name in t.free}
+    assert freed_by["ug/0/32"] == "copyin0.L32"  # once copied into the input
+    assert freed_by["rs_in/0/32"].startswith("B0.L31")  # block 31's backward drops the head's input
+    assert freed_by["rs_in/0/-1"] == "copyin0.L-1"  # the embedding's, the last, at the end of backward
+    a = plansim.simulate(model, cluster, s)
+    d = plansim.simulate(model, cluster, s, engine="des")
+    assert d.memory_breakdown_bytes["gradients"] == pytest.approx(4 * params / 8 + 4 * head + 2 * block, abs=2)
+    assert d.memory_breakdown_bytes["weights"] == pytest.approx(4 * params / 8 + 2 * 2 * block, abs=2)
+    # the analytic walk's peak is the head's copy: its bf16 gradients and fp32 input, 6 bytes a parameter
+    assert a.memory_breakdown_bytes["gradients"] == pytest.approx(4 * params / 8 + 6 * head, abs=2)
+    walk = step_frame(model, cluster, s).held[0].peak
+    assert _compute_stream_peak(tasks) == pytest.approx(walk, rel=1e-12)  # the same buffers, alloc by alloc
+    # the analytic engine's peak is above the DES's by less than the bf16 weights it holds gathered (head, block 31)
+    assert 0 < a.peak_memory_bytes - d.peak_memory_bytes < 2 * (head + block)
+    for framework in ("megatron", "deepspeed"):
+        other = lower(model, cluster, Strategy.parse(f"dp=8,zero=3,micro_batch=1,global_batch=8,framework={framework}"))
+        assert not any(cat == "gradients" for t in other.stages[0].tasks for _, _, cat in t.alloc)

@@ -183,8 +183,9 @@ class StepFrame:
         worst = self.worst
         peak = self.held[worst].peak
         worst_static = dict(self.static[self.group_of[worst]])
+        worst_static["gradients"] += round(peak[2])  # the gradient buffers live at the peak (``activation_peak``)
         return {
-            **worst_static, "activations": round(peak[0]), "workspace": worst_static.pop("workspace"),
+            **worst_static, "activations": round(peak[0]) - round(peak[2]), "workspace": worst_static.pop("workspace"),
             **self.fixed[worst], "fragmentation": round(peak[1] - peak[0]),
         }  # fmt: skip
 

@@ -25,7 +25,7 @@ from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
 from plansim.costs.kernels import KernelCostModel
 from plansim.hardware import Cluster
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan
+from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, grad_copy_in_bytes
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
 from plansim.step.memory import (
     ChunkLayers,
@@ -95,6 +95,15 @@ class PipelineKey(StrategyProjection):
     layer_split: tuple[int, ...] | None
     dp: int | None
     framework: str  # the stages' sends (``SendsKey``): its pipeline_sends rule
+
+
+@dataclass(frozen=True)
+class StageMemoryKey(PipelineKey):
+    """What the stages' activation peaks read beyond ``PipelineKey``: the gradient buffers a unit holds for its
+    reduction where its framework copies them (``step.data_parallel.grad_copy_in_bytes``: ZeRO, dp, dtypes and the
+    framework's rule)."""
+
+    grad_copy_in: tuple[int, int] = read_with(grad_copy_in_bytes)
 
 
 @dataclass(frozen=True)
@@ -178,7 +187,7 @@ class PricedLayers:
     executed_flops: float  # what the kernels execute per micro-batch (costs.kernels.executed_flops)
     stage_sums: dict[tuple[int, ...], StageSums] = field(default_factory=dict)
     pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
-    stage_memory: dict[PipelineKey, tuple[StageHeld, ...]] = field(default_factory=dict)
+    stage_memory: dict[StageMemoryKey, tuple[StageHeld, ...]] = field(default_factory=dict)
     stage_costs: dict[tuple, StageCost] = field(default_factory=dict)
     p2p: dict[SendsKey, list[StageSends]] = field(default_factory=dict)
     _alike: dict[tuple[LayerCost, ...], StageSums] = field(default_factory=dict)

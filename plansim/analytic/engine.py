@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import partial
 
 from plansim.analytic.assemble import StepFrame, assemble_result
-from plansim.analytic.cache import AnalyticCache, PipelineKey, PricedLayers
+from plansim.analytic.cache import AnalyticCache, PipelineKey, PricedLayers, StageMemoryKey
 from plansim.analytic.pipeline import Pipeline, model_chunks, stage_layout
 from plansim.analytic.stages import StageHeld, stage_cost
 from plansim.costs.remat_policies import REMAT_POLICIES
@@ -24,7 +24,8 @@ from plansim.errors import PlansimError
 from plansim.hardware import Cluster
 from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
-from plansim.step.memory import activation_peak
+from plansim.step.data_parallel import grad_copy_in_bytes
+from plansim.step.memory import activation_peak, with_grad_buffers
 from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
@@ -60,7 +61,7 @@ def step_frame(
         raise PlansimError("; ".join(problems))
     priced = shared.priced(s)
     scheduled = REMAT_POLICIES[s.remat].scheduled
-    key = PipelineKey.of(s)
+    key = StageMemoryKey.of(s)
     prep = PreparedStep(s, priced.prep.graph, priced.prep.kernels)
     plans = milp_stage_plans(prep, cluster, model, priced.costs) if scheduled else {}
     held = priced.stage_memory.get(key) if not scheduled else None
@@ -86,14 +87,20 @@ def _stages_held(
 ) -> tuple[StageHeld, ...]:
     """What each stage holds: its layers, their sums, its parameters (the tied embedding's copy on the last) and its
     activations' peak as its passes allocate and free them (``step.memory.activation_peak``; under ``remat: milp``
-    as the stage's schedule ``plans`` keeps them)."""
+    as the stage's schedule ``plans`` keeps them), with the gradient buffers of each layer's reduction where its
+    framework copies them (``step.data_parallel.grad_copy_in_bytes``; the output layer's with the tied copy)."""
     tied = tied_copy_params(model, s)
     chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
+    per_param = grad_copy_in_bytes(s)
     out = []
     for idx, layers in enumerate(stage_layout(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         sums = priced.sums(layers, model)
         params = sums.params + (tied if idx == s.pp - 1 else 0)
         own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
+        if any(per_param):
+            extra = {model.layers: float(tied)} if idx == s.pp - 1 else {}
+            held = {i: priced.costs[i].params + extra.get(i, 0.0) for c in own for i, _ in c}
+            own = tuple(with_grad_buffers(c, held, per_param) for c in own)
         milp = (
             tuple((i, r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in plans[idx].layers.items())
             if plans

@@ -186,11 +186,12 @@ class StageSums:
 
 class StageHeld(NamedTuple):
     """What a pipeline stage holds, known before its time is priced: its layers' sums, its parameters and its
-    activations' peak (bytes, reserved bytes: ``step.memory.activation_peak``)."""
+    activations' peak (bytes, reserved bytes, the gradient buffers' bytes among them:
+    ``step.memory.activation_peak``)."""
 
     sums: StageSums
     params: int
-    peak: tuple[float, float]
+    peak: tuple[float, float, float]
 
 
 def stage_cost(
@@ -198,7 +199,7 @@ def stage_cost(
     remat: str,
     p2p: StageSends,
     params: int,
-    peak: tuple[float, float],
+    peak: tuple[float, float, float],
     plan: StageRemat | None = None,
     chunks: int = 1,
     first: bool = False,
@@ -222,7 +223,7 @@ def stage_cost(
             parts = sums.parts[key] = _stage_parts(sums, remat, p2p, params, None, chunks, first)
     else:
         parts = _stage_parts(sums, remat, p2p, params, plan, chunks, first)
-    return StageCost(**parts, activations=peak[0], fragmentation=peak[1] - peak[0])
+    return StageCost(**parts, activations=peak[0] - peak[2], fragmentation=peak[1] - peak[0])
 
 
 def _stage_parts(

@@ -16,7 +16,10 @@ gradient pass when backward is split), what remat drops is a transient of the fo
 recompute task (``remat: milp``: per block, what its stage's MILP schedule keeps from forward to backward and
 recomputes in the stages of the block's gradient nodes; recomputed tensor-parallel collectives run at their priced
 time inside that task); a fused attention kernel's backward workspace lives for its layer's backward; ZeRO-3's
-gathered weights live from their gather to the end of the pass that uses them.
+gathered weights live from their gather to the end of the pass that uses them; where the framework copies a unit's
+gradients into a flat reduce input (FSDP2: ``step.data_parallel.grad_copy_in_bytes``), the unsharded gradients live
+from the start of the pass that makes them to a zero-time copy task after it, which allocates the reduce input, held
+until the end of the next such pass of the chunk (the chunk's last: to its own copy's end).
 
 Sources: Megatron-LM's schedules and its gradient buffer (Narayanan et al. 2021; Korthikanti et al. 2022 for
 sequence parallelism and selective recompute); PyTorch DDP's gradient buckets (Li et al. 2020, VLDB, sec 3.2.3);
@@ -29,6 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from plansim.costs.allocator import reserved_bytes
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
@@ -45,6 +49,7 @@ from plansim.step.data_parallel import (
     GroupCollective,
     WeightGather,
     data_parallel_plan,
+    grad_copy_in_bytes,
     tied_gradient_bytes,
     weight_gathers,
 )
@@ -57,6 +62,7 @@ from plansim.step.memory import (
     fixed_bytes,
     model_states,
     stage_params,
+    with_grad_buffers,
 )
 from plansim.step.optimizer import optimizer_step_s
 from plansim.step.p2p import PipelineSends, pipeline_sends, regather
@@ -70,10 +76,10 @@ from plansim.workload.traced import Workload
 __all__ = ["lower"]
 
 
-def _act(name: str, size: Sized) -> list[tuple[str, float, str]]:
-    """An activation allocation and, beside it, what the caching allocator reserves beyond its bytes (category
-    ``fragmentation``, named ``<name>#rounding``: the memory tracker frees it with ``name``)."""
-    out = [(name, size.n, "activations")]
+def _act(name: str, size: Sized, category: str = "activations") -> list[tuple[str, float, str]]:
+    """An activation allocation (or one of ``category``) and, beside it, what the caching allocator reserves beyond
+    its bytes (category ``fragmentation``, named ``<name>#rounding``: the memory tracker frees it with ``name``)."""
+    out = [(name, size.n, category)]
     if size.reserved > size.n:
         out.append((f"{name}#rounding", size.reserved - size.n, "fragmentation"))
     return out
@@ -98,6 +104,8 @@ class _Ctx:
     milp: dict[int, LayerRemat] = field(default_factory=dict)
     # what each layer allocates (plansim.step.memory.chunk_memory), by model chunk: layer -> its LayerMemory
     memory: dict[int, dict[int, LayerMemory]] = field(default_factory=dict)
+    # each layer's gradient buffers for its reduction (LayerBytes.grads, reduce_input), by model chunk
+    grad_buffers: dict[int, dict[int, LayerBytes]] = field(default_factory=dict)
     # cross-stage dependencies by key, resolved once every stage is built
     sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
@@ -127,6 +135,7 @@ class _StageLowering:
         self.after_dp = -1  # a micro-batch's last gradient bucket, which the next compute task waits for
         self.bucket: list[float] = [0.0]
         self.bucket_dep = -1
+        self.reduce_held: str | None = None  # the reduce input of the pass's last copy, freed by the next one
         self.gathers: dict[tuple[int, int, str], int] = {}
         self.ahead: dict[tuple[int, int], list[int]] = {}  # (first, last layer of a pass) -> layers ahead per position
         # Megatron-LM keeps a copy of tied word embeddings (ceil(V/tp) rows per rank) on the last stage; its
@@ -348,10 +357,15 @@ class _StageLowering:
             if workspace.n > 0:  # a fused attention kernel's accumulators, for this backward only
                 alloc = tuple(_act(f"ws/{mb}/{layer}", workspace))
                 frees.append(f"ws/{mb}/{layer}")
+            buffers = ctx.grad_buffers[g].get(layer)
+            if not self.split and buffers is not None:
+                alloc += self._grads_made(mb, layer, buffers, frees)
             _, last = self._run(
                 segs, f"B{mb}.L{layer}", "backward", mb, first_deps=deps, alloc=alloc, free=tuple(frees), wait_key=wait
             )
             if not self.split:
+                if buffers is not None:
+                    self._copy_in(mb, layer, buffers, last, "backward", layer == self._last_copied(g))
                 self._grads_ready(mb, layer, lp, last)
         if g > 0:
             self._send("B", mb, g, -1)
@@ -365,9 +379,21 @@ class _StageLowering:
             frees = [f"k/{mb}/{layer}"]
             if self._rebuilds(layer):
                 frees.append(f"rk/{mb}/{layer}")
+            buffers = ctx.grad_buffers[g].get(layer)
+            alloc = self._grads_made(mb, layer, buffers, frees) if buffers is not None else ()
             idx = self._compute(
-                Task(f"W{mb}.L{layer}", "compute", "weight_grad", lp.wgrad_s, free=tuple(frees), microbatch=mb)
+                Task(
+                    f"W{mb}.L{layer}",
+                    "compute",
+                    "weight_grad",
+                    lp.wgrad_s,
+                    alloc=alloc,
+                    free=tuple(frees),
+                    microbatch=mb,
+                )
             )
+            if buffers is not None:
+                self._copy_in(mb, layer, buffers, idx, "weight_grad", layer == self._last_copied(g))
             self._grads_ready(mb, layer, lp, idx)
 
     def _recompute(
@@ -473,6 +499,32 @@ class _StageLowering:
                 )
             )
         return self.gathers[(mb, order[pos], phase)]
+
+    def _last_copied(self, g: int) -> int:
+        """The last layer of model chunk ``g``'s weight-gradient pass (backward order) that copies its gradients
+        into a reduce input."""
+        return next((x for x in self.ctx.chunks[g] if x in self.ctx.grad_buffers[g]), -1)
+
+    def _grads_made(self, mb: int, layer: int, b: LayerBytes, frees: list[str]) -> tuple[tuple[str, float, str], ...]:
+        """The pass that makes a layer's weight gradients (``b``: its gradient buffers): it allocates its unsharded
+        gradients and, at its end, frees the reduce input the copy before it left (``frees`` takes the name), which
+        FSDP2's post-backward drops after waiting for that reduce-scatter, before its own copy."""
+        if self.reduce_held is not None:
+            frees.append(self.reduce_held)
+            self.reduce_held = None
+        return ((f"ug/{mb}/{layer}", b.grads, "gradients"),)
+
+    def _copy_in(self, mb: int, layer: int, b: LayerBytes, after: int, category: str, last: bool) -> None:
+        """A layer's gradients copied into its flat reduce input once the pass ``after`` made them (FSDP2's
+        foreach_reduce on the compute stream): it allocates the reduce input and frees the unsharded gradients; the
+        reduce input stays for the next layer's pass to free, or, the pass's last (``last``), is freed here. Its
+        time is not modelled (0 s): a memory event between two tasks of the compute stream, which waits for none."""
+        name = f"rs_in/{mb}/{layer}"
+        size = Sized(b.reduce_input, float(reserved_bytes(b.reduce_input)))
+        frees = (f"ug/{mb}/{layer}", *((name,) if last else ()))
+        self.prog.add(Task(f"copyin{mb}.L{layer}", "compute", category, 0.0, deps=((self.stage, after),),
+                           alloc=tuple(_act(name, size, "gradients")), free=frees, microbatch=mb))  # fmt: skip
+        self.reduce_held = None if last else name
 
     def _grads_ready(self, mb: int, layer: int, lp: LayerProgram, task: int) -> None:
         """A layer's gradient for micro-batch ``mb`` is complete: bucket it for reduction."""
@@ -580,8 +632,12 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
             milp_flops += plan.recompute_flops
     sched = get_schedule(s.schedule)
     milp = {i: (r.stored_bytes, r.rebuilt_bytes, r.recompute_s > 0) for i, r in ctx.milp.items()}
+    per_param = grad_copy_in_bytes(s)
+    tied = tied_copy_params(model, s)
+    held = {i: lp.params + (tied if i == model.layers else 0) for i, lp in programs.items()}
     for g, chunk in enumerate(ctx.chunks):
-        own = tuple((i, LayerBytes.of(programs[i])) for i in chunk if i in programs)
+        own = with_grad_buffers(tuple((i, LayerBytes.of(programs[i])) for i in chunk if i in programs), held, per_param)
+        ctx.grad_buffers[g] = {i: b for i, b in own if b.reduce_input > 0}
         rows = chunk_memory(s.remat, own, model.layers, layer_input, sched.split_backward, milp if ctx.milp else None)
         ctx.memory[g] = {i: mem for i, mem, _ in rows}
     m, p, v = s.num_microbatches, s.pp, s.virtual_stages

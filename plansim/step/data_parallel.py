@@ -46,6 +46,7 @@ __all__ = [
     "bucketed_reduction",
     "data_parallel_plan",
     "gathers_per_layer",
+    "grad_copy_in_bytes",
     "param_prefetch",
     "per_layer_overlap",
     "sharded_params_are_master",
@@ -530,6 +531,24 @@ def sharded_params_are_master(s: Strategy) -> bool:
     if s.zero < 2:  # the planner asks it of every candidate: the common case first
         return False
     return s.mixed_precision and gathers_per_layer(s) and s.zero in _framework_rules(s).sharded_params_are_master.value
+
+
+def grad_copy_in_bytes(s: Strategy) -> tuple[int, int]:
+    """Bytes per parameter of what a unit holds for its gradients' reduction where the framework copies them into a
+    flat buffer (its rule ``grad_reduce_copy_in`` at ``s``'s ZeRO stage, with per-layer reduce-scatters: FSDP2's
+    foreach_reduce): the unsharded gradients autograd makes, in the compute dtype (the gathered weights' dtype),
+    from the unit's backward to the copy, and the flat reduce-scatter input, in the reduce dtype (``s.grad_bytes``),
+    from the copy to the next unit's copy (the last unit's: to the end of the pass). (0, 0) elsewhere: without data
+    parallelism nothing is reduced.
+
+    The reduce-scatter's output, 1/dp of the input, is allocated after the unsharded gradients are freed, so beside
+    the input it holds less than they did for dp >= 2; the first micro-batch's becomes the sharded gradient the model
+    states count, and a later one's is added to it and freed: it is not counted apart."""
+    if s.zero < 2 or (s.dp or 1) <= 1 or not gathers_per_layer(s):
+        return (0, 0)
+    if s.zero not in _framework_rules(s).grad_reduce_copy_in.value:
+        return (0, 0)
+    return (dtype_bytes(s.compute_dtype), s.grad_bytes)
 
 
 def param_prefetch(s: Strategy) -> ParamPrefetch:

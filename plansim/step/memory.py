@@ -64,6 +64,7 @@ __all__ = [
     "pipeline_wraps",
     "stage_params",
     "static_bytes",
+    "with_grad_buffers",
 ]
 
 #: The memory categories a real run holds beside the tensors torch's allocator counts: the CUDA context and NCCL's
@@ -238,7 +239,9 @@ class LayerBytes(NamedTuple):
     """What the memory model reads of one layer, per micro-batch (``LayerCost`` or ``LayerProgram``): its saved
     bytes (``selective`` of them by the rerun ops, ``wgrad`` the weight GEMMs' inputs), each with what the caching
     allocator reserves for them (``*_reserved``, each op's tensor rounded), the bytes live only while its forward runs
-    (``transient``) and its backward's workspace."""
+    (``transient``) and its backward's workspace; and, where the framework copies a unit's gradients into a flat
+    buffer for their reduction (``with_grad_buffers``), its unsharded ``grads`` (from its weight gradients' pass to
+    the copy) and that ``reduce_input`` (from the copy to the next unit's)."""
 
     saved: float
     selective: float
@@ -248,6 +251,8 @@ class LayerBytes(NamedTuple):
     saved_reserved: float
     selective_reserved: float
     wgrad_reserved: float
+    grads: float = 0.0
+    reduce_input: float = 0.0
 
     @classmethod
     def of(cls, layer: LayerCost | LayerProgram) -> LayerBytes:
@@ -379,34 +384,54 @@ def _normalized(
 
 
 #: A pass's effect on a stage's live activations: (bytes, reserved) at its highest point over its start, and
-#: (bytes, reserved) it leaves live at its end; the highest point is the one with the most reserved bytes.
-PassProfile = tuple[float, float, float, float]
+#: (bytes, reserved) it leaves live at its end; the highest point is the one with the most reserved bytes. Its last
+#: element: the gradient buffers' bytes (``LayerBytes.grads``, ``reduce_input``) among those at the highest point,
+#: which a pass frees before it ends.
+PassProfile = tuple[float, float, float, float, float]
 
 
 class _Walk:
-    """Live (bytes, reserved) through a sequence of allocations and frees, with the highest reserved point."""
+    """Live (bytes, reserved) through a sequence of allocations and frees, with the highest reserved point (and how
+    many of its bytes are gradient buffers)."""
 
     def __init__(self) -> None:
-        self.n = self.res = self.peak_n = self.peak_res = 0.0
+        self.n = self.res = self.g = self.peak_n = self.peak_res = self.peak_g = 0.0
 
-    def alloc(self, *sizes: Sized) -> None:
-        for s in sizes:
+    def alloc(self, *sizes: Sized, grad: tuple[Sized, ...] = ()) -> None:
+        for s in (*sizes, *grad):
             self.n += s.n
             self.res += s.reserved
+        for s in grad:
+            self.g += s.n
         if self.res > self.peak_res:
-            self.peak_n, self.peak_res = self.n, self.res
+            self.peak_n, self.peak_res, self.peak_g = self.n, self.res, self.g
 
-    def free(self, *sizes: Sized) -> None:
-        for s in sizes:
+    def free(self, *sizes: Sized, grad: tuple[Sized, ...] = ()) -> None:
+        for s in (*sizes, *grad):
             self.n -= s.n
             self.res -= s.reserved
+        for s in grad:
+            self.g -= s.n
 
     def profile(self) -> PassProfile:
-        return self.peak_n, self.peak_res, self.n, self.res
+        return self.peak_n, self.peak_res, self.n, self.res, self.peak_g
 
 
 #: One chunk's layers for the memory walk: (layer index, its bytes) in forward order.
 ChunkLayers = tuple[tuple[int, LayerBytes], ...]
+
+
+def with_grad_buffers(chunk: ChunkLayers, params: Mapping[int, float], per_param: tuple[int, int]) -> ChunkLayers:
+    """``chunk`` with each layer's gradient buffers for its reduction: ``per_param`` (bytes per parameter of the
+    unsharded gradients and of the flat reduce input: ``plansim.step.data_parallel.grad_copy_in_bytes``) times the
+    layer's ``params`` (a layer absent holds none); ``chunk`` itself where ``per_param`` is (0, 0)."""
+    grads, reduce = per_param
+    if not grads and not reduce:
+        return chunk
+    return tuple(
+        (i, b._replace(grads=n * grads, reduce_input=n * reduce)) if (n := params.get(i, 0.0)) > 0 else (i, b)
+        for i, b in chunk
+    )
 
 
 def chunk_memory(
@@ -456,9 +481,15 @@ def pass_profiles(
     weight-gradient pass (``W``) for one micro-batch, in the lowering's order: a layer's forward allocates what it
     stores and its transient and frees the transient at its end; its backward first recomputes (allocating what that
     rebuilds: a sqrt(N) segment's before its last block's backward), then allocates its workspace and frees at its
-    end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part."""
+    end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part.
+
+    Gradient buffers (``LayerBytes.grads``, ``reduce_input``; in the pass that makes the weight gradients: B, or W
+    when split): a layer's unsharded gradients are allocated with its workspace (W: at its start); at its end the
+    previous layer's reduce input is freed, then its copy allocates its own reduce input and frees its gradients;
+    the pass's last reduce input is freed at its copy's end (FSDP2's foreach_reduce and post_backward)."""
     layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp)
     mem = {i: m for i, m, _ in layers}
+    sized = dict(chunk)
     segment: dict[int, list[int]] = {}  # a sqrt(N) segment's last block -> its blocks, in order
     for j, _, seg in layers:
         segment.setdefault(seg, []).append(j)
@@ -466,17 +497,35 @@ def pass_profiles(
     for _, m, _ in layers:
         fwd.alloc(m.stored, m.kept, *([m.transient] if m.transient.n > 0 else []))
         fwd.free(*([m.transient] if m.transient.n > 0 else []))
+    grads_in = wgt if split else bwd
+    held: tuple[Sized, ...] = ()  # the reduce input of the layer before, in this pass
     for i, m, last in reversed(layers):
+        grads, copy = _grad_buffers(sized[i])
         if m.rebuilds and (last < 0 or last == i):
             todo = segment.get(i, []) if last == i else [i]
             bwd.alloc(*(s for j in todo for s in (mem[j].rebuilt, mem[j].rebuilt_kept)))
         ws = [m.workspace] if m.workspace.n > 0 else []
-        bwd.alloc(*ws)
+        bwd.alloc(*ws, grad=() if split else grads)
         bwd.free(m.stored, *ws, m.rebuilt)
         if not split:
             bwd.free(m.kept, m.rebuilt_kept)
+        wgt.alloc(grad=grads if split else ())
         wgt.free(m.kept, m.rebuilt_kept)
+        if copy:
+            grads_in.free(grad=held)
+            grads_in.alloc(grad=copy)
+            grads_in.free(grad=grads)
+            held = copy
+    grads_in.free(grad=held)
     return {"F": fwd.profile(), "B": bwd.profile(), "W": wgt.profile()}
+
+
+def _grad_buffers(b: LayerBytes) -> tuple[tuple[Sized, ...], tuple[Sized, ...]]:
+    """A layer's unsharded gradients (autograd's tensors, counted at their bytes) and its flat reduce input (one
+    tensor, with the caching allocator's rounding), each empty where it holds none."""
+    grads = (Sized(b.grads, b.grads),) if b.grads > 0 else ()
+    copy = (Sized(b.reduce_input, float(reserved_bytes(b.reduce_input))),) if b.reduce_input > 0 else ()
+    return grads, copy
 
 
 def activation_peak(
@@ -490,10 +539,11 @@ def activation_peak(
     num_blocks: int,
     layer_input: float,
     milp: tuple[tuple[int, float, float, bool], ...] | None = None,
-) -> tuple[float, float]:
-    """A stage's activation peak, (bytes live, bytes the allocator reserves for them) at the moment the reserved
-    bytes are highest, walking its schedule's passes (``PipelineSchedule.order``) with each chunk's ``pass_profiles``:
-    what the DES's memory tracker sees of the lowering's allocations, since one stage's passes run one after
+) -> tuple[float, float, float]:
+    """A stage's activation peak, (bytes live, bytes the allocator reserves for them, the gradient buffers' bytes
+    among the live ones: ``LayerBytes.grads`` and ``reduce_input``) at the moment the reserved bytes are highest,
+    walking its schedule's passes (``PipelineSchedule.order``) with each chunk's ``pass_profiles``: what the DES's
+    memory tracker sees of the lowering's allocations, since one stage's passes run one after
     another on its compute stream. ``chunks``: the stage's chunks, ``chunks[c]`` its ``c``-th (model chunk
     ``c * pp + stage``); ``milp``: (block, stored, rebuilt, rebuilds) of each block under ``remat: milp``.
 
@@ -553,40 +603,40 @@ def _activation_peak(
     chunks: tuple[_BlockRuns, ...],
     num_blocks: int,
     layer_input: float,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     split = get_schedule(schedule).split_backward
     profiles = [_pass_profiles(remat, c, num_blocks, layer_input, split) for c in chunks]
     return _walk(profiles, order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
 
 
-def _walk(profiles: Sequence[Mapping[str, PassProfile]], runs: tuple[Node, ...]) -> tuple[float, float]:
-    """The highest (bytes, reserved) point of a stage's passes in order (``order_runs``), each pass's effect its
-    chunk's ``PassProfile``; (0, 0) if nothing is ever live."""
-    top_n, top_res, _, _ = _node_profile(runs, profiles)
-    return (top_n, top_res) if top_res > 0 else (0.0, 0.0)
+def _walk(profiles: Sequence[Mapping[str, PassProfile]], runs: tuple[Node, ...]) -> tuple[float, float, float]:
+    """The highest (bytes, reserved, gradient buffers' bytes) point of a stage's passes in order (``order_runs``),
+    each pass's effect its chunk's ``PassProfile``; (0, 0, 0) if nothing is ever live."""
+    top_n, top_res, _, _, top_g = _node_profile(runs, profiles)
+    return (top_n, top_res, top_g) if top_res > 0 else (0.0, 0.0, 0.0)
 
 
-def _node_profile(
-    nodes: tuple[Node, ...], profiles: Sequence[Mapping[str, PassProfile]]
-) -> tuple[float, float, float, float]:
-    """(bytes, reserved) at the highest point of ``nodes`` run in order over their start, and what they leave live.
-    A repeated block's highest point is in its last repetition if each leaves more live, else in its first."""
+def _node_profile(nodes: tuple[Node, ...], profiles: Sequence[Mapping[str, PassProfile]]) -> PassProfile:
+    """(bytes, reserved) at the highest point of ``nodes`` run in order over their start, what they leave live, and
+    the gradient buffers' bytes at that point (a pass frees its own, so none is left live across passes). A repeated
+    block's highest point is in its last repetition if each leaves more live, else in its first."""
     n = res = 0.0
     top_n = top_res = -math.inf
+    top_g = 0.0
     for node in nodes:
         if isinstance(node[0], int):  # one pass: (chunk, kind)
-            rise_n, rise_res, net_n, net_res = profiles[node[0]][node[1]]
+            rise_n, rise_res, net_n, net_res, rise_g = profiles[node[0]][node[1]]
         else:  # (block, repeats)
             block, repeats = node
-            b_top_n, b_top_res, b_n, b_res = _node_profile(block, profiles)
+            b_top_n, b_top_res, b_n, b_res, rise_g = _node_profile(block, profiles)
             r = repeats - 1 if b_res > 0 else 0
             rise_n, rise_res = r * b_n + b_top_n, r * b_res + b_top_res
             net_n, net_res = repeats * b_n, repeats * b_res
         if res + rise_res > top_res:
-            top_n, top_res = n + rise_n, res + rise_res
+            top_n, top_res, top_g = n + rise_n, res + rise_res, rise_g
         n += net_n
         res += net_res
-    return top_n, top_res, n, res
+    return top_n, top_res, n, res, top_g
 
 
 @lru_cache(maxsize=16384)

@@ -221,6 +221,9 @@ class FrameworkRules(_Strict):
     #: the ZeRO stages at which the sharded parameters are the fp32 master weights (FSDP2 keeps each shard in the
     #: model's dtype and gathers a bf16 copy per unit): the optimizer holds no master copy of its own
     sharded_params_are_master: Rule[list[ZeroStage]]
+    #: the ZeRO stages at which each unit's gradients are copied after its backward into a flat buffer in the reduce
+    #: dtype of the unit's unsharded size, held until the next unit's reduce (FSDP2's foreach_reduce)
+    grad_reduce_copy_in: Rule[list[ZeroStage]]
     sharded_weights_kept_with_pipeline: Rule[bool]
     tp_comm_overlap: Rule[TPCommOverlap | None]
     hybrid_shard: Rule[list[ZeroStage]]
