@@ -962,3 +962,41 @@ def test_grad_reduce_copy_in_fsdp_holds_each_units_fp32_reduce_scatter_input() -
     for framework in ("megatron", "deepspeed"):
         other = lower(model, cluster, Strategy.parse(f"dp=8,zero=3,micro_batch=1,global_batch=8,framework={framework}"))
         assert not any(cat == "gradients" for t in other.stages[0].tasks for _, _, cat in t.alloc)
+
+
+def test_remat_policies_each_framework_runs_its_own_and_the_planner_searches_them() -> None:
+    """megatron: --recompute-granularity None, selective (--recompute-modules, core_attn by default) or full, each
+    layer's input under uniform with one layer (megatron/training/arguments.py:2010-2017, 2045-2059;
+    megatron/core/transformer/transformer_config.py:943-944; transformer_block.py:466-476); deepspeed:
+    Megatron-DeepSpeed's --checkpoint-activations checkpoints every layer (megatron/arguments.py:864-872,
+    megatron/model/gpt_model.py:446-462) and its selective only the unfused core attention
+    (megatron/model/transformer.py:620-629), not the flash-attn path; fsdp: torchtitan's mode none, full or selective,
+    selective per op ("op") or every n-th block ("2" by default) (torchtitan/config/job_config.py:651-658;
+    torchtitan/distributed/activation_checkpoint.py:27-49, 52-137, 140-156)."""
+    rules = {name: load_framework(name).rules.remat_policies.value for name in framework_names()}
+    assert rules == {
+        "megatron": ("none", "selective", "full"),
+        "deepspeed": ("none", "full"),
+        "fsdp": ("none", "full", "op_sac", "layer_sac"),
+    }
+    model, cluster = load_model("gpt3-1.3b"), _cluster(8)
+    for name, runs in rules.items():
+        searched = [s.remat for s in candidates(model, cluster, 16, Constraints(framework=name, tp=1, pp=1))]
+        assert searched[: len(runs)] == list(runs) and set(searched) == set(runs)
+    every = [s for s in candidates(model, cluster, 16, Constraints(framework="all", tp=1, pp=1, remat=("selective",)))]
+    assert every and {s.framework for s in every} == {"megatron"}
+    # Megatron-LM's searched set is the one searched before the rule: the same candidates, in the same order
+    named = Constraints(tp=2, remat=("none", "selective", "full"))
+    assert list(candidates(model, cluster, 16, Constraints(tp=2))) == list(candidates(model, cluster, 16, named))
+    with pytest.raises(PlansimError) as refused:
+        Constraints(framework="fsdp", remat=("selective",))
+    assert str(refused.value) == (
+        "--remat selective: PyTorch FSDP (torchtitan) does not run it (frameworks/fsdp.yaml: remat_policies): use "
+        "--framework megatron, or price it as a what-if with plansim compare -s '...,remat=selective'"
+    )
+    with pytest.raises(PlansimError, match=r"^--remat sqrt: Megatron-LM does not run it .*price it as a what-if"):
+        Constraints(remat=("sqrt",))
+    data = load_framework("megatron").rules.model_dump()
+    for wrong in (["none", "milp"], ["none", "jax"], [], ["full", "full"]):
+        with pytest.raises(ValueError, match="name each policy it runs once"):
+            FrameworkRules.model_validate({**data, "remat_policies": {**data["remat_policies"], "value": wrong}})

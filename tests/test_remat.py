@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plansim.api import load_hardware, load_model
+from plansim.api import load_hardware, load_model, simulate
+from plansim.costs.remat_policies import REMAT_POLICIES
+from plansim.des.lower import lower
 from plansim.remat import (
     BASELINES,
     InvalidSchedule,
@@ -32,9 +34,11 @@ from plansim.remat import (
 from plansim.remat.checkmate import build_milp, solve_milp, start_values
 from plansim.remat.schedule import plan_of
 from plansim.step.layers import layer_costs, layer_programs
+from plansim.step.layers import rerun as rerun_of
 from plansim.step.prepare import comm_pricer, prepare_step
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
+from plansim.workload import ModelSpec
 
 INF = float("inf")
 
@@ -567,3 +571,127 @@ def test_more_in_flight_never_cheaper() -> None:
         assert not two.feasible or two.peak_bytes <= budget
         seen_dearer |= math.isfinite(two.cost) and two.cost > one.cost
     assert seen_dearer  # the check is not vacuous: some budget makes the second micro-batch cost recomputation
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 9. torchtitan's selective policies: per op (op_sac) and per layer (layer_sac)
+# --------------------------------------------------------------------------------------------------------------------
+
+#: a small Llama with grouped-query attention: q width 64, kv width 32 (2 of 4 heads), SwiGLU width 96
+TINY_LLAMA = ModelSpec(name="tiny-llama", family="llama", layers=6, hidden=64, heads=4, kv_heads=2, ffn_hidden=96,
+                       seq_len=16, vocab=128)  # fmt: skip
+TINY_GPT = ModelSpec(name="tiny-gpt", family="gpt", layers=4, hidden=64, heads=4, seq_len=16, vocab=128)
+
+
+def _block_ops(model: ModelSpec, strategy: str, gpus: int = 1) -> tuple[dict, dict, object, object]:
+    """Block 0's ops (name without the layer prefix -> attributes), its program and cost, and the prepared step."""
+    cluster = load_hardware("dgx-a100", gpus=gpus)
+    prep = prepare_step(model, cluster, Strategy.parse(strategy))
+    programs = layer_programs(prep.graph, prep.kernels, mesh_of(prep.strategy))
+    cost = layer_costs(programs, comm_pricer(cluster, prep.strategy))[0]
+    ops = {name.split(".", 1)[1]: a for name, a in prep.graph.nodes(data=True) if a["layer"] == 0}
+    return ops, programs[0], cost, prep
+
+
+def test_op_sac_keeps_what_torchtitans_save_list_keeps_and_reruns_the_rest() -> None:
+    """torchtitan's per-op policy (torchtitan/distributed/activation_checkpoint.py:108-122, save list
+    torchtitan/models/llama3/infra/parallelize.py:36-51, v0.2.2) on a Llama block, one rank, bf16: of the seven mms
+    wq, wk, wv, wo, w1, w3, w2 (torchtitan/models/llama3/model/model.py:251, 304, 343) the odd ones are kept, so the
+    block keeps Q and V, the gate, the down projection's output and the fused attention's O and log-sum-exp, beside
+    its input; its recompute reruns every other op's forward, K's share of the QKV GEMM and half of gate/up."""
+    ops, lp, cost, prep = _block_ops(TINY_LLAMA, "micro_batch=2,global_batch=2")
+    b, s, h, q, kv, f, E = 2, 16, 64, 64, 32, 96, 2
+    rows = b * s
+    kept = E * rows * (q + kv) + (E * rows * q + 4 * b * 4 * s) + E * rows * f + E * rows * h
+    assert cost.sac_kept_bytes == lp.sac_kept == kept
+    fwd = {name: prep.kernels.forward(a) for name, a in ops.items()}
+    assert set(fwd) == {"norm1", "qkv", "rope", "attn", "proj", "res1", "norm2", "gate_up", "swiglu", "down", "res2"}
+    rerun = (
+        fwd["norm1"] + fwd["qkv"] * kv / (q + 2 * kv) + fwd["rope"] + fwd["proj"] + fwd["res1"] + fwd["norm2"]
+        + fwd["gate_up"] / 2 + fwd["swiglu"] + fwd["res2"]
+    )  # fmt: skip
+    assert cost.sac_fwd_s == pytest.approx(rerun, rel=1e-12) and cost.sac_comm == ()
+    assert 0 < cost.sac_fwd_s < cost.fwd_s
+    flops = ops["qkv"]["flops"] * kv / (q + 2 * kv) + ops["proj"]["flops"] + ops["gate_up"]["flops"] / 2
+    assert cost.sac_matmul_flops == pytest.approx(flops, rel=1e-12)
+    policy = REMAT_POLICIES["op_sac"]
+    layer_input = prep.graph.graph["layer_input_bytes"]
+    assert layer_input == E * rows * h
+    assert policy.stored(cost.saved_bytes, cost.selective_saved_bytes, layer_input, True, kept) == layer_input + kept
+    again = rerun_of("op_sac", [cost] * 3)
+    assert again.compute_s == pytest.approx(3 * rerun, rel=1e-12) and again.tp_comm_s == 0.0
+
+
+def test_op_sac_under_sequence_parallelism_keeps_reduce_scatters_and_reruns_all_gathers() -> None:
+    """The save list holds _c10d_functional.reduce_scatter_tensor, not the all-gather (torchtitan/models/llama3/infra/
+    parallelize.py:43): at tp=2 with sequence parallelism the block keeps each reduce-scatter's shard and its rerun
+    runs the two all-gathers again, blocking, and not the reduce-scatters."""
+    ops, lp, cost, _ = _block_ops(TINY_LLAMA, "tp=2,sequence_parallel=true,micro_batch=2,global_batch=2", gpus=2)
+    rerun = [seg.comm.collective for seg in lp.sac if seg.comm is not None]
+    assert rerun == ["all_gather", "all_gather"]
+    assert all(seg.hidden_s == 0 for seg in lp.sac)
+    b, s, h, E = 2, 16, 64, 2
+    shard = E * b * s * h // 2
+    assert sum(a.get("sac_kept", 0) for a in ops.values() if a["kind"] == "collective") == 2 * shard
+    (tp,) = cost.sac_comm
+    gathers = [c for c in cost.comm if c.axis == "tp"]
+    assert 0 < tp.fwd_s < gathers[0].fwd_s  # the forward's reduce-scatters and gathers; the rerun's gathers only
+    assert rerun_of("op_sac", [cost]).tp_comm_s == pytest.approx(tp.fwd_s, rel=1e-12)
+
+
+def test_op_sac_on_a_gpt_block_keeps_only_the_attention_kernel_its_gemms_are_addmm() -> None:
+    """A GPT block's GEMMs carry biases: PyTorch runs them as addmm, which torchtitan's save list does not hold
+    (parallelize.py:36-51): only the fused attention's outputs are kept, every GEMM reruns."""
+    ops, _, cost, _ = _block_ops(TINY_GPT, "micro_batch=2,global_batch=2")
+    assert cost.sac_kept_bytes == ops["attn"]["sac_kept"] > 0
+    assert cost.sac_matmul_flops == pytest.approx(cost.fwd_matmul_flops - ops["attn"]["flops"] / 2, rel=1e-12)
+
+
+def test_layer_sac_checkpoints_every_second_block_of_a_rank_counted_over_its_chunks() -> None:
+    """torchtitan's selective_ac_option "2" (its default, torchtitan/config/job_config.py:655) wraps a block when the
+    rank's running count of blocks is a multiple of 2 (torchtitan/distributed/activation_checkpoint.py:37-40), the
+    count going on over the rank's model chunks: with 6 blocks on 2 stages of 3 chunks of one block each, stage 0
+    runs blocks 0, 2, 4 and checkpoints block 2 only, stage 1 blocks 1, 3, 5 and checkpoints block 3."""
+    policy = REMAT_POLICIES["layer_sac"]
+    assert [policy.checkpoints(i) for i in range(6)] == [False, True, False, True, False, True]
+    cluster = load_hardware("dgx-a100", gpus=2)
+    s = Strategy.parse("pp=2,virtual_stages=3,schedule=interleaved,micro_batch=1,global_batch=4,remat=layer_sac")
+    graph = lower(TINY_LLAMA, cluster, prepare_step(TINY_LLAMA, cluster, s).strategy)
+    rerun = [{t.name.split(".")[1] for t in stage.tasks if t.category == "recompute"} for stage in graph.stages]
+    assert rerun == [{"L2"}, {"L3"}]
+    full = simulate(TINY_LLAMA, cluster, s.model_copy(update={"remat": "full"}))
+    half = simulate(TINY_LLAMA, cluster, s)
+    assert half.time_breakdown_s["recompute"] == pytest.approx(full.time_breakdown_s["recompute"] / 3, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "strategy", ["tp=2,sequence_parallel=true,micro_batch=2,global_batch=4", "pp=2,micro_batch=1,global_batch=4"]
+)
+@pytest.mark.parametrize("remat", ["op_sac", "layer_sac"])
+def test_both_engines_price_torchtitans_policies_alike(strategy: str, remat: str) -> None:
+    """The analytic engine's closed form and the discrete-event lowering read one step model: the same recompute,
+    peak memory and FLOP rate, and the same step but for what the engines differ by without remat (a pipeline's
+    schedule run out by the DES: the same seconds under every policy)."""
+    engines = ("analytic", "des")
+    a, d = (simulate(TINY_LLAMA, "dgx-a100", f"{strategy},remat={remat}", gpus=2, engine=e) for e in engines)
+    a0, d0 = (simulate(TINY_LLAMA, "dgx-a100", f"{strategy},remat=none", gpus=2, engine=e) for e in engines)
+    assert a.time_breakdown_s["recompute"] > 0
+    assert d.time_breakdown_s["recompute"] == pytest.approx(a.time_breakdown_s["recompute"], rel=1e-9)
+    assert d.peak_memory_bytes == pytest.approx(a.peak_memory_bytes, rel=1e-12)
+    assert d.step_time_s - a.step_time_s == pytest.approx(d0.step_time_s - a0.step_time_s, rel=1e-6, abs=1e-12)
+    assert d.hfu == pytest.approx(a.hfu, rel=5e-3)
+
+
+@pytest.mark.parametrize("model", [TINY_LLAMA, TINY_GPT])
+def test_keeping_more_never_costs_more_memory_and_rerunning_less_never_costs_more_time(model: ModelSpec) -> None:
+    """Between none and full: op_sac and layer_sac hold no more activations than none and no fewer than full, and
+    recompute no more than full; op_sac keeps more than full and reruns less."""
+    run = {r: simulate(model, "dgx-a100", f"micro_batch=4,global_batch=4,remat={r}", gpus=1)
+           for r in ("none", "full", "op_sac", "layer_sac")}  # fmt: skip
+    act = {r: x.memory_breakdown_bytes["activations"] for r, x in run.items()}
+    again = {r: x.time_breakdown_s["recompute"] for r, x in run.items()}
+    for r in ("op_sac", "layer_sac"):
+        assert act["full"] < act[r] < act["none"], (r, act)
+        assert 0 == again["none"] < again[r] <= again["full"], (r, again)
+    if model is TINY_LLAMA:  # a GPT block's GEMMs all rerun: op_sac keeps only the attention kernel's outputs
+        assert again["op_sac"] < again["full"]

@@ -21,7 +21,7 @@ from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
-from plansim.step.layers import AxisComm, CommPricer, LayerCost, rerun, rerun_sync_s
+from plansim.step.layers import AxisComm, CommPricer, LayerCost, rerun, rerun_axis_bytes, rerun_sync_s
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -334,11 +334,16 @@ def _axis_sums(costs: list[LayerCost], part: Callable[[AxisComm], float]) -> dic
 
 
 def _rerun_bytes(sums: StageSums, remat: str) -> dict[str, float]:
-    """Per axis, bytes one rank sends per micro-batch: the layers' collectives, and again the blocks' forward ones
-    where the policy reruns the block's forward."""
-    if REMAT_POLICIES[remat].reruns != "block_forward":
+    """Per axis, bytes one rank sends per micro-batch: the layers' collectives, and again those the policy reruns
+    (``step.layers.rerun_axis_bytes``: the checkpointed blocks' forward ones, or a per-op policy's)."""
+    policy = REMAT_POLICIES[remat]
+    if policy.reruns == "block_forward" and not policy.every:  # every block's forward ones, summed once per stage
+        again = sums.axis_fwd_bytes_blocks
+    else:
+        again = rerun_axis_bytes(remat, sums.blocks)
+    if not again:
         return sums.axis_bytes
-    return {a: b + sums.axis_fwd_bytes_blocks.get(a, 0.0) for a, b in sums.axis_bytes.items()}
+    return {a: b + again.get(a, 0.0) for a, b in sums.axis_bytes.items()}
 
 
 def interference_of(cluster: Cluster, kernels: KernelCostModel) -> Interference:

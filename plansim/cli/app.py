@@ -276,8 +276,12 @@ def plan(
     micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="fix the micro-batch size")] = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help="fix the pipeline schedule")] = None,
     remat: Annotated[
-        str, typer.Option("--remat", help="remat policies to search, comma-separated (milp: finalists only)")
-    ] = "none,selective,full",
+        str | None,
+        typer.Option(
+            "--remat",
+            help="remat policies to search, comma-separated (default: those the framework runs; milp: finalists only)",
+        ),
+    ] = None,
     allow_cross_node_tp: Annotated[
         bool, typer.Option("--allow-cross-node-tp", help="let tensor parallelism span nodes")
     ] = False,
@@ -342,11 +346,10 @@ def plan(
     from plansim.step.result import THIN_MARGIN
 
     check_output_folder(out)  # before the search, not after it
-    policies = tuple(p.strip() for p in remat.split(",") if p.strip())
-    bad = [p for p in policies if p not in REMAT_POLICIES]
-    if bad or not policies:
+    policies = None if remat is None else tuple(p.strip() for p in remat.split(",") if p.strip())
+    if policies is not None and ([p for p in policies if p not in REMAT_POLICIES] or not policies):
         raise PlansimError(f"--remat {shown(remat)}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
-    searched = tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
+    searched = None if policies is None else tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     algorithms = None if dp_algorithms is None else tuple(a.strip() for a in dp_algorithms.split(",") if a.strip())
     constraints = Constraints(
         tp=tp, pp=pp, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
@@ -357,7 +360,7 @@ def plan(
         bar.update(label="pricing candidates")
         result = run_plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
-            top_k=top, des=not no_des, milp="milp" in policies or policies == ("none", "selective", "full"),
+            top_k=top, des=not no_des, milp=policies is None or "milp" in policies,
             jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
             robust=robust,
         )  # fmt: skip

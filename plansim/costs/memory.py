@@ -19,12 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "LAYER_SAC_EVERY",
     "LayerActivations",
     "ModelStates",
     "StageActivations",
+    "every_nth",
     "full",
     "model_state_bytes",
     "none",
+    "op_selective",
     "selective",
     "sqrt_segments",
     "stage_activation_bytes_of",
@@ -32,6 +35,9 @@ __all__ = [
 
 ADAM_MIXED_K = 12  # fp32 master weights + momentum + variance, bytes per parameter (ZeRO sec 3.1)
 ADAM_FP32_K = 8  # momentum + variance in fp32
+#: torchtitan's default selective_ac_option, "2": every second block checkpointed (pytorch/torchtitan v0.2.2,
+#: torchtitan/config/job_config.py:655; torchtitan/distributed/activation_checkpoint.py:39-40)
+LAYER_SAC_EVERY = 2
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,14 @@ class LayerActivations:
     """Saved-activation bytes of one layer for one micro-batch on one rank.
 
     ``full`` is everything its ops save; ``selective`` what remains when the attention core is recomputed;
-    ``layer_input`` the layer's input, the only tensor kept under full recompute.
+    ``layer_input`` the layer's input, the only tensor kept under full recompute; ``op_kept`` the outputs a per-op
+    policy (torchtitan's ``op`` selective checkpointing) keeps beside that input.
     """
 
     full: float
     selective: float
     layer_input: float
+    op_kept: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,24 @@ def selective(layers: Sequence[LayerActivations]) -> StageActivations:
 def full(layers: Sequence[LayerActivations]) -> StageActivations:
     """Keep each layer's input; rebuild one layer's activations at a time (Korthikanti 2022 Table 2, last row)."""
     return StageActivations(sum(a.layer_input for a in layers), max((a.full for a in layers), default=0))
+
+
+def op_selective(layers: Sequence[LayerActivations]) -> StageActivations:
+    """torchtitan's per-op selective checkpointing: keep each layer's input and the outputs its policy saves, rebuild
+    the rest of one layer's activations at a time."""
+    return StageActivations(
+        sum(a.layer_input + a.op_kept for a in layers), max((a.full - a.op_kept for a in layers), default=0)
+    )
+
+
+def every_nth(layers: Sequence[LayerActivations], every: int = LAYER_SAC_EVERY) -> StageActivations:
+    """torchtitan's per-layer selective checkpointing: the ``every``-th, ``2 * every``-th, ... layer keeps its input
+    (rebuilt whole, one at a time, as under full recompute), the others keep all they save."""
+    hit = [(i + 1) % every == 0 for i in range(len(layers))]
+    return StageActivations(
+        sum(a.layer_input if h else a.full for a, h in zip(layers, hit, strict=True)),
+        max((a.full for a, h in zip(layers, hit, strict=True) if h), default=0),
+    )
 
 
 def sqrt_segments(layers: Sequence[LayerActivations]) -> StageActivations:

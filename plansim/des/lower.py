@@ -274,12 +274,11 @@ class _StageLowering:
             last = idx
         return first, last
 
-    def _rebuilds(self, layer: int) -> bool:
-        """Whether remat rebuilds anything of this block (allocating ``r/`` and ``rk/`` for its backward)."""
-        policy = REMAT_POLICIES[self.s.remat]
-        if not self.ctx.is_block(layer) or policy.reruns == "nothing":
-            return False
-        return not policy.scheduled or self.ctx.milp[layer].recompute_s > 0
+    def _rebuilds(self, g: int, layer: int) -> bool:
+        """Whether remat rebuilds anything of this block of chunk ``g`` (allocating ``r/`` and ``rk/`` for its
+        backward): what its ``LayerMemory`` says (``step.memory.chunk_memory``: the policy, whether it checkpoints
+        this block, a ``milp`` schedule's recompute)."""
+        return self.ctx.is_block(layer) and self.ctx.memory[g][layer].rebuilds
 
     # -- passes ------------------------------------------------------------------------------------------------
     def _regather(self, key: tuple[str, int, int]) -> tuple[str, int, int] | None:
@@ -342,14 +341,14 @@ class _StageLowering:
                     frees.append(f"g/{mb}/{layer}/b")
             elif self.zero3 and self.gathers.get((mb, layer, "f"), -1) >= 0:
                 frees.append(f"g/{mb}/{layer}/f")  # resharded after its backward
-            if self._rebuilds(layer):
+            if self._rebuilds(g, layer):
                 wait, deps = self._recompute(mb, g, layer, blocks, k_seg, wait, deps, frees)
             frees.append(f"a/{mb}/{layer}")
-            if self._rebuilds(layer):
+            if self._rebuilds(g, layer):
                 frees.append(f"r/{mb}/{layer}")
             if not self.split:
                 frees.append(f"k/{mb}/{layer}")
-                if self._rebuilds(layer):
+                if self._rebuilds(g, layer):
                     frees.append(f"rk/{mb}/{layer}")
             segs = lp.bwd_input if input_only else lp.bwd
             alloc: tuple[tuple[str, float, str], ...] = ()
@@ -377,7 +376,7 @@ class _StageLowering:
             if lp is None:
                 continue
             frees = [f"k/{mb}/{layer}"]
-            if self._rebuilds(layer):
+            if self._rebuilds(g, layer):
                 frees.append(f"rk/{mb}/{layer}")
             buffers = ctx.grad_buffers[g].get(layer)
             alloc = self._grads_made(mb, layer, buffers, frees) if buffers is not None else ()
@@ -427,6 +426,9 @@ class _StageLowering:
             return None, ()
         if policy.reruns == "attention_core":
             segs = [Segment(lp.selective_s)]
+            todo = [layer]
+        elif policy.reruns == "unsaved_ops":  # the ops whose outputs a per-op policy did not keep, collectives too
+            segs = lp.sac
             todo = [layer]
         elif not policy.segments:  # the block's forward, its collectives included
             segs = lp.fwd
@@ -638,7 +640,10 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
     for g, chunk in enumerate(ctx.chunks):
         own = with_grad_buffers(tuple((i, LayerBytes.of(programs[i])) for i in chunk if i in programs), held, per_param)
         ctx.grad_buffers[g] = {i: b for i, b in own if b.reduce_input > 0}
-        rows = chunk_memory(s.remat, own, model.layers, layer_input, sched.split_backward, milp if ctx.milp else None)
+        # the rank's blocks in its earlier chunks (a policy checkpointing every n-th block counts over them)
+        offset = sum(1 for h in range(g % s.pp, g, s.pp) for i in ctx.chunks[h] if ctx.is_block(i) and i in programs)
+        rows = chunk_memory(s.remat, own, model.layers, layer_input, sched.split_backward, milp if ctx.milp else None,
+                            offset)  # fmt: skip
         ctx.memory[g] = {i: mem for i, mem, _ in rows}
     m, p, v = s.num_microbatches, s.pp, s.virtual_stages
     stages = []
@@ -660,7 +665,12 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         task = stages[stage].tasks[idx]
         task.deps = (*task.deps, ctx.sends[key])
     _slowest_gpu(cluster, mesh, stages)
-    recompute_flops = milp_flops + sum(_recompute_flops(s.remat, programs[x]) for x in programs if ctx.is_block(x))
+    recompute_flops = milp_flops + sum(
+        _recompute_flops(s.remat, programs[x])
+        for g, chunk in enumerate(ctx.chunks)
+        for x in chunk
+        if ctx.is_block(x) and x in programs and ctx.memory[g][x].rebuilds
+    )
     model_fl, hardware_fl = step_flops(model_flops(graph), executed_flops(graph), recompute_flops, s)
     return TaskGraph(stages=stages, mesh=mesh, num_microbatches=m, model_flops=model_fl, hardware_flops=hardware_fl)
 
@@ -691,6 +701,7 @@ def _dp_comm(c: GroupCollective, n_bytes: float, kind: str) -> Comm:
 
 
 def _recompute_flops(remat: str, lp: LayerProgram) -> float:
-    """Matmul FLOPs a block's backward reruns under ``remat`` (its registry entry)."""
+    """Matmul FLOPs a checkpointed block's backward reruns under ``remat`` (its registry entry)."""
     block, core = Recompute(0.0, 0.0, lp.fwd_matmul_flops), Recompute(0.0, 0.0, lp.selective_matmul_flops)
-    return REMAT_POLICIES[remat].recompute(block, core).matmul_flops
+    unsaved = Recompute(0.0, 0.0, lp.sac_matmul_flops)
+    return REMAT_POLICIES[remat].recompute(block, core, unsaved).matmul_flops

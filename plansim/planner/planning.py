@@ -526,7 +526,7 @@ def _megatron_excluded(
         options.append(f"--max-pp {c.max_pp}")
     if c.max_micro_batch is not None and s.micro_batch > c.max_micro_batch:
         options.append(f"--max-micro-batch {c.max_micro_batch}")
-    if "selective" not in c.remat:  # not the policies searched: --remat milp searches full, with milp for finalists
+    if c.remat is not None and "selective" not in c.remat:  # --remat milp searches full, with milp for finalists
         options.append("--remat, which leaves out selective")
     if c.sequence_parallel is not None and c.sequence_parallel != s.sequence_parallel:
         options.append(f"sequence_parallel={c.sequence_parallel}")
@@ -570,7 +570,7 @@ def _smallest_change(model: ModelSpec, cluster: Cluster, global_batch: int, c: C
         tries.append(("use --micro-batch 1", one, cluster))
     if c.zero not in (None, 3):
         tries.append(("allow ZeRO-3 (--zero 3)", dataclasses.replace(lenient, zero=3), cluster))
-    if "full" not in c.remat:
+    if c.remat is not None and "full" not in c.remat:
         tries.append(("allow full recomputation (remat=full)", lenient, cluster))
     everything = Constraints(
         remat=("full",), dp_algorithms=("nccl",), allow_cross_node_tp=c.allow_cross_node_tp, headroom=c.headroom

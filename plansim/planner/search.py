@@ -814,7 +814,7 @@ def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int,
         c = costs.get(i)
         if c is None:
             return 0.0
-        again = rerun(s.remat, [c]) if 0 <= i < model.layers else None  # remat reruns blocks only
+        again = rerun(s.remat, [c], start=i) if 0 <= i < model.layers else None  # remat reruns blocks only
         busy = c.fwd_s + c.bwd_s + c.comm_fwd_s + c.comm_bwd_s + c.interference_s
         return busy + (again.compute_s + again.tp_comm_s if again else 0.0)
 

@@ -5,7 +5,7 @@ Dimensions (issue "the planner"): dp x tp x pp = GPUs (tp within a node unless `
 heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / dp``, the pipeline schedule (GPipe,
 1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3 (under ``fsdp`` ZeRO-2/3 also hybrid-sharded
 within each node: HSDP), sequence parallelism (and with it Megatron-LM's
-``--tp-comm-overlap``), remat (none,
+``--tp-comm-overlap``), remat (the policies the framework runs, its ``remat_policies`` rule: Megatron-LM none,
 selective, full; ``milp`` is priced for the finalists only, see ``search``) and the data-parallel all-reduce among
 those the framework's library runs (its ``collective_library`` rule: NCCL's entries of the registry; by default
 NCCL's own pick, ``nccl``). The course's algorithms (tree, butterfly, naive, parameter server, hierarchical) run in
@@ -44,7 +44,6 @@ from plansim.workload.families import axis_problems, family_of
 
 __all__ = [
     "INTERLEAVED_PER_BLOCK",
-    "SEARCH_REMAT",
     "Constraints",
     "SearchWork",
     "candidates",
@@ -53,14 +52,11 @@ __all__ = [
     "search_work",
 ]
 
-#: Remat policies every candidate is priced with (``milp`` is solved for the finalists only).
-SEARCH_REMAT = ("none", "selective", "full")
-
 
 @dataclass(frozen=True)
 class Constraints:
     """What the user fixes or bounds (None: search every value). ``dp_algorithms`` and ``remat`` list the values
-    to search."""
+    to search (``remat`` None: what each framework runs, its ``remat_policies`` rule)."""
 
     tp: int | None = None
     pp: int | None = None
@@ -74,7 +70,7 @@ class Constraints:
     #: Megatron-LM's --tp-comm-overlap: True searches only it (where the framework runs it), False never; None
     #: searches the space without it and tries it on the finalists (``search``)
     tp_comm_overlap: bool | None = None
-    remat: tuple[str, ...] = SEARCH_REMAT
+    remat: tuple[str, ...] | None = None
     #: the all-reduce algorithms to search, each one the framework's library runs (``frameworks.library_algorithms``:
     #: NCCL's); None: those of them that are not ``pinned`` (``nccl``, NCCL's own pick per call; ``ring``,
     #: NCCL_ALGO=Ring, prices as ``nccl`` wherever NCCL picks the ring, so searching both would price most
@@ -129,16 +125,37 @@ class Constraints:
                 f"--tp-comm-overlap: {title} does not run it (frameworks/{self.framework}.yaml): use --framework "
                 f"{' or '.join(runs)}, or leave --tp-comm-overlap out"
             )
-        object.__setattr__(self, "remat", names(self.remat, "--remat"))
-        if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in self.remat):
-            raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
-        wrong = [r for r in self.remat if r not in REMAT_POLICIES]
-        if wrong or not self.remat:
-            raise PlansimError(f"remat policies {wrong or '(none)'}: choose among {', '.join(SEARCH_REMAT)}, or sqrt")
+        if self.remat is not None:
+            self._check_remat(names(self.remat, "--remat"))
         if self.dp_algorithms is not None:
             object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
             self._check_algorithms(self.dp_algorithms)
         object.__setattr__(self, "headroom", number(self.headroom, "headroom", "--headroom"))
+
+    def _check_remat(self, wanted: tuple[str, ...]) -> None:
+        """Each requested remat policy is a registry entry, not ``scheduled``, that some searched framework runs."""
+        object.__setattr__(self, "remat", wanted)
+        if any(r in REMAT_POLICIES and REMAT_POLICIES[r].scheduled for r in wanted):
+            raise PlansimError("remat=milp is solved for the finalists only: leave it out of the searched policies")
+        wrong = [r for r in wanted if r not in REMAT_POLICIES]
+        if wrong or not wanted:
+            runs = sorted({p for n in framework_names() for p in load_framework(n).rules.remat_policies.value})
+            raise PlansimError(f"remat policies {wrong or '(none)'}: choose among {', '.join(runs)}")
+        for r in wanted:
+            if not any(r in load_framework(n).rules.remat_policies.value for n in self.frameworks):
+                runs = [n for n in framework_names() if r in load_framework(n).rules.remat_policies.value]
+                title = load_framework(self.framework).title if self.framework != "all" else "no framework"
+                instead = f"use --framework {' or '.join(runs)}, or " if runs else ""
+                raise PlansimError(
+                    f"--remat {r}: {title} does not run it (frameworks/{self.framework}.yaml: remat_policies): "
+                    f"{instead}price it as a what-if with plansim compare -s '...,remat={r}'"
+                )
+
+    def remats(self, framework: str) -> tuple[str, ...]:
+        """The remat policies searched under ``framework``: those of ``remat`` it runs (its ``remat_policies``
+        rule), or (None) all it runs."""
+        runs = load_framework(framework).rules.remat_policies.value
+        return runs if self.remat is None else tuple(r for r in self.remat if r in runs)
 
     def _check_algorithms(self, wanted: tuple[str, ...]) -> None:
         """Each requested all-reduce is a registry entry that every searched framework's library runs."""
@@ -237,7 +254,7 @@ def _candidates(
         for schedule, v in _run_by(framework, pp, schedules):
             for zero, shard in _zero_shards(dp, tp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, c, framework, model):
-                    for remat in c.remat:
+                    for remat in c.remats(framework):
                         for algorithm in _algorithms(dp, zero, c, framework):
                             yield Strategy(
                                 dp=dp,
@@ -308,7 +325,7 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
             per_schedule = sum(len(_algorithms(dp, zero, c, framework)) for zero, _ in zeros)
             sp = len(_sp_values(tp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
-            count = len(runs) * per_schedule * sp * len(c.remat)
+            count = len(runs) * per_schedule * sp * len(c.remats(framework))
             total += count
             blocks += count * -(-model.layers // pp)
             m = global_batch // (dp * mb)

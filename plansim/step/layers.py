@@ -47,6 +47,8 @@ __all__ = [
     "layer_costs",
     "layer_programs",
     "rerun",
+    "rerun_axis_bytes",
+    "rerun_blocks",
     "rerun_sync_s",
     "weight_gradient_s",
 ]
@@ -94,7 +96,9 @@ class LayerProgram:
     a separate W pass under split backward); ``selective_s`` the forward time of the ops selective recompute reruns;
     ``saved`` bytes its ops save for backward (``selective_saved`` of them by the rerun ops, ``wgrad_saved`` the weight
     GEMMs' inputs); ``bwd_workspace`` the most bytes one of its kernels allocates for its backward only (a fused
-    attention kernel's accumulators); FLOPs count GEMM-like kinds. ``same_as``: the earlier layer this one is a copy
+    attention kernel's accumulators); FLOPs count GEMM-like kinds. ``sac``: what a per-op remat policy reruns of its
+    forward (``remat: op_sac``: each op's ``sac_rerun`` share of its forward, split at the collectives it reruns),
+    ``sac_kept`` the outputs it keeps (its ops' ``sac_kept``). ``same_as``: the earlier layer this one is a copy
     of (same template), whose figures it shares."""
 
     layer: int
@@ -118,6 +122,10 @@ class LayerProgram:
     wgrad_saved_reserved: float = 0.0
     #: bytes live only while its forward runs (the loss's bf16 logits beside the fp32 softmax: ``transient_bytes``)
     transient: float = 0.0
+    sac: list[Segment] = field(default_factory=list)
+    sac_kept: float = 0.0
+    sac_kept_reserved: float = 0.0
+    sac_matmul_flops: float = 0.0
 
 
 def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
@@ -138,13 +146,26 @@ class _Runs:
     it (consecutive kernels are one segment), with the run's variance (kernels' noise independent: s^2 adds); a
     collective among ``members`` ranks waits for the slowest member's run."""
 
-    __slots__ = ("bwd", "bwd_input", "fwd", "host_bwd", "host_bwd_input", "host_fwd", "lp", "var_bwd", "var_fwd")
+    __slots__ = (
+        "bwd", "bwd_input", "fwd", "host_bwd", "host_bwd_input", "host_fwd", "host_sac", "lp", "sac", "var_bwd",
+        "var_fwd", "var_sac",
+    )  # fmt: skip
 
     def __init__(self, lp: LayerProgram) -> None:
         self.lp = lp
-        self.fwd = self.bwd = self.bwd_input = 0.0
-        self.host_fwd = self.host_bwd = self.host_bwd_input = 0.0  # the host's time to launch each open run
-        self.var_fwd = self.var_bwd = 0.0
+        self.fwd = self.bwd = self.bwd_input = self.sac = 0.0
+        # the host's time to launch each open run
+        self.host_fwd = self.host_bwd = self.host_bwd_input = self.host_sac = 0.0
+        self.var_fwd = self.var_bwd = self.var_sac = 0.0
+
+    def close_sac(self, comm: Comm | None = None, members: int = 1) -> None:
+        """The per-op policy's rerun: its open run of compute, then a collective it reruns (blocking)."""
+        if self.sac > 0 or self.host_sac > 0:
+            self.lp.sac.append(_run(self.sac, self.host_sac))
+            self.sac = self.host_sac = 0.0
+        if comm is not None:
+            self.lp.sac.append(Segment(comm=comm, wait_s=collective_wait_s(self.var_sac, members)))
+        self.var_sac = 0.0
 
     def close_fwd(self, comm: Comm | None = None, members: int = 1) -> None:
         if self.fwd > 0 or self.host_fwd > 0:
@@ -303,10 +324,24 @@ def layer_programs(
         lp = r.lp
         if op["kind"] == "collective":
             members = mesh.size(op["group"])
-            if members > 1 and op["collective"] != "none" and name not in taken:
-                r.close_fwd(_comm(op, op["collective"]), members)
+            if members > 1 and op["collective"] != "none":
+                if name not in taken:
+                    r.close_fwd(_comm(op, op["collective"]), members)
+                if op.get("sac_rerun", 1.0) > 0:  # the per-op policy reruns it, blocking, or keeps its output
+                    r.close_sac(_comm(op, op["collective"]), members)
+                else:
+                    lp.sac_kept += op.get("sac_kept", 0)
+                    lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))
             continue
         fwd = kernels.forward(op)
+        share = op.get("sac_rerun", 1.0)  # what the per-op policy reruns of it, at its whole forward's speed
+        if share > 0 and fwd > 0:
+            r.sac += share * fwd
+            r.var_sac += (kernels.time_cv(op["kind"]) * share * fwd) ** 2
+        if share > 0:
+            r.host_sac += kernels.host_s * kernels.launches(op)  # a rerun op's kernel is launched again
+        lp.sac_kept += op.get("sac_kept", 0)
+        lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))
         split = _weight_gemm(op) and 0 <= op["layer"] < blocks  # a block's GEMM, which the overlap splits
         before = _tp_collective(graph, name, mesh, "pred") if split else None
         after = _tp_collective(graph, name, mesh, "succ") if split else None
@@ -339,6 +374,7 @@ def layer_programs(
         lp.bwd_workspace = max(lp.bwd_workspace, op.get("workspace_bytes", 0))
         if op["kind"] in MATMUL_KINDS:  # what a recompute of the forward executes (hardware FLOPs)
             lp.fwd_matmul_flops += op["flops"] * executed_share(op)
+            lp.sac_matmul_flops += share * op["flops"] * executed_share(op)
             if op["params"] > 0:  # a weight GEMM saves its input for the weight gradient
                 lp.wgrad_saved += op["saved_bytes"]
                 lp.wgrad_saved_reserved += reserved_bytes(op["saved_bytes"])
@@ -350,6 +386,7 @@ def layer_programs(
                 lp.selective_matmul_flops += op["flops"] * executed_share(op)
     for r in runs.values():
         r.close_fwd()
+        r.close_sac()
     taken.clear()
     for name in reversed(order):
         op = nodes[name]
@@ -408,7 +445,7 @@ def layer_programs(
     for layer, first in copies.items():
         lp = programs[first]
         programs[layer] = replace(lp, layer=layer, fwd=list(lp.fwd), bwd=list(lp.bwd), bwd_input=list(lp.bwd_input),
-                                  same_as=first)  # fmt: skip
+                                  sac=list(lp.sac), same_as=first)  # fmt: skip
     return dict(sorted(programs.items())) if copies else programs
 
 
@@ -434,7 +471,8 @@ class LayerCost:
     slowest member, per pass (``Segment.wait_s``); ``interference_fwd_s`` / ``interference_bwd_s`` what the compute
     beside the asynchronous ones loses to them, per pass, and ``overlapped_s`` how long both ran; ``host_fwd_s`` /
     ``host_bwd_s`` the part of ``fwd_s`` / ``bwd_s`` the GPU waits for the host to launch kernels
-    (``Segment.host_wait_s``).
+    (``Segment.host_wait_s``). ``sac_*``: what a per-op remat policy reruns (compute, its collectives per axis, their
+    waits, matmul FLOPs) and keeps (bytes).
     """
 
     fwd_s: float = 0.0
@@ -460,6 +498,17 @@ class LayerCost:
     transient_bytes: float = 0.0
     wgrad_saved_bytes: float = 0.0
     bwd_workspace_bytes: float = 0.0
+    sac_fwd_s: float = 0.0
+    sac_comm: tuple[AxisComm, ...] = ()
+    sac_sync_s: float = 0.0
+    sac_matmul_flops: float = 0.0
+    sac_kept_bytes: float = 0.0
+    sac_kept_reserved_bytes: float = 0.0
+
+    @property
+    def sac_comm_s(self) -> float:
+        """Seconds of the collectives a per-op policy reruns, every axis."""
+        return sum(c.fwd_s for c in self.sac_comm)
 
     @property
     def comm_fwd_s(self) -> float:
@@ -517,6 +566,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
     for axis in sorted(fwd.keys() | bwd.keys()):
         (fwd_s, fwd_bytes), (bwd_s, bwd_bytes) = fwd.get(axis, (0.0, 0.0)), bwd.get(axis, (0.0, 0.0))
         comm.append(AxisComm(axis, fwd_s, bwd_s, fwd_bytes, bwd_bytes))
+    sac, _, _ = _priced(lp.sac, price, rate)  # blocking collectives only: nothing runs beside them
+    sac_comm = tuple(AxisComm(axis, seconds, 0.0, sent) for axis, (seconds, sent) in sorted(sac.items()))
     return LayerCost(
         fwd_s=sum(seg.seconds for seg in lp.fwd),
         bwd_s=sum(seg.seconds for seg in lp.bwd),
@@ -541,6 +592,12 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         transient_bytes=lp.transient,
         wgrad_saved_bytes=lp.wgrad_saved,
         bwd_workspace_bytes=lp.bwd_workspace,
+        sac_fwd_s=sum(seg.seconds for seg in lp.sac),
+        sac_comm=sac_comm,
+        sac_sync_s=sum(seg.wait_s for seg in lp.sac),
+        sac_matmul_flops=lp.sac_matmul_flops,
+        sac_kept_bytes=lp.sac_kept,
+        sac_kept_reserved_bytes=lp.sac_kept_reserved,
     )
 
 
@@ -558,25 +615,58 @@ def layer_costs(
 def layer_activations(cost: LayerCost, layer_input_bytes: float) -> LayerActivations:
     """The saved-activation view of a layer's costs, for the memory model."""
     return LayerActivations(
-        full=cost.saved_bytes, selective=cost.saved_bytes - cost.selective_saved_bytes, layer_input=layer_input_bytes
+        full=cost.saved_bytes,
+        selective=cost.saved_bytes - cost.selective_saved_bytes,
+        layer_input=layer_input_bytes,
+        op_kept=cost.sac_kept_bytes,
     )
+
+
+def rerun_blocks(remat: str, blocks: Sequence[LayerCost], start: int = 0) -> list[LayerCost]:
+    """The blocks ``remat`` checkpoints among ``blocks``, a pipeline rank's blocks in the order it runs their forward
+    from its ``start``-th (``RematPolicy.checkpoints``: all, or every n-th)."""
+    policy = REMAT_POLICIES[remat]
+    if not policy.every:
+        return list(blocks)
+    return [c for k, c in enumerate(blocks, start) if policy.checkpoints(k)]
 
 
 def rerun_sync_s(remat: str, blocks: Sequence[LayerCost]) -> float:
     """What the collectives of ``remat``'s rerun wait for their slowest member per micro-batch of these blocks: the
-    blocks' forward waits where the policy reruns their forward with its collectives, else none."""
-    return REMAT_POLICIES[remat].recompute(Recompute(0.0, sum(c.sync_fwd_s for c in blocks), 0.0), Recompute(0, 0, 0))[
-        1
-    ]
+    checkpointed blocks' forward waits where the policy reruns their forward with its collectives, the waits of the
+    collectives a per-op policy reruns, else none."""
+    again = rerun_blocks(remat, blocks)
+    block = Recompute(0.0, sum(c.sync_fwd_s for c in again), 0.0)
+    unsaved = Recompute(0.0, sum(c.sac_sync_s for c in again), 0.0)
+    return REMAT_POLICIES[remat].recompute(block, Recompute(0, 0, 0), unsaved)[1]
 
 
-def rerun(remat: str, blocks: Sequence[LayerCost]) -> Recompute:
+def rerun(remat: str, blocks: Sequence[LayerCost], start: int = 0) -> Recompute:
     """What ``remat``'s backward rebuilds per micro-batch of these blocks (compute s, blocking collective s, matmul
-    FLOPs): its registry entry's rule (``plansim.costs.remat_policies``) over their forward and attention core."""
+    FLOPs), a rank's blocks from its ``start``-th: its registry entry's rule (``plansim.costs.remat_policies``) over
+    the checkpointed blocks' forward, attention core, or the ops a per-op policy reruns."""
+    blocks = rerun_blocks(remat, blocks, start)
     block = Recompute(  # a rerun forward's interference goes with its collectives
         sum(c.fwd_s for c in blocks),
         sum(c.comm_fwd_s + c.interference_fwd_s for c in blocks),
         sum(c.fwd_matmul_flops for c in blocks),
     )
     core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
-    return REMAT_POLICIES[remat].recompute(block, core)
+    unsaved = Recompute(
+        sum(c.sac_fwd_s for c in blocks), sum(c.sac_comm_s for c in blocks), sum(c.sac_matmul_flops for c in blocks)
+    )
+    return REMAT_POLICIES[remat].recompute(block, core, unsaved)
+
+
+def rerun_axis_bytes(remat: str, blocks: Sequence[LayerCost]) -> dict[str, float]:
+    """Per mesh axis, the bytes one rank sends per micro-batch in ``remat``'s rerun of these blocks (a rank's, in
+    order): the checkpointed blocks' forward collectives where it reruns their forward, the collectives a per-op
+    policy reruns; empty where it reruns none."""
+    reruns = REMAT_POLICIES[remat].reruns
+    if reruns not in ("block_forward", "unsaved_ops"):
+        return {}
+    out: dict[str, float] = {}
+    for c in rerun_blocks(remat, blocks):
+        for a in c.comm if reruns == "block_forward" else c.sac_comm:
+            out[a.axis] = out.get(a.axis, 0.0) + a.fwd_bytes
+    return out

@@ -239,9 +239,10 @@ class LayerBytes(NamedTuple):
     """What the memory model reads of one layer, per micro-batch (``LayerCost`` or ``LayerProgram``): its saved
     bytes (``selective`` of them by the rerun ops, ``wgrad`` the weight GEMMs' inputs), each with what the caching
     allocator reserves for them (``*_reserved``, each op's tensor rounded), the bytes live only while its forward runs
-    (``transient``) and its backward's workspace; and, where the framework copies a unit's gradients into a flat
-    buffer for their reduction (``with_grad_buffers``), its unsharded ``grads`` (from its weight gradients' pass to
-    the copy) and that ``reduce_input`` (from the copy to the next unit's)."""
+    (``transient``) and its backward's workspace; ``op_kept``: the outputs a per-op remat policy keeps; and, where
+    the framework copies a unit's gradients into a flat buffer for their reduction (``with_grad_buffers``), its
+    unsharded ``grads`` (from its weight gradients' pass to the copy) and that ``reduce_input`` (from the copy to the
+    next unit's)."""
 
     saved: float
     selective: float
@@ -251,6 +252,8 @@ class LayerBytes(NamedTuple):
     saved_reserved: float
     selective_reserved: float
     wgrad_reserved: float
+    op_kept: float = 0.0
+    op_kept_reserved: float = 0.0
     grads: float = 0.0
     reduce_input: float = 0.0
 
@@ -259,9 +262,11 @@ class LayerBytes(NamedTuple):
         if isinstance(layer, LayerCost):
             return cls(layer.saved_bytes, layer.selective_saved_bytes, layer.wgrad_saved_bytes, layer.transient_bytes,
                        layer.bwd_workspace_bytes, layer.saved_reserved_bytes, layer.selective_saved_reserved_bytes,
-                       layer.wgrad_saved_reserved_bytes)  # fmt: skip
+                       layer.wgrad_saved_reserved_bytes, layer.sac_kept_bytes,
+                       layer.sac_kept_reserved_bytes)  # fmt: skip
         return cls(layer.saved, layer.selective_saved, layer.wgrad_saved, layer.transient, layer.bwd_workspace,
-                   layer.saved_reserved, layer.selective_saved_reserved, layer.wgrad_saved_reserved)  # fmt: skip
+                   layer.saved_reserved, layer.selective_saved_reserved, layer.wgrad_saved_reserved, layer.sac_kept,
+                   layer.sac_kept_reserved)  # fmt: skip
 
 
 class Sized(NamedTuple):
@@ -341,11 +346,13 @@ def layer_memory(
     if not block:
         stored = Sized(b.saved, b.saved_reserved)
     else:
-        n = policy.stored(b.saved, b.selective, layer_input, segment_start)
+        n = policy.stored(b.saved, b.selective, layer_input, segment_start, b.op_kept)
         if policy.reruns == "nothing":
             stored = Sized(n, b.saved_reserved)
         elif policy.reruns == "attention_core":
             stored = Sized(n, b.saved_reserved - b.selective_reserved)
+        elif policy.reruns == "unsaved_ops":
+            stored = Sized(n, input_res + b.op_kept_reserved)
         else:
             stored = Sized(n, input_res if n > 0 else 0.0)
     rebuilds = block and policy.reruns != "nothing"
@@ -441,11 +448,14 @@ def chunk_memory(
     layer_input: float,
     split: bool,
     milp: Mapping[int, tuple[float, float, bool]] | None = None,
+    offset: int = 0,
 ) -> list[tuple[int, LayerMemory, int]]:
     """Each layer of a chunk with its ``LayerMemory`` and its sqrt(N) segment's last block (the layer whose
     backward's recompute rebuilds the segment; -1 outside segments), as the lowering allocates them: segments of
     ``ceil(sqrt(blocks in the chunk))`` blocks, each chunk being checkpointed on its own (a Megatron-LM model
-    chunk is its own module)."""
+    chunk is its own module). A policy that checkpoints every n-th block (``RematPolicy.every``) counts the rank's
+    blocks over its chunks: ``offset`` of them are in its earlier chunks; a block it does not checkpoint keeps all
+    it saves (``none``)."""
     policy = REMAT_POLICIES[remat]
     blocks = [i for i, _ in chunk if 0 <= i < num_blocks]
     position: dict[int, int] = {}  # each block's place among the chunk's blocks (its first, as list.index)
@@ -454,17 +464,19 @@ def chunk_memory(
     k_seg = math.ceil(math.sqrt(len(blocks) or 1))
     out = []
     # alike layers (a stamped model's blocks) at alike places in their segments allocate alike: one LayerMemory each
-    alike: dict[tuple[LayerBytes, bool, bool, tuple[float, float, bool] | None], LayerMemory] = {}
+    alike: dict[tuple[LayerBytes, bool, bool, tuple[float, float, bool] | None, bool], LayerMemory] = {}
     for i, b in chunk:
         block = 0 <= i < num_blocks
         pos = position[i] if block else -1
         last = blocks[min(pos - pos % k_seg + k_seg, len(blocks)) - 1] if block and policy.segments else -1
         plan = milp.get(i) if milp is not None and block else None
         start = block and pos % k_seg == 0
-        mem = alike.get((b, block, start, plan))
+        kept = block and not policy.checkpoints(offset + pos)
+        mem = alike.get((b, block, start, plan, kept))
         if mem is None:
-            mem = alike[b, block, start, plan] = layer_memory(remat, b, layer_input, block=block, segment_start=start,
-                                                              split=split, milp=plan)  # fmt: skip
+            mem = alike[b, block, start, plan, kept] = layer_memory("none" if kept else remat, b, layer_input,
+                                                                    block=block, segment_start=start, split=split,
+                                                                    milp=plan)  # fmt: skip
         out.append((i, mem, last))
     return out
 
@@ -476,18 +488,20 @@ def pass_profiles(
     layer_input: float,
     split: bool,
     milp: Mapping[int, tuple[float, float, bool]] | None = None,
+    offset: int = 0,
 ) -> dict[str, PassProfile]:
     """``PassProfile`` of a chunk's forward (``F``), backward (``B``: input gradients only when ``split``) and
     weight-gradient pass (``W``) for one micro-batch, in the lowering's order: a layer's forward allocates what it
     stores and its transient and frees the transient at its end; its backward first recomputes (allocating what that
     rebuilds: a sqrt(N) segment's before its last block's backward), then allocates its workspace and frees at its
-    end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part.
+    end the workspace, what it stored and rebuilt (but for W's part when split); W frees that part. ``offset``: the
+    rank's blocks in its earlier chunks (``chunk_memory``).
 
     Gradient buffers (``LayerBytes.grads``, ``reduce_input``; in the pass that makes the weight gradients: B, or W
     when split): a layer's unsharded gradients are allocated with its workspace (W: at its start); at its end the
     previous layer's reduce input is freed, then its copy allocates its own reduce input and frees its gradients;
     the pass's last reduce input is freed at its copy's end (FSDP2's foreach_reduce and post_backward)."""
-    layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp)
+    layers = chunk_memory(remat, chunk, num_blocks, layer_input, split, milp, offset)
     mem = {i: m for i, m, _ in layers}
     sized = dict(chunk)
     segment: dict[int, list[int]] = {}  # a sqrt(N) segment's last block -> its blocks, in order
@@ -556,8 +570,19 @@ def activation_peak(
                                 layer_input)  # fmt: skip
     plan = {i: (st, rb, on) for i, st, rb, on in milp}
     split = get_schedule(schedule).split_backward
-    profiles = [pass_profiles(remat, c, num_blocks, layer_input, split, plan) for c in chunks]
+    offsets = _offsets(remat, [sum(1 for i, _ in c if 0 <= i < num_blocks) for c in chunks])
+    profiles = [
+        pass_profiles(remat, c, num_blocks, layer_input, split, plan, k) for c, k in zip(chunks, offsets, strict=True)
+    ]
     return _walk(profiles, order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
+
+
+def _offsets(remat: str, blocks: Sequence[int]) -> list[int]:
+    """Each chunk's ``offset`` (``chunk_memory``) from the blocks of a rank's chunks in order: the blocks before
+    it where ``remat`` counts them over the rank (``RematPolicy.every``), else 0 (so alike chunks share a walk)."""
+    if not REMAT_POLICIES[remat].every:
+        return [0] * len(blocks)
+    return [sum(blocks[:c]) for c in range(len(blocks))]
 
 
 #: A chunk's layers by kind and position only: (the layer's index for the embedding and the output layer, else
@@ -605,7 +630,10 @@ def _activation_peak(
     layer_input: float,
 ) -> tuple[float, float, float]:
     split = get_schedule(schedule).split_backward
-    profiles = [_pass_profiles(remat, c, num_blocks, layer_input, split) for c in chunks]
+    offsets = _offsets(remat, [sum(count for i, _, count in c if i is None) for c in chunks])
+    profiles = [
+        _pass_profiles(remat, c, num_blocks, layer_input, split, k) for c, k in zip(chunks, offsets, strict=True)
+    ]
     return _walk(profiles, order_runs(schedule, stage, pp, num_microbatches, virtual_stages))
 
 
@@ -641,6 +669,6 @@ def _node_profile(nodes: tuple[Node, ...], profiles: Sequence[Mapping[str, PassP
 
 @lru_cache(maxsize=16384)
 def _pass_profiles(
-    remat: str, runs: _BlockRuns, num_blocks: int, layer_input: float, split: bool
+    remat: str, runs: _BlockRuns, num_blocks: int, layer_input: float, split: bool, offset: int = 0
 ) -> dict[str, PassProfile]:
-    return pass_profiles(remat, _chunk_of(runs), num_blocks, layer_input, split)
+    return pass_profiles(remat, _chunk_of(runs), num_blocks, layer_input, split, offset=offset)

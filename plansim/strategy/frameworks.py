@@ -9,8 +9,9 @@ from its framework's rules and ``plansim.strategy.checks`` refuses what the fram
 Profiles are read once per file version (validated, frozen). ``framework_names()`` lists them, ``load_framework``
 reads one; ``modelled_zero_stages`` is what the planner searches (the ZeRO stages a framework runs that plansim
 models; ``unmodelled`` says why not), ``library_algorithms`` the all-reduces its communication library runs (its
-``collective_library`` rule, each registry entry's ``Algorithm.library``). docs/frameworks.md says where each rule
-is read.
+``collective_library`` rule, each registry entry's ``Algorithm.library``), and its ``remat_policies`` rule the
+recompute policies it runs (``plansim.costs.remat_policies`` names), which the planner searches. docs/frameworks.md
+says where each rule is read.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
 from plansim.files.data import data_dir
 from plansim.files.yamlfile import read_mapping, validated
@@ -238,6 +240,20 @@ class FrameworkRules(_Strict):
     #: the communication library its collectives run in (all three: NCCL, through torch.distributed); the planner
     #: searches only the algorithms whose registry entry that library runs (``library_algorithms``)
     collective_library: Rule[Literal["nccl"]]
+    #: the remat policies it runs, as ``plansim.costs.remat_policies.REMAT_POLICIES`` names them (none of them
+    #: ``scheduled``: ``milp`` is plansim's own): what the planner searches under it (``planner.space``)
+    remat_policies: Rule[tuple[str, ...]]
+
+    @model_validator(mode="after")
+    def _registered_policies(self) -> FrameworkRules:
+        policies = self.remat_policies.value
+        wrong = [p for p in policies if p not in REMAT_POLICIES or REMAT_POLICIES[p].scheduled]
+        if wrong or not policies or len(set(policies)) != len(policies):
+            raise ValueError(
+                f"remat_policies {wrong or list(policies)}: name each policy it runs once, among "
+                f"{', '.join(p for p, e in REMAT_POLICIES.items() if not e.scheduled)}"
+            )
+        return self
 
 
 class FrameworkProfile(_Strict):

@@ -32,6 +32,10 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     fused kernel also executes only that share (``plansim.costs.kernels.executed_share``).
 ``workspace_bytes`` (optional, 0 when absent)
     bytes a fused kernel allocates for the length of its backward only (FlashAttention-2's fp32 accumulators).
+``sac_kept``, ``sac_rerun`` (optional, 0 and 1 when absent)
+    under a per-op remat policy (torchtitan's ``op`` selective checkpointing, ``remat: op_sac``): the bytes of the
+    op's output the policy keeps from forward to backward, and the share of its forward (a collective: 1 or 0) that
+    the block's recompute runs again (``op_saved``). Absent, the op's output is not kept and its forward reruns.
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
     forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
     process group: the mesh axis whose groups shard the tensor (``Sharding.tp_axis``, ``tp`` today; a name of
@@ -63,6 +67,7 @@ __all__ = [
     "layer_nodes",
     "model_flops",
     "op",
+    "op_saved",
     "pointwise",
     "stamp",
 ]
@@ -173,6 +178,18 @@ def pointwise(
         params=params,
         selective=selective,
     )
+
+
+def op_saved(attrs: Attrs, kept: int, rerun: float = 0.0) -> Attrs:
+    """``attrs`` of an op whose output a per-op remat policy keeps (``kept`` bytes of it) and of whose forward its
+    recompute reruns the share ``rerun`` (an op fusing several: the share of those whose outputs it does not keep).
+
+    >>> op_saved(gemm(4, 3, 2, 2), kept=24)["sac_rerun"]
+    0.0
+    """
+    if not 0.0 <= rerun <= 1.0 or kept < 0:
+        raise ValueError(f"op_saved: kept={kept} bytes and rerun={rerun} (a share in 0..1)")
+    return {**attrs, "sac_kept": kept, "sac_rerun": rerun}
 
 
 def collective(forward: str, backward: str, comm_bytes: int, group: str) -> Attrs:

@@ -56,6 +56,20 @@ FlashAttention-2 sec 3.1.2 and 4.1); the kernel skips the blocks above the diago
 ``mha_bwd`` in flash-attention's ``csrc/flash_attn/flash_api.cpp``): ``dq_accum`` (``b x s x heads x d``, fp32),
 ``softmax_d`` (``b x heads x s``, fp32), sequences rounded up to 128 rows and the head width to 32 (64 above 128), and
 with grouped-query attention ``dk_expanded`` and ``dv_expanded`` at the query heads' width in the activation dtype.
+
+Per-op remat (``remat: op_sac``, torchtitan's ``op`` selective checkpointing; pytorch/torchtitan v0.2.2): each op
+says what of its output the policy keeps and what share of its forward the recompute reruns (``sac_kept``,
+``sac_rerun``: ``plansim.workload.graph.op_saved``). The policy keeps the outputs of the ops in the model's save list
+(torchtitan/models/llama3/infra/parallelize.py:36-51: ``aten.mm``, the fused attention kernels, the functional
+``reduce_scatter_tensor``, ``max``) but every second ``mm`` of a block's forward, counted from 1
+(torchtitan/distributed/activation_checkpoint.py:108-122), and reruns everything else. torchtitan's Llama block runs
+seven mms, wq, wk, wv, wo, w1, w3, w2 (torchtitan/models/llama3/model/model.py:251, 304, 343), so wq, wv, w1 and w2
+are kept and wk, wo and w3 rerun: the fused QKV op keeps Q and V, ``E sb(q + h_kv)``, and reruns K's share of its
+FLOPs, ``h_kv / (q + 2 h_kv)``; gate/up keeps the gate, ``E sbf/t``, and reruns half; down keeps its output before the
+reduction, ``E sbh``; the fused attention kernel keeps O and its log-sum-exp, ``E sbq + 4asb/t``; a reduce-scatter
+(sequence parallelism) keeps its shard, ``E sbh/t``. Norms, rotary, SwiGLU, residual adds, all-gathers and
+all-reduces rerun, and so do unfused attention's ``bmm`` and softmax. A GPT block's GEMMs have biases, which PyTorch
+runs as ``addmm``, not in the list: they rerun, and only its fused attention and reduce-scatters are kept.
 """
 
 from __future__ import annotations
@@ -65,7 +79,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from plansim.errors import PlansimError
-from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, collective, gemm, op, pointwise, stamp
+from plansim.workload.graph import IN, PREV, Attrs, Node, Sharding, collective, gemm, op, op_saved, pointwise, stamp
 from plansim.workload.shape import ModelShape
 
 __all__ = [
@@ -197,7 +211,10 @@ def tp_exit(d: Dims, name: str) -> list[Node]:
     if d.t == 1:
         return []
     fwd, bwd = ("reduce_scatter", "all_gather") if d.sp else ("all_reduce", "none")
-    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis))]
+    attrs = collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis)
+    if d.sp:  # torchtitan's per-op policy keeps a reduce-scatter's output (its shard), and reruns an all-reduce
+        attrs = op_saved(attrs, kept=d.E * d.x)
+    return [Node(name, attrs)]
 
 
 def residual_add(d: Dims) -> Attrs:
@@ -244,7 +261,8 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
         workspace=workspace,
     )
     attrs["causal"] = True  # the decoder's causal mask: the kernel skips the blocks above the diagonal
-    return Node("attn", attrs, (qk_input, "qkv"))
+    # torchtitan's per-op policy keeps a fused attention kernel's outputs: O and the log-sum-exp
+    return Node("attn", op_saved(attrs, kept=d.E * q + lse), (qk_input, "qkv"))
 
 
 def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
@@ -311,7 +329,15 @@ def llama_block(d: Dims) -> list[Node]:
     return [
         Node("norm1", _norm(d, rms=True)),
         *tp_enter(d, "attn_in"),
-        Node("qkv", gemm(d.rows, qkv, d.h, E, saved=E * (x + d.rows * d.kv_l))),
+        # torchtitan's wq, wk, wv: the block's mm 1-3, of which its per-op policy keeps 1 and 3 (docstring)
+        Node(
+            "qkv",
+            op_saved(
+                gemm(d.rows, qkv, d.h, E, saved=E * (x + d.rows * d.kv_l)),
+                kept=E * d.rows * (d.q_l + d.kv_l),
+                rerun=d.kv_l / qkv,
+            ),
+        ),
         _rope(d),
         *_attention_core(d, dropout=False, qk_input="rope"),
         Node("proj", gemm(d.rows, d.h, d.q_l, E, saved=E * d.rows * d.q_l)),
@@ -319,9 +345,10 @@ def llama_block(d: Dims) -> list[Node]:
         Node("res1", residual_add(d), (PREV, IN)),
         Node("norm2", _norm(d, rms=True)),
         *tp_enter(d, "mlp_in"),
-        Node("gate_up", gemm(d.rows, 2 * d.f_l, d.h, E, saved=E * x)),
+        # w1 and w3, mm 5 (kept) and 6 (rerun); w2, mm 7 (kept); wo, mm 4, reruns
+        Node("gate_up", op_saved(gemm(d.rows, 2 * d.f_l, d.h, E, saved=E * x), kept=E * mlp, rerun=0.5)),
         Node("swiglu", pointwise("elementwise", mlp, SWIGLU_FLOPS, E, reads=2, saved=2 * E * mlp)),
-        Node("down", gemm(d.rows, d.h, d.f_l, E, saved=E * mlp)),
+        Node("down", op_saved(gemm(d.rows, d.h, d.f_l, E, saved=E * mlp), kept=E * d.rows * d.h)),
         *tp_exit(d, "mlp_out"),
         Node("res2", residual_add(d), (PREV, "res1")),
     ]
