@@ -322,7 +322,7 @@ BAD_CALLS: list[tuple[str, Any]] = [
     ("plan(model=None)", lambda: _plan(model=None)),
     *[
         (f"Constraints({k}={v!r})", lambda k=k, v=v: plansim.Constraints(**{k: v}))
-        for k, v in (("tp", NAN), ("pp", -2), ("max_micro_batch", 10**40), ("remat", None), ("zero", "1"))
+        for k, v in (("tp", NAN), ("pp", -2), ("max_micro_batch", 10**40), ("remat", 3), ("zero", "1"))
     ],
     *[(f"compare(strategies={v!r})", lambda v=v: _compare(strategies=v)) for v in (None, [], [None], [3], 3)],
     *[(f"compare(hardware={v!r})", lambda v=v: _compare(hardware=v)) for v in (None, 3, [None], [])],

@@ -5,6 +5,7 @@ operators (commit 4d58497); a faster build must leave them unchanged, so the sol
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -43,6 +44,9 @@ def digest(prob: object) -> str:
 @pytest.fixture(scope="module")
 def graphs() -> dict[str, RematGraph]:
     model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=8)
+    # the graphs' op costs as the digests were taken (the A100 profile's kernel_launch_s was 4 us then): the digests
+    # pin the build, not the kernel model, which has moved since
+    cluster = dataclasses.replace(cluster, gpu=cluster.gpu.model_copy(update={"kernel_launch_s": 4.0e-6}))
     prep = prepare_step(model, cluster, Strategy(dp=8, micro_batch=1, global_batch=8))
     comm = comm_pricer(cluster, prep.strategy)
     return {

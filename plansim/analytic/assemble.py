@@ -92,7 +92,7 @@ def _slowest_gpu_s(cluster: Cluster, s: Strategy, pipe: Pipeline, optimizer: lis
     stage (its micro-batches' compute and recompute, and its optimizer step), not in what it waits for the host."""
     m = s.num_microbatches
     busy = max(
-        m * (st.compute_s - st.host_s + st.recompute_s) + optimizer[g]
+        m * (st.compute_s - st.host_s + st.recompute_s - st.recompute_host_s) + optimizer[g]
         for st, g in zip(pipe.stages, pipe.memory_group_of, strict=True)
     )
     return straggler_wait_s(cluster.gpu.gpu_to_gpu_cv, mesh_of(s).num_ranks, busy)

@@ -21,7 +21,15 @@ from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
-from plansim.step.layers import AxisComm, CommPricer, LayerCost, rerun, rerun_axis_bytes, rerun_sync_s
+from plansim.step.layers import (
+    AxisComm,
+    CommPricer,
+    LayerCost,
+    rerun,
+    rerun_axis_bytes,
+    rerun_host_s,
+    rerun_sync_s,
+)
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -67,8 +75,10 @@ class StageCost:
     backward_chunks: tuple[int, ...] = ()
     #: the pipeline's first stage (where a framework buckets only the first stage, ``DataParallelPlan``)
     first_stage: bool = False
-    #: the part of ``fwd_s + bwd_s`` the GPU waits for the host to launch kernels (``LayerCost.host_fwd_s``)
+    #: the part of ``fwd_s + bwd_s`` the GPU waits for the host to launch kernels (``LayerCost.host_fwd_s``), and of
+    #: ``recompute_s``
     host_s: float = 0.0
+    recompute_host_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
@@ -169,6 +179,7 @@ class StageSums:
         self.layer_input = layer_input
         self._recompute: dict[str, Recompute] = {}
         self._rerun_sync: dict[str, float] = {}
+        self._rerun_host: dict[str, float] = {}
         self.backward_passes: dict[tuple[int, float, float], tuple[LayerPass, ...]] = {}
         #: ``stage_cost``'s fields but the activations', by (remat, pipeline traffic, params, chunks, first stage)
         self.parts: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -177,6 +188,11 @@ class StageSums:
         if remat not in self._recompute:
             self._recompute[remat] = rerun(remat, self.blocks)
         return self._recompute[remat]
+
+    def rerun_host(self, remat: str) -> float:
+        if remat not in self._rerun_host:
+            self._rerun_host[remat] = rerun_host_s(remat, self.blocks)
+        return self._rerun_host[remat]
 
     def rerun_sync(self, remat: str) -> float:
         if remat not in self._rerun_sync:
@@ -233,9 +249,11 @@ def _stage_parts(
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
         recompute_s, recompute_comm_s, recompute_flops = plan.recompute_s, plan.recompute_comm_s, plan.recompute_flops
         rerun_sync = 0.0  # the schedule's recompute runs as one task, its collectives priced inside it
+        rerun_host = 0.0  # and its time is its ops' kernels'
     else:
         recompute_s, recompute_comm_s, recompute_flops = sums.recompute(remat)
         rerun_sync = sums.rerun_sync(remat)
+        rerun_host = sums.rerun_host(remat)
     sends, overlapped_sends = p2p[3], p2p[4]
     fwd_pass = sums.fwd_pass_s
     bwd_pass = sums.comm_s + sums.sync_s + sums.interference_s + sums.fwd_s + sums.bwd_s - fwd_pass
@@ -270,6 +288,7 @@ def _stage_parts(
         overlapped_s=overlapped + sums.overlapped_s,
         send_chain_s=overlapped_sends.chain_s,
         host_s=sums.host_s,
+        recompute_host_s=rerun_host,
     )
 
 

@@ -316,25 +316,29 @@ def layer_programs(
     # the overlaps split only the transformer blocks' GEMMs (Transformer Engine's layers), not the output layer's
     spec = graph.graph.get("spec")
     blocks = spec.layers if spec is not None and overlap != _BLOCKING else 0
+    # the blocks a per-op remat policy can rerun (the embedding and the output layer are never rerun)
+    rerun_below = spec.layers if spec is not None else len(graph)
     for name in order:
         op = nodes[name]
         r = runs.get(op["layer"])
         if r is None:
             r = runs[op["layer"]] = _Runs(LayerProgram(op["layer"]))
         lp = r.lp
+        rerunnable = 0 <= op["layer"] < rerun_below
         if op["kind"] == "collective":
             members = mesh.size(op["group"])
             if members > 1 and op["collective"] != "none":
                 if name not in taken:
                     r.close_fwd(_comm(op, op["collective"]), members)
-                if op.get("sac_rerun", 1.0) > 0:  # the per-op policy reruns it, blocking, or keeps its output
+                if rerunnable and op.get("sac_rerun", 1.0) > 0:  # a per-op policy reruns it, blocking,
                     r.close_sac(_comm(op, op["collective"]), members)
-                else:
+                elif rerunnable:  # or keeps its output
                     lp.sac_kept += op.get("sac_kept", 0)
                     lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))
             continue
         fwd = kernels.forward(op)
-        share = op.get("sac_rerun", 1.0)  # what the per-op policy reruns of it, at its whole forward's speed
+        # what the per-op policy reruns of it, at its whole forward's speed
+        share = op.get("sac_rerun", 1.0) if rerunnable else 0.0
         if share > 0 and fwd > 0:
             r.sac += share * fwd
             r.var_sac += (kernels.time_cv(op["kind"]) * share * fwd) ** 2
@@ -501,6 +505,7 @@ class LayerCost:
     sac_fwd_s: float = 0.0
     sac_comm: tuple[AxisComm, ...] = ()
     sac_sync_s: float = 0.0
+    sac_host_s: float = 0.0
     sac_matmul_flops: float = 0.0
     sac_kept_bytes: float = 0.0
     sac_kept_reserved_bytes: float = 0.0
@@ -595,6 +600,7 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         sac_fwd_s=sum(seg.seconds for seg in lp.sac),
         sac_comm=sac_comm,
         sac_sync_s=sum(seg.wait_s for seg in lp.sac),
+        sac_host_s=sum(seg.host_wait_s for seg in lp.sac),
         sac_matmul_flops=lp.sac_matmul_flops,
         sac_kept_bytes=lp.sac_kept,
         sac_kept_reserved_bytes=lp.sac_kept_reserved,
@@ -639,6 +645,15 @@ def rerun_sync_s(remat: str, blocks: Sequence[LayerCost]) -> float:
     block = Recompute(0.0, sum(c.sync_fwd_s for c in again), 0.0)
     unsaved = Recompute(0.0, sum(c.sac_sync_s for c in again), 0.0)
     return REMAT_POLICIES[remat].recompute(block, Recompute(0, 0, 0), unsaved)[1]
+
+
+def rerun_host_s(remat: str, blocks: Sequence[LayerCost]) -> float:
+    """What ``remat``'s rerun waits for the host's launches per micro-batch of these blocks (part of its compute
+    seconds): the checkpointed blocks' forward waits, or those of the ops a per-op policy reruns, else none."""
+    again = rerun_blocks(remat, blocks)
+    block = Recompute(sum(c.host_fwd_s for c in again), 0.0, 0.0)
+    unsaved = Recompute(sum(c.sac_host_s for c in again), 0.0, 0.0)
+    return REMAT_POLICIES[remat].recompute(block, Recompute(0, 0, 0), unsaved)[0]
 
 
 def rerun(remat: str, blocks: Sequence[LayerCost], start: int = 0) -> Recompute:
