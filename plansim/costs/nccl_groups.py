@@ -8,6 +8,8 @@ analytic engine through ``plansim.step.prepare.ring_call_s``, the discrete-event
 ``layer_call``: a layer's tensor-parallel collective as NCCL runs it by default (ring, tree, PAT, or NVLS on one node
 that times NVLS calls): its algorithm, bytes per rank and overhead, read by ``plansim.step.prepare.comm_pricer`` and
 the discrete-event engine. A node profile without the call-timing fields gets None: the alpha-beta latency applies.
+``connected_algorithms``: the algorithms a group's calls run over the sizes they take, for the connections NCCL
+makes at their first use (``plansim.costs.nccl_memory``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from plansim.costs.nccl import ring_overhead_s as _costs_ring_overhead_s
 from plansim.hardware.cluster import Cluster
 from plansim.hardware.schema import NodeSpec
 
-__all__ = ["LayerCall", "layer_call", "nccl_comm", "ring_overhead_s", "timed"]
+__all__ = ["CALL_SIZES", "LayerCall", "connected_algorithms", "layer_call", "nccl_comm", "ring_overhead_s", "timed"]
 
 
 def timed(cluster: Cluster) -> bool:
@@ -160,3 +162,30 @@ def _layer_call(
     call = nccl_call(_comm(node, per_node * nodes, nodes), collective, n_bytes, ring_t, nvls_t)
     factor = nvls_sent_factor(ranks) if call.algorithm == "nvls" else ring
     return LayerCall(call.algorithm, factor, max(0.0, call.time_us * 1e-6 - factor * n_bytes / busbw))
+
+
+#: Message sizes a group's calls take, 4 B (a scalar: a loss, a norm, an overflow flag) to 4 GiB (a bucket, a layer's
+#: output), in powers of two.
+CALL_SIZES = tuple(float(2**k) for k in range(2, 33))
+
+
+def connected_algorithms(cluster: Cluster, collectives: tuple[str, ...], ranks: int, nodes: int) -> tuple[str, ...]:
+    """The algorithms a group of ``ranks`` over ``nodes`` nodes runs for ``collectives`` at some size of
+    ``CALL_SIZES``, as the step model runs its calls (``plansim.costs.nccl.nccl_call``, as ``layer_call``): NCCL
+    connects an algorithm's channels at its first call (src/enqueue.cc:495-505, src/group.cc:147-190 at 5067397c).
+    Where the node does not time NCCL's calls: the ring, and the tree for an all-reduce across nodes."""
+    if ranks <= 1:
+        return ()
+    nodes = max(1, min(nodes, ranks))
+    return _connected(cluster.node, tuple(sorted(set(collectives))), ranks, nodes, timed(cluster))
+
+
+@lru_cache(maxsize=4096)
+def _connected(node: NodeSpec, collectives: tuple[str, ...], ranks: int, nodes: int, is_timed: bool) -> tuple[str, ...]:
+    if not is_timed:
+        return ("ring", "tree") if "all_reduce" in collectives and nodes > 1 else ("ring",)
+    ring_t, nvls_t = _tunings(node)
+    per_node = -(-ranks // nodes)
+    comm = _comm(node, per_node * nodes, nodes)
+    picks = {nccl_call(comm, c, size, ring_t, nvls_t).algorithm for c in collectives for size in CALL_SIZES}
+    return tuple(sorted(picks))

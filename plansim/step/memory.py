@@ -25,6 +25,7 @@ from typing import NamedTuple, Protocol
 
 from plansim.costs.allocator import reserved_bytes
 from plansim.costs.memory import model_state_bytes
+from plansim.costs.nccl_groups import connected_algorithms
 from plansim.costs.nccl_memory import Communicator, NcclChannels, communicator_bytes
 from plansim.costs.remat_policies import REMAT_POLICIES, weight_grad_kept
 from plansim.hardware import Cluster
@@ -104,12 +105,12 @@ def _channels(cluster: Cluster) -> NcclChannels | None:
     nics = cluster.node.nics
     per_gpu = max(1, nics.count // cluster.gpus_per_node)
     net = max(per_gpu, math.ceil(nics.bandwidth_Bps / 1e9 / 14))
-    return NcclChannels(setup.channels, setup.p2p_channels_per_peer, setup.nvls_channels, net)
+    return NcclChannels(setup.channels, setup.p2p_channels_per_peer, setup.nvls_channels, net, cluster.gpus_per_node)
 
 
 def dp_all_reduces(s: Strategy) -> bool:
     """Whether the data-parallel group all-reduces the gradients (ZeRO-0) rather than reduce-scatters them: what
-    ``communicators`` reads of the ZeRO stage (NCCL builds a tree only for an all-reduce)."""
+    ``communicators`` reads of the ZeRO stage (NCCL runs a tree only for an all-reduce, PAT only for the others)."""
     return s.zero == 0
 
 
@@ -119,23 +120,36 @@ def pipeline_wraps(s: Strategy) -> bool:
     return s.virtual_stages > 1
 
 
+#: What a group's calls are: all-reduces, or all-gathers and reduce-scatters (sharded data, ZeRO, sequence
+#: parallelism).
+ALL_REDUCE = ("all_reduce",)
+SHARDED = ("all_gather", "reduce_scatter")
+
+
 def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list[Communicator]:
-    """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step: its tp group, its dp group (under
-    hybrid sharding its shard group and its replicas' group in its place), one point-to-point pair per pipeline
-    neighbour (interleaving wraps the last stage to the first) and, with tied
-    embeddings (``tied``) on the first and last stage, Megatron-LM's embedding group of those two."""
+    """The NCCL communicators a rank of pipeline stage ``stage`` uses in the step, each with the algorithms its calls
+    run (``plansim.costs.nccl_groups.connected_algorithms``: NCCL connects an algorithm at its first call): its tp
+    group (all-reduces, or with sequence parallelism all-gathers and reduce-scatters), its dp group (all-reduces
+    under ZeRO-0, else all-gathers and reduce-scatters; under hybrid sharding its shard group and its replicas'
+    all-reduce group in its place), one point-to-point pair per pipeline neighbour (interleaving wraps the last stage
+    to the first) and, with tied embeddings (``tied``) on the first and last stage, Megatron-LM's embedding group of
+    those two (an all-reduce)."""
     mesh = mesh_of(s)
     gpn = cluster.gpus_per_node
     first = mesh.rank(pp=stage)
-    out = [Communicator("tp", s.tp, mesh.local_size("tp", gpn), all_reduce=not s.sequence_parallel)]
+
+    def group(name: str, ranks: int, local: int, calls: tuple[str, ...]) -> Communicator:
+        algorithms = connected_algorithms(cluster, calls, ranks, -(-ranks // max(1, local)))
+        return Communicator(name, ranks, local, algorithms=algorithms)
+
+    out = [group("tp", s.tp, mesh.local_size("tp", gpn), SHARDED if s.sequence_parallel else ALL_REDUCE)]
     if s.hybrid_shard:
         out += [
-            Communicator("dp_shard", s.shard_degree, mesh.local_size("dp_shard", gpn), all_reduce=False),
-            Communicator("dp_replicate", mesh.size("dp_replicate"), mesh.local_size("dp_replicate", gpn),
-                         all_reduce=True),
-        ]  # fmt: skip
+            group("dp_shard", s.shard_degree, mesh.local_size("dp_shard", gpn), SHARDED),
+            group("dp_replicate", mesh.size("dp_replicate"), mesh.local_size("dp_replicate", gpn), ALL_REDUCE),
+        ]
     else:
-        out.append(Communicator("dp", s.dp or 1, mesh.local_size("dp", gpn), all_reduce=dp_all_reduces(s)))
+        out.append(group("dp", s.dp or 1, mesh.local_size("dp", gpn), ALL_REDUCE if dp_all_reduces(s) else SHARDED))
     if s.pp > 1:
         wraps = pipeline_wraps(s)
         peers = {
@@ -144,10 +158,10 @@ def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list
             if present
         }
         for peer in sorted(peers - {first}):
-            out.append(Communicator("pp", 2, 2 if peer // gpn == first // gpn else 1, p2p=True))
+            out.append(Communicator("pp", 2, 2 if peer // gpn == first // gpn else 1, algorithms=(), p2p=True))
         if tied and stage in (0, s.pp - 1):
             last = mesh.rank(pp=s.pp - 1 if stage == 0 else 0)
-            out.append(Communicator("embedding", 2, 2 if last // gpn == first // gpn else 1, all_reduce=True))
+            out.append(group("embedding", 2, 2 if last // gpn == first // gpn else 1, ALL_REDUCE))
     return out
 
 
