@@ -11,7 +11,9 @@ measurement now carries the GPU it was timed on).
 
 The one stated exception is memory, not time: NCCL gives a network peer ``ceil(NIC GB/s / 14)`` channels, at least
 one per local NIC (``ncclTopoGetNchannels``), so a faster or an extra NIC holds more NCCL buffers
-(``plansim.step.memory``), a discrete choice NCCL makes; there only the ``nccl`` memory category may grow.
+(``plansim.step.memory``), a discrete choice NCCL makes; and NCCL connects an algorithm's channels only when a call
+first runs it (src/enqueue.cc:495-505 at 5067397c), so a faster algorithm that NCCL's model now picks for some call
+size (an NVLS call made cheaper, say) adds its connections' buffers. There only the ``nccl`` memory category may grow.
 """
 
 from __future__ import annotations
@@ -119,8 +121,9 @@ FIELDS: dict[str, Scale] = {
     "nccl.nvls_call_us": lambda c, f: _nccl(c, "nvls_call_us", 1 / f),
     "nccl.nvls_sync_us": lambda c, f: _nccl(c, "nvls_sync_us", 1 / f),
 }
-#: fields where NCCL holds more buffers as they grow (the module's stated exception, memory only)
-MORE_NCCL_BUFFERS = {"nics.count", "nics.bandwidth_Bps"}
+#: fields where NCCL holds more buffers as they grow (the module's stated exception, memory only): the NICs, and
+#: NCCL's own rates and per-call costs, which decide the algorithms it picks and so connects
+MORE_NCCL_BUFFERS = {"nics.count", "nics.bandwidth_Bps"} | {f for f in FIELDS if f.startswith("nccl.")}
 
 #: (model, node, GPUs, strategy): tensor parallelism with its layer calls inside a node, data parallelism across nodes
 #: on NCCL's calls, ZeRO-3 per layer (FSDP), hybrid sharding, pipelines across nodes (sends, interleaving) and an
