@@ -372,7 +372,7 @@ def rule_differences(
     pipeline rules only with pipelining (whether the schedule's sends block, under it), the parameter gather's only
     under ZeRO-1/2, the tensor-parallel ones only with ``tp > 1``, the ZeRO rules only where ``other`` cannot run
     the winner's stage, the fused attention kernel only under ``attention: flash`` on a GPU of ``architecture``; how
-    the host launches kernels and whether the optimizer clips, always.
+    the host launches kernels, whether the optimizer clips and the recompute policies it runs, always.
 
     >>> for words in rule_differences("megatron", "deepspeed", pp=4):
     ...     print(words)
@@ -381,16 +381,22 @@ def rule_differences(
     gradient buckets of 5e+08 elements, not max(40000000, 1000000 x dp) parameters
     every pipeline stage bucketed, not only the first
     1f1b pipeline sends blocking, not blocking with a host synchronisation
-    >>> rule_differences("megatron", "fsdp", zero=3)[-3::2]
-    ['ZeRO-3 gathers 1 layer ahead, not layers ahead up to 5e+08 elements', 'hybrid sharding of ZeRO-3 (HSDP)']
-    >>> rule_differences("megatron", "fsdp", zero=3)[-2].split(" (")[0]
-    'fp32 shards that are the master weights'
-    >>> rule_differences("megatron", "deepspeed", zero=1)[-1]
+    recompute policies none, full, not none, selective, full
+    >>> fsdp = rule_differences("megatron", "fsdp", zero=3)
+    >>> fsdp[2]
+    'ZeRO-3 gathers 1 layer ahead, not layers ahead up to 5e+08 elements'
+    >>> fsdp[3].split(" (")[0], fsdp[5]
+    ('fp32 shards that are the master weights', 'hybrid sharding of ZeRO-3 (HSDP)')
+    >>> fsdp[4]
+    "each unit's gradients copied into a flat reduce-scatter buffer in the reduce dtype, not reduced in place"
+    >>> rule_differences("megatron", "deepspeed", zero=1)[-2]
     'parameter all-gather after the optimizer step, not overlapped with the next forward'
     >>> rule_differences("deepspeed", "fsdp", zero=1)[-1]
     'no ZeRO-1 (it runs ZeRO 0, 2, 3)'
-    >>> rule_differences("megatron", "fsdp", tp=8)[-1]
-    'tensor-parallel input-gradient reduction beside the weight-gradient GEMM: nothing'
+    >>> for words in rule_differences("megatron", "fsdp", tp=8)[2:4]:
+    ...     print(words)
+    no overlap of tensor-parallel collectives with the GEMMs (--tp-comm-overlap)
+    tensor-parallel input-gradient reduction beside the weight-gradient GEMM: nothing
     >>> rule_differences("megatron", "deepspeed", architecture="hopper")[0]
     'fused attention by FlashAttention-2, not cuDNN'
     """
@@ -451,11 +457,25 @@ def rule_differences(
             else "bf16 shards beside an fp32 master (2 + 4 + 12 bytes a parameter), not fp32 shards that are the "
             "master weights (4 + 4 + 8)"
         )
+    if zero >= 2 and (zero in a.grad_reduce_copy_in.value) != (zero in b.grad_reduce_copy_in.value):
+        out.append(
+            "each unit's gradients copied into a flat reduce-scatter buffer in the reduce dtype, not reduced in place"
+            if zero in b.grad_reduce_copy_in.value
+            else "gradients reduced in place, not copied per unit into a flat reduce-scatter buffer"
+        )
     if zero >= 2 and (zero in a.hybrid_shard.value) != (zero in b.hybrid_shard.value):
         out.append(f"{'' if zero in b.hybrid_shard.value else 'no '}hybrid sharding of ZeRO-{zero} (HSDP)")
+    if tp > 1 and (a.tp_comm_overlap.value is None) != (b.tp_comm_overlap.value is None):
+        out.append(
+            "no overlap of tensor-parallel collectives with the GEMMs (--tp-comm-overlap)"
+            if b.tp_comm_overlap.value is None
+            else "tensor-parallel collectives overlapped with the GEMMs (--tp-comm-overlap)"
+        )
     if tp > 1 and a.tp_grad_input_overlap.value != b.tp_grad_input_overlap.value:
         beside = " and ".join(c.replace("_", "-") for c in b.tp_grad_input_overlap.value) or "nothing"
         out.append(f"tensor-parallel input-gradient reduction beside the weight-gradient GEMM: {beside}")
+    if a.remat_policies.value != b.remat_policies.value:
+        out.append(f"recompute policies {', '.join(b.remat_policies.value)}, not {', '.join(a.remat_policies.value)}")
     if zero not in modelled_zero_stages(other, pp):
         runs = b.zero_with_pipeline.value if pp > 1 else b.zero_stages.value
         where = " with pipelining" if pp > 1 else ""
