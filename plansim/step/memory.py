@@ -419,19 +419,23 @@ class _Walk:
         self.n = self.res = self.g = self.peak_n = self.peak_res = self.peak_g = 0.0
 
     def alloc(self, *sizes: Sized, grad: tuple[Sized, ...] = ()) -> None:
-        for s in (*sizes, *grad):
+        for s in sizes:
             self.n += s.n
             self.res += s.reserved
         for s in grad:
+            self.n += s.n
+            self.res += s.reserved
             self.g += s.n
         if self.res > self.peak_res:
             self.peak_n, self.peak_res, self.peak_g = self.n, self.res, self.g
 
     def free(self, *sizes: Sized, grad: tuple[Sized, ...] = ()) -> None:
-        for s in (*sizes, *grad):
+        for s in sizes:
             self.n -= s.n
             self.res -= s.reserved
         for s in grad:
+            self.n -= s.n
+            self.res -= s.reserved
             self.g -= s.n
 
     def profile(self) -> PassProfile:
@@ -527,8 +531,12 @@ def pass_profiles(
         fwd.free(*([m.transient] if m.transient.n > 0 else []))
     grads_in = wgt if split else bwd
     held: tuple[Sized, ...] = ()  # the reduce input of the layer before, in this pass
+    buffers = any(b.grads > 0 or b.reduce_input > 0 for _, b in chunk)
+    grads: tuple[Sized, ...] = ()
+    copy: tuple[Sized, ...] = ()
     for i, m, last in reversed(layers):
-        grads, copy = _grad_buffers(sized[i])
+        if buffers:
+            grads, copy = _grad_buffers(sized[i])
         if m.rebuilds and (last < 0 or last == i):
             todo = segment.get(i, []) if last == i else [i]
             bwd.alloc(*(s for j in todo for s in (mem[j].rebuilt, mem[j].rebuilt_kept)))
@@ -537,7 +545,8 @@ def pass_profiles(
         bwd.free(m.stored, *ws, m.rebuilt)
         if not split:
             bwd.free(m.kept, m.rebuilt_kept)
-        wgt.alloc(grad=grads if split else ())
+        if split and grads:
+            wgt.alloc(grad=grads)
         wgt.free(m.kept, m.rebuilt_kept)
         if copy:
             grads_in.free(grad=held)
