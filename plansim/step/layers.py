@@ -141,6 +141,15 @@ def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
     return 0.0
 
 
+def _close(segments: list[Segment], gpu_s: float, host_s: float, var: float, comm: Comm | None, members: int) -> None:
+    """Close a pass's open run (``gpu_s`` of kernels, ``host_s`` of their launches, ``var`` their variance) into
+    ``segments``, then the collective ``comm`` among ``members`` ranks that closes it, waiting for the slowest."""
+    if gpu_s > 0 or host_s > 0:
+        segments.append(_run(gpu_s, host_s))
+    if comm is not None:
+        segments.append(Segment(comm=comm, wait_s=collective_wait_s(var, members)))
+
+
 class _Runs:
     """A layer's passes being built: compute accumulates into the open run of each pass until a collective closes
     it (consecutive kernels are one segment), with the run's variance (kernels' noise independent: s^2 adds); a
@@ -160,20 +169,12 @@ class _Runs:
 
     def close_sac(self, comm: Comm | None = None, members: int = 1) -> None:
         """The per-op policy's rerun: its open run of compute, then a collective it reruns (blocking)."""
-        if self.sac > 0 or self.host_sac > 0:
-            self.lp.sac.append(_run(self.sac, self.host_sac))
-            self.sac = self.host_sac = 0.0
-        if comm is not None:
-            self.lp.sac.append(Segment(comm=comm, wait_s=collective_wait_s(self.var_sac, members)))
-        self.var_sac = 0.0
+        _close(self.lp.sac, self.sac, self.host_sac, self.var_sac, comm, members)
+        self.sac = self.host_sac = self.var_sac = 0.0
 
     def close_fwd(self, comm: Comm | None = None, members: int = 1) -> None:
-        if self.fwd > 0 or self.host_fwd > 0:
-            self.lp.fwd.append(_run(self.fwd, self.host_fwd))
-            self.fwd = self.host_fwd = 0.0
-        if comm is not None:
-            self.lp.fwd.append(Segment(comm=comm, wait_s=collective_wait_s(self.var_fwd, members)))
-        self.var_fwd = 0.0
+        _close(self.lp.fwd, self.fwd, self.host_fwd, self.var_fwd, comm, members)
+        self.fwd = self.host_fwd = self.var_fwd = 0.0
 
     def close_bwd(self, comm: Comm | None = None, members: int = 1) -> None:
         # One wait per collective, from the whole backward's run, for both forms of the pass: under split backward
