@@ -46,6 +46,7 @@ __all__ = [
     "algorithm_time_us",
     "bandwidth_GBps",
     "choose",
+    "group_channels",
     "latency_us",
     "nccl_call",
     "nccl_overhead_s",
@@ -153,6 +154,22 @@ TREE_CORRECTION = {
 #: Network post overhead per inter-node ring step, us (``getNetOverhead``: 1 on Intel and other CPUs, 2 on AMD),
 #: three times that for Simple.
 NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0}
+
+
+def group_channels(node_channels: int, per_node: int, gpus_per_node: int, spans_nodes: bool) -> int:
+    """The collective channels NCCL's topology search finds for a communicator with ``per_node`` ranks on each node
+    (of ``gpus_per_node`` GPUs, whose whole node finds ``node_channels``): the node's, unless it spans nodes holding
+    only part of each, then that share of them (at least 1). NCCL searches a communicator's rings over its own ranks'
+    GPUs and the NICs they reach (src/graph/search.cc, ``ncclTopoCompute``, at 5067397c; one GPU's path to the network
+    is its PCIe link, src/graph/topo.cc:657): ranks holding k of a node's GPUs own k / gpus_per_node of its NICs, so
+    the group's bus bandwidth is theirs (as ``plansim.hardware.cluster.Cluster.group_link`` prices its bytes).
+
+    >>> group_channels(24, 1, 8, True), group_channels(24, 8, 8, True), group_channels(24, 2, 8, False)
+    (3, 24, 24)
+    """
+    if spans_nodes and 0 < per_node < gpus_per_node:
+        return max(1, node_channels * per_node // gpus_per_node)
+    return node_channels
 
 
 @dataclass(frozen=True)

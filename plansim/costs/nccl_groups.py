@@ -23,6 +23,7 @@ from plansim.costs.nccl import (
     NcclComm,
     NcclTuning,
     NvlsTuning,
+    group_channels,
     nccl_call,
     nccl_overhead_s,
     nvls_sent_factor,
@@ -57,13 +58,7 @@ def _comm(node: NodeSpec, ranks: int, nodes: int, cpu: str | None = None) -> Ncc
         raise ValueError(f"node type {node.name} has no nccl call-timing fields")
     assert section.arch is not None and section.channel_bw_intra_GBps and section.channel_bw_inter_GBps
     intra = "pci" if node.intra_node.topology == "pcie" else "nvlink"
-    channels = section.channels
-    if nodes > 1 and ranks // nodes < node.gpus_per_node:
-        # NCCL searches a communicator's rings over its own ranks' GPUs and the NICs they reach (src/graph/search.cc,
-        # ncclTopoCompute, at 5067397c; one GPU's path to the network is its PCIe link, topo.cc:657): ranks holding
-        # k of a node's GPUs own k / gpus_per_node of its NICs, so the search finds that share of the channels that
-        # cross nodes, and the group's bus bandwidth is theirs (as ``Cluster.group_link`` prices its bytes)
-        channels = max(1, channels * (ranks // nodes) // node.gpus_per_node)
+    channels = group_channels(section.channels, ranks // nodes, node.gpus_per_node, nodes > 1)
     return NcclComm(
         ranks, nodes, section.arch, channels, section.channel_bw_intra_GBps, section.channel_bw_inter_GBps,
         intra=intra, cpu=cpu or section.cpu, nvls_channels=section.nvls_channels if section.nvls_timed else 0,

@@ -78,6 +78,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from plansim.costs.nccl import group_channels
+
 __all__ = [
     "CHANNEL_DEVICE_BYTES",
     "COMM_DEVICE_BYTES",
@@ -177,10 +179,7 @@ class Communicator:
 def communicator_channels(comm: Communicator, channels: NcclChannels) -> int:
     """The collective channels of ``comm``: the node's, or across nodes with ``k`` of a node's ``g`` GPUs,
     ``coll x k / g`` (at least 1; the module's first simplification)."""
-    g = channels.gpus_per_node
-    if comm.spans_nodes and 0 < comm.local < g:
-        return max(1, channels.coll * comm.local // g)
-    return channels.coll
+    return group_channels(channels.coll, comm.local, channels.gpus_per_node, comm.spans_nodes)
 
 
 def _pow2_up(n: int) -> int:

@@ -51,7 +51,7 @@ from plansim.des.memory import MemoryTracker
 from plansim.des.network import FlowNetwork, LinkId, Route
 from plansim.des.routing import Fabric
 from plansim.des.size import sized_lowering
-from plansim.des.taskgraph import StageProgram, TaskGraph
+from plansim.des.taskgraph import NO_KERNEL, StageProgram, TaskGraph
 from plansim.des.timeline import Span, Timeline
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
@@ -70,9 +70,6 @@ __all__ = ["MODES", "CollectiveRun", "WhatIf", "simulate_collective", "simulate_
 MODES = ("symmetric", "full")
 #: Task categories that are model compute (not recompute, communication or the optimizer).
 _COMPUTE = frozenset({"forward", "backward", "weight_grad"})
-#: compute-stream tasks that run no kernel: the wait for the job's slowest GPU, and the idle time after a blocking
-#: pipeline call until the host launches the next kernel (``plansim.step.p2p``)
-_NO_KERNEL = frozenset({"sync_wait", "p2p_call"})
 _TOP_LINKS = 20
 
 
@@ -310,7 +307,7 @@ class _Engine:
                 return
             duration = task.duration_s
             if duration > 0:
-                if task.category in _NO_KERNEL:  # a wait for the slowest GPU or for the host: no kernel of this one
+                if task.category in NO_KERNEL:  # a wait for the slowest GPU or for the host: no kernel of this one
                     _Timer(env, duration, partial(self._timed, stream, i, now))
                     return
                 # a slower GPU slows the kernels, not the host's launches: a host-bound run stays host-bound

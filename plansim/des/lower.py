@@ -36,7 +36,7 @@ from plansim.costs.allocator import reserved_bytes
 from plansim.costs.kernels import KernelCostModel
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import straggler_wait_s
-from plansim.des.taskgraph import StageProgram, Task, TaskGraph
+from plansim.des.taskgraph import NO_KERNEL, StageProgram, Task, TaskGraph
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
 from plansim.pipeline.stages import chunk_layers
@@ -685,7 +685,7 @@ def _slowest_gpu(cluster: Cluster, mesh: DeviceMesh, stages: list[StageProgram])
         sum(
             t.duration_s - t.host_s
             for t in prog.tasks
-            if t.stream == "compute" and t.comm is None and t.category not in ("sync_wait", "p2p_call")
+            if t.stream == "compute" and t.comm is None and t.category not in NO_KERNEL
         )
         for prog in stages
     )

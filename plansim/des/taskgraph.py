@@ -17,12 +17,15 @@ from dataclasses import dataclass, field
 from plansim.step.comm import Comm
 from plansim.strategy.mesh import DeviceMesh
 
-__all__ = ["STREAMS", "StageProgram", "Task", "TaskGraph"]
+__all__ = ["NO_KERNEL", "STREAMS", "StageProgram", "Task", "TaskGraph"]
 
 #: compute: kernels and the blocking tensor-parallel collectives; p2p: pipeline sends; dp: data-parallel and ZeRO
 #: collectives (NCCL runs them on their own stream, overlapping compute); tp: tensor-parallel collectives launched
 #: asynchronously beside a kernel (a linear layer's input re-gathered in backward under sequence parallelism).
 STREAMS = ("compute", "p2p", "dp", "tp")
+#: compute-stream categories that run no kernel: the wait for the job's slowest GPU, and the idle time after a blocking
+#: pipeline call until the host launches the next kernel (``plansim.step.p2p``)
+NO_KERNEL = frozenset({"sync_wait", "p2p_call"})
 
 
 @dataclass(slots=True)
