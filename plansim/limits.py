@@ -94,6 +94,7 @@ LIMITS: dict[str, Limit] = {
     "dp_shard": Limit(1, 2**20, "", _DEGREE),
     "tp": Limit(1, 2**20, "", _DEGREE),
     "pp": Limit(1, 2**20, "", _DEGREE),
+    "cp": Limit(1, 2**20, "", _DEGREE),
     "virtual_stages": Limit(1, 10_000, "", "model chunks per stage cannot exceed the blocks"),
     "layers": Limit(
         1, 10_000, "blocks", "the deepest published LLMs have 96-126 blocks; one op-graph walk of 10,000 takes ~1 s"

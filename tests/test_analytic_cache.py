@@ -22,9 +22,11 @@ from plansim.workload import load_model
 
 #: Per strategy field, values that change what a step costs (each must be valid beside the bases below).
 ALTERNATES: dict[str, list[Any]] = {
-    "dp": [],  # dp, tp and pp vary together over MESHES (their product is the cluster's GPU count)
+    "dp": [],  # dp, tp, pp and cp vary together over MESHES (their product is the cluster's GPU count)
     "tp": [],
     "pp": [],
+    "cp": [],
+    "cp_algorithm": ["ring", "all_to_all"],
     "sequence_parallel": [True],
     "zero": [0, 1, 2, 3],
     "micro_batch": [1, 2],
@@ -57,8 +59,11 @@ PIPELINED: dict[str, list[Any]] = {
     "remat_budget": [4e9],
 }
 
-#: (dp, tp, pp) on the 8 GPUs of the cluster.
-MESHES = [(8, 1, 1), (4, 2, 1), (2, 2, 2), (4, 1, 2), (2, 4, 1), (1, 2, 4), (2, 1, 4)]
+#: (dp, tp, pp, cp) on the 8 GPUs of the cluster.
+MESHES = [
+    (8, 1, 1, 1), (4, 2, 1, 1), (2, 2, 2, 1), (4, 1, 2, 1), (2, 4, 1, 1), (1, 2, 4, 1), (2, 1, 4, 1),
+    (4, 1, 1, 2), (2, 2, 1, 2), (1, 2, 2, 2), (2, 1, 1, 4), (1, 1, 2, 4),
+]  # fmt: skip
 
 BASES = [
     Strategy(dp=2, tp=2, pp=2, micro_batch=1, global_batch=16),
@@ -71,6 +76,8 @@ BASES = [
     Strategy(dp=4, tp=1, pp=2, micro_batch=1, global_batch=16, zero=3, framework="fsdp", dp_shard=2),  # HSDP
     # valid under every framework (1F1B, tp=1, ZeRO-0): their pipeline sends differ (rule pipeline_sends)
     Strategy(dp=2, tp=1, pp=4, micro_batch=1, global_batch=16),
+    # context parallelism: its gradients reduced over dp x cp, its attention by ring or all-to-all
+    Strategy(dp=2, tp=2, cp=2, micro_batch=1, global_batch=16, zero=1, sequence_parallel=True),
 ]
 
 
@@ -82,8 +89,8 @@ def test_every_strategy_field_is_varied() -> None:
 def _variants(layers: int) -> list[Strategy]:
     out = []
     for base in BASES:
-        for dp, tp, pp in MESHES:
-            out.append(base.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "layer_split": None}))
+        for dp, tp, pp, cp in MESHES:
+            out.append(base.model_copy(update={"dp": dp, "tp": tp, "pp": pp, "cp": cp, "layer_split": None}))
         for name, values in ALTERNATES.items():
             pipelined = PIPELINED.get(name, []) if base.pp > 1 else []
             for value in values + pipelined:

@@ -703,10 +703,10 @@ def test_hybrid_shard_fsdp_shards_within_a_group_and_all_reduces_across() -> Non
     full = Strategy.parse("dp=32,micro_batch=1,global_batch=64,zero=3,framework=fsdp")
     plan = data_parallel_plan(cluster, hsdp.resolve(cluster))
     assert plan is not None and plan.replicate is not None
-    assert (plan.reduce.axis, plan.gather.axis, plan.replicate.axis) == ("dp_shard", "dp_shard", "dp_replicate")
+    assert (plan.reduce.axis, plan.gather.axis, plan.replicate.axis) == ("dp_shard_cp", "dp_shard_cp", "dp_replicate")
     assert plan.replicate.collective == "all_reduce" and plan.shard_ranks == 8
     tasks = lower(model, cluster, hsdp).stages[0].tasks
-    rs = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.axis == "dp_shard"]
+    rs = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.axis == "dp_shard_cp"]
     ar = [t for t in tasks if t.category == "grad_reduce" and t.comm is not None and t.comm.axis == "dp_replicate"]
     assert len(rs) == len(ar) > 0
     assert all(b.comm.n_bytes * 8 == pytest.approx(a.comm.n_bytes) for a, b in zip(rs, ar, strict=True))

@@ -94,6 +94,7 @@ class PipelineKey(StrategyProjection):
     virtual_stages: int
     layer_split: tuple[int, ...] | None
     dp: int | None
+    cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     framework: str  # the stages' sends (``SendsKey``): its pipeline_sends rule
 
 
@@ -115,6 +116,7 @@ class SendsKey(StrategyProjection):
     pp: int
     virtual_stages: int
     dp: int | None
+    cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     framework: str  # its pipeline_sends rule: which schedules' sends block, and how (``step.p2p.pipeline_sends``)
 
 
@@ -127,6 +129,7 @@ class StatesKey(StrategyProjection):
     virtual_stages: int
     layer_split: tuple[int, ...] | None
     dp: int | None
+    cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     shard_degree: int  # the ranks ZeRO shards over (``dp_shard`` under hybrid sharding)
     zero: int
     compute_dtype: str
@@ -141,6 +144,7 @@ class DataParallelKey(StrategyProjection):
 
     tp: int
     dp: int | None
+    cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     shard_degree: int  # hybrid sharding's shard group: the mesh's dp_shard and dp_replicate axes
     pp: int
     zero: int
@@ -168,6 +172,7 @@ class FixedKey(StrategyProjection):
 
     tp: int
     dp: int | None
+    cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     shard_degree: int  # hybrid sharding's two communicators in place of the dp group's (below dp: HSDP)
     pp: int
     sequence_parallel: bool  # the tp group's all-reduce (its tree) or not

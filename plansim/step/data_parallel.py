@@ -32,7 +32,7 @@ from plansim.costs.collectives import algorithm_entry
 from plansim.hardware import Cluster
 from plansim.step.prepare import shard_algorithm, tied_copy_params
 from plansim.strategy.frameworks import FrameworkRules, ParamPrefetch, load_framework
-from plansim.strategy.mesh import mesh_of
+from plansim.strategy.mesh import GRAD_AXES, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
@@ -496,10 +496,19 @@ def per_layer_overlap(
 
 
 def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str, axis: str = "dp") -> GroupCollective:
+    """A collective over the data-parallel ``axis``'s gradient group (``GRAD_AXES``: with the context-parallel
+    ranks)."""
+    axis = GRAD_AXES[axis]
     local = None
     if algorithm_entry(collective, algorithm).reads_local:
         local = mesh_of(s).local_size(axis, cluster.gpus_per_node)
     return GroupCollective(collective, algorithm, local, axis)
+
+
+def grad_ranks(s: Strategy) -> int:
+    """The ranks ``s``'s gradients are reduced over: the data-parallel ranks of every context-parallel rank
+    (``GRAD_AXES``; ``dp`` without context parallelism)."""
+    return mesh_of(s).size(GRAD_AXES["dp"])
 
 
 def _framework_rules(s: Strategy) -> FrameworkRules:
@@ -544,7 +553,7 @@ def grad_copy_in_bytes(s: Strategy) -> tuple[int, int]:
     The reduce-scatter's output, 1/dp of the input, is allocated after the unsharded gradients are freed, so beside
     the input it holds less than they did for dp >= 2; the first micro-batch's becomes the sharded gradient the model
     states count, and a later one's is added to it and freed: it is not counted apart."""
-    if s.zero < 2 or (s.dp or 1) <= 1 or not gathers_per_layer(s):
+    if s.zero < 2 or grad_ranks(s) <= 1 or not gathers_per_layer(s):
         return (0, 0)
     if s.zero not in _framework_rules(s).grad_reduce_copy_in.value:
         return (0, 0)
@@ -559,8 +568,9 @@ def param_prefetch(s: Strategy) -> ParamPrefetch:
 
 
 def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None:
-    """The data-parallel traffic of ``s`` (resolved) on ``cluster``; None without data parallelism."""
-    dp = s.dp or 1
+    """The data-parallel traffic of ``s`` (resolved) on ``cluster``; None without data parallelism (nor context
+    parallelism, whose ranks reduce their gradients as data-parallel ones do)."""
+    dp = grad_ranks(s)
     if dp <= 1:
         return None
     assert s.grad_bucket_bytes is not None and s.overlap_grad_reduce is not None, "resolve the strategy first"

@@ -26,6 +26,7 @@ from typing import Any
 import networkx as nx
 
 from plansim.costs.allocator import reserved_bytes
+from plansim.costs.collectives import COLLECTIVES
 from plansim.costs.interference import overlap_cost
 from plansim.costs.kernels import KernelCostModel, executed_share
 from plansim.costs.memory import LayerActivations
@@ -44,6 +45,7 @@ __all__ = [
     "RateBeside",
     "Segment",
     "layer_activations",
+    "layer_algorithm",
     "layer_costs",
     "layer_programs",
     "rerun",
@@ -230,6 +232,15 @@ class _Runs:
         self.lp.bwd.append(Segment(wgrad_s))
         self.lp.bwd_input.append(Segment(comm=comm))
 
+    def ring_bwd(self, comm: Comm, steps_s: float) -> None:
+        """Context parallelism's ring attention backward (``_ring_steps``): each step's keys, values and their
+        gradients passed on beside its kernel, so the whole exchange (``comm``) runs beside the steps
+        (``steps_s``) and what follows waits for it; both passes run it."""
+        self.close_bwd()
+        for segments in (self.lp.bwd, self.lp.bwd_input):
+            segments.append(Segment(comm=comm, hidden_s=steps_s))
+            segments.append(Segment(steps_s))
+
     def regather_bwd(self, comm: Comm, dgrad_s: float) -> None:
         """A linear layer's backward that re-gathers its input (``_regathered``): the all-gather beside the input
         gradient GEMM (``dgrad_s``), which is a segment of its own because what follows (the weight gradient) waits
@@ -290,12 +301,40 @@ def _tp_collective(graph: nx.DiGraph, op_name: str, mesh: DeviceMesh, name: str)
     return nbrs[0] if c["kind"] == "collective" and mesh.size(c["group"]) > 1 else None
 
 
+def _ring_steps(op: Mapping[str, Any], mesh: DeviceMesh) -> int:
+    """The steps of context parallelism's ring attention the op runs as (0: none): a fused attention op that carries
+    ``cp_ring`` (``plansim.workload.transformer``) on an axis of more than one rank. Each step computes ``1/steps`` of
+    the op's scores against one block of keys and values while the next block is passed on: forward, the blocks are
+    passed beside the first ``steps - 1`` steps and the last step waits for the last block; backward, the blocks and
+    the gradients of the keys and values are passed beside every step (Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P``, context_parallel.py:1691-1720 and 2459-2500 at d0067d0d). Their bytes are an
+    all-gather's of the whole sequence's K and V on the group (forward; twice that backward): each rank sends its
+    block ``steps - 1`` times, as the ring's point-to-point sends do (Liu et al. 2023, Ring Attention, sec 3)."""
+    steps = op.get("cp_ring", 0)
+    return steps if steps > 1 and mesh.size(op["group"]) > 1 else 0
+
+
+def _ring_step(op: Mapping[str, Any], steps: int) -> dict[str, Any]:
+    """One step of a ring attention op: ``1/steps`` of its FLOPs (the causal chunks balance them), reading as much."""
+    return {**op, "flops": op["flops"] / steps, "bwd_flops": op["bwd_flops"] / steps}
+
+
 def _weight_gemm(op: Mapping[str, Any]) -> bool:
     return op["kind"] in MATMUL_KINDS and op["params"] > 0
 
 
+def layer_algorithm(collective: str) -> str:
+    """The algorithm a layer's ``collective`` runs as (a key of ``COLLECTIVES[collective]``): the ring NCCL's calls
+    are priced from (``plansim.costs.nccl_groups.layer_call`` picks what NCCL runs), else the collective's one
+    schedule (an all-to-all's direct exchange: NCCL runs it as grouped sends and receives, outside its tuning
+    model)."""
+    algorithms = COLLECTIVES[collective]
+    return "ring" if "ring" in algorithms else next(iter(algorithms))
+
+
 def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) -> Comm:
-    return Comm(collective, "ring", op["group"], op["comm_bytes"] if n_bytes is None else n_bytes, op["group"])
+    n = op["comm_bytes"] if n_bytes is None else n_bytes
+    return Comm(collective, layer_algorithm(collective), op["group"], n, op["group"])
 
 
 def layer_programs(
@@ -347,6 +386,15 @@ def layer_programs(
             r.host_sac += kernels.host_s * kernels.launches(op)  # a rerun op's kernel is launched again
         lp.sac_kept += op.get("sac_kept", 0)
         lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))
+        launches = kernels.launches(op)
+        steps = _ring_steps(op, mesh)
+        if steps:  # context parallelism's ring: its steps beside the exchange of keys and values
+            step = kernels.forward(_ring_step(op, steps))
+            r.gather_into_gemm(Comm("all_gather", "ring", op["group"], op["comm_bytes"], op["group"]), steps, step,
+                               backward=False)  # fmt: skip
+            r.var_fwd += (kernels.time_cv(op["kind"]) * steps * step) ** 2
+            launches *= steps
+            fwd = steps * step
         split = _weight_gemm(op) and 0 <= op["layer"] < blocks  # a block's GEMM, which the overlap splits
         before = _tp_collective(graph, name, mesh, "pred") if split else None
         after = _tp_collective(graph, name, mesh, "succ") if split else None
@@ -368,10 +416,10 @@ def layer_programs(
             r.gemm_into_reduce_scatter(rs, n, chunk, mesh.size(nodes[after]["group"]))
             taken.add(after)
             fwd = 0.0
-        if fwd > 0:
+        if fwd > 0 and not steps:
             r.fwd += fwd
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
-        r.host_fwd += kernels.host_s * kernels.launches(op)
+        r.host_fwd += kernels.host_s * launches
         lp.params += op["params"]
         lp.saved += op["saved_bytes"]
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
@@ -400,6 +448,15 @@ def layer_programs(
             members = mesh.size(op["group"])
             if members > 1 and op["bwd_collective"] != "none" and name not in taken:
                 r.close_bwd(_comm(op, op["bwd_collective"]), members)
+            continue
+        steps = _ring_steps(op, mesh)
+        if steps:  # the ring's backward: K, V and their gradients passed on beside every step
+            step = kernels.backward(_ring_step(op, steps))
+            launched = kernels.host_s * kernels.launches(op, "bwd") * steps
+            r.host_bwd += launched
+            r.host_bwd_input += launched
+            r.ring_bwd(Comm("all_gather", "ring", op["group"], 2 * op["comm_bytes"], op["group"]), steps * step)
+            r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * steps * step) ** 2
             continue
         bwd = kernels.backward(op)
         wgrad = weight_gradient_s(op, kernels)

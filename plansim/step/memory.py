@@ -41,7 +41,7 @@ from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.prepare import tied_copy_params
 from plansim.step.tp_overlap import userbuffers_bytes
 from plansim.strategy.frameworks import ParamPrefetch
-from plansim.strategy.mesh import mesh_of
+from plansim.strategy.mesh import GRAD_AXES, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
@@ -144,12 +144,20 @@ def communicators(cluster: Cluster, s: Strategy, stage: int, tied: bool) -> list
 
     out = [group("tp", s.tp, mesh.local_size("tp", gpn), SHARDED if s.sequence_parallel else ALL_REDUCE)]
     if s.hybrid_shard:
+        shard, replicate = GRAD_AXES["dp_shard"], GRAD_AXES["dp_replicate"]
         out += [
-            group("dp_shard", s.shard_degree, mesh.local_size("dp_shard", gpn), SHARDED),
-            group("dp_replicate", mesh.size("dp_replicate"), mesh.local_size("dp_replicate", gpn), ALL_REDUCE),
+            group("dp_shard", mesh.size(shard), mesh.local_size(shard, gpn), SHARDED),
+            group("dp_replicate", mesh.size(replicate), mesh.local_size(replicate, gpn), ALL_REDUCE),
         ]
     else:
-        out.append(group("dp", s.dp or 1, mesh.local_size("dp", gpn), ALL_REDUCE if dp_all_reduces(s) else SHARDED))
+        axis = GRAD_AXES["dp"]
+        calls = ALL_REDUCE if dp_all_reduces(s) else SHARDED
+        out.append(group("dp", mesh.size(axis), mesh.local_size(axis, gpn), calls))
+    if s.cp > 1:  # the ring's sends to the next context-parallel rank and receives from the previous one; the
+        # all-to-all's, to and from every other rank of the group (NCCL's grouped sends and receives)
+        steps = (-1, +1) if s.cp_algorithm != "all_to_all" else range(1, s.cp)
+        for peer in sorted({mesh.shift("cp", first, step) for step in steps} - {first}):
+            out.append(Communicator("cp", 2, 2 if peer // gpn == first // gpn else 1, algorithms=(), p2p=True))
     if s.pp > 1:
         wraps = pipeline_wraps(s)
         peers = {

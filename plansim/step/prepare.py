@@ -24,7 +24,7 @@ from plansim.costs.nccl_groups import layer_call, ring_overhead_s, timed
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
 from plansim.step.comm import Comm
-from plansim.step.layers import CommPricer, RateBeside
+from plansim.step.layers import CommPricer, RateBeside, layer_algorithm
 from plansim.strategy.checks import check_strategy
 from plansim.strategy.frameworks import load_framework
 from plansim.strategy.mesh import DeviceMesh, degrees_of, mesh_of
@@ -137,6 +137,9 @@ def sharding_of(s: Strategy) -> Sharding:
         sequence_parallel=s.sequence_parallel,
         act_bytes=dtype_bytes(s.compute_dtype),
         attention=s.attention,
+        cp=degrees["cp"],
+        cp_axis="cp",
+        cp_algorithm=(s.cp_algorithm or "ring") if degrees["cp"] > 1 else "ring",
     )
 
 
@@ -176,6 +179,10 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
         link = links.get(axis)
         if link is None:
             link = links[axis] = mesh.link(axis, cluster)
+        algorithm = layer_algorithm(collective)
+        if algorithm != "ring":  # outside NCCL's tuning model: the schedule's alpha-beta time on the group's link
+            seconds = collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
+            return seconds, bytes_sent_per_rank(collective, algorithm, p, n_bytes)
         nodes = p // mesh.local_size(axis, cluster.gpus_per_node)
         call = layer_call(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps)
         if call.algorithm == "ring":

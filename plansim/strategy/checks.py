@@ -41,6 +41,7 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
     problems += _check_framework(strategy, s)
     if ALLREDUCE_ALGORITHMS[s.dp_algorithm].power_of_two and dp & (dp - 1):
         problems.append(f"dp_algorithm={s.dp_algorithm} needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
+    problems += _check_context_parallel(s)
     if s.tp > cluster.gpus_per_node:
         problems.append(
             f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
@@ -180,6 +181,29 @@ def _param_gather_problems(s: Strategy, runs: bool, title: str) -> list[str]:
         return [
             "overlap_param_gather=true needs the gradient reduction overlapped too (Megatron-LM's "
             "--overlap-param-gather requires --overlap-grad-reduce): leave overlap_grad_reduce=false out"
+        ]
+    return []
+
+
+def _check_context_parallel(s: Strategy) -> list[str]:
+    """What the framework runs of context parallelism (its ``context_parallel`` rule)."""
+    if s.cp == 1 and s.cp_algorithm is None:
+        return []
+    rule = load_framework(s.framework).rules.context_parallel.value
+    title = load_framework(s.framework).title
+    if s.cp > 1 and not rule.algorithms:
+        return [f"cp={s.cp} with framework={s.framework}: plansim models no context parallelism of {title}: use cp=1"]
+    if s.cp_algorithm is not None and s.cp_algorithm not in rule.algorithms:
+        runs = ", ".join(rule.algorithms) or "none"
+        return [
+            f"cp_algorithm={s.cp_algorithm} with framework={s.framework}: {title} runs {runs} "
+            f"(frameworks/{s.framework}.yaml): use cp_algorithm={rule.algorithms[0] if rule.algorithms else 'ring'}"
+            + _others(s, lambda n: s.cp_algorithm in load_framework(n).rules.context_parallel.value.algorithms)
+        ]
+    if s.cp > 1 and s.sequence_parallel and not rule.with_sequence_parallel:
+        return [
+            f"cp={s.cp} with sequence_parallel=true: {title}'s context parallelism cannot be combined with Megatron-LM's "
+            f"sequence parallelism (frameworks/{s.framework}.yaml): set sequence_parallel=false"
         ]
     return []
 

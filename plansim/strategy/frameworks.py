@@ -31,6 +31,7 @@ from plansim.hardware.schema import Architecture, AttentionKernel
 
 __all__ = [
     "AttentionKernels",
+    "ContextParallel",
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
@@ -195,6 +196,21 @@ class KernelLaunch(_Strict):
     host_s: float = Field(ge=0.0, le=1e-3)
 
 
+class ContextParallel(_Strict):
+    """How a framework runs context parallelism: the forms of its attention it runs (``algorithms``, the first its
+    default: ``ring``, keys and values passed rank to rank beside the attention's steps; ``all_to_all``, heads and
+    sequence swapped around the attention), empty where it runs none plansim models; and whether it combines it with
+    Megatron-LM's sequence parallelism (``with_sequence_parallel``)."""
+
+    algorithms: tuple[Literal["ring", "all_to_all"], ...]
+    with_sequence_parallel: bool = True
+
+    @property
+    def default(self) -> str | None:
+        """The form a strategy that names none runs (None: the framework runs no context parallelism)."""
+        return self.algorithms[0] if self.algorithms else None
+
+
 class PipelineSends(_Strict):
     """How a framework synchronises a pipeline stage's sends: under the schedules named in ``blocking`` the sender's
     compute waits for each send's transfer (a blocking call, or a batch waited for before the next pass); with
@@ -243,6 +259,8 @@ class FrameworkRules(_Strict):
     #: the remat policies it runs, as ``plansim.costs.remat_policies.REMAT_POLICIES`` names them (none of them
     #: ``scheduled``: ``milp`` is plansim's own): what the planner searches under it (``planner.space``)
     remat_policies: Rule[tuple[str, ...]]
+    #: the forms of context parallelism it runs (``cp_algorithm``), its default first
+    context_parallel: Rule[ContextParallel]
 
     @model_validator(mode="after")
     def _registered_policies(self) -> FrameworkRules:

@@ -1,13 +1,20 @@
 """The device mesh: the parallel axes as named dimensions over the global ranks, each group asked of it.
 
 A rank's coordinate on an axis is ``(rank // stride) % size``, the axes listed fastest first. Today's order is
-Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares a node's NVLink), then data
-parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM ``parallel_state``: tp, dp, pp from
-fastest to slowest). A new kind of parallelism (context, expert) is a new axis in ``AXIS_ORDER``, as PyTorch's
+Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares a node's NVLink), then context
+parallelism, then data parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM
+``parallel_state``'s default order ``tp-cp-ep-dp-pp``, fastest first, NVIDIA/Megatron-LM d98e8a64,
+megatron/core/parallel_state.py ``initialize_model_parallel(order=...)``). A new kind of parallelism (context, expert) is a new axis in ``AXIS_ORDER``, as PyTorch's
 ``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
 from an assumed rank order. The mesh also gives the copies a symmetric simulation stands for, node-local group
 sizes and the links a group spans; both engines, the lowering and ``plansim.step.prepare.comm_pricer`` ask it, and
 a ``TaskGraph`` carries it.
+
+Context parallelism splits each sequence, not the weights: its ranks hold the same parameters, so the gradients are
+reduced, and ZeRO's states sharded, over the data-parallel ranks of every context-parallel rank at once: the
+flattened ``dp_cp`` (``cp`` then ``dp``, adjacent; Megatron-LM's data-parallel group "with context parallel",
+torchtitan's ``dp_shard_cp``). ``GRAD_AXES`` names, for each data-parallel axis, the group its gradients and states
+use; with ``cp = 1`` it is the same group.
 
 Hybrid sharding (HSDP) splits the data-parallel axis in two, ``dp_shard`` (fastest: the group a ZeRO stage shards
 over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as torchtitan's mesh names them
@@ -16,6 +23,9 @@ over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as 
 >>> m = DeviceMesh((("tp", 2), ("dp", 2), ("pp", 2)))
 >>> m.coords(5), m.group("dp", 5), m.stride("pp"), m.shift("pp", 5, 1)
 ({'tp': 1, 'dp': 0, 'pp': 1}, (5, 7), 4, 1)
+>>> c = DeviceMesh((("tp", 2), ("cp", 2), ("dp", 2), ("pp", 1)), (("dp_cp", ("cp", "dp")),))
+>>> c.group("cp", 1), c.group("dp", 1), c.group("dp_cp", 1)
+((1, 3), (1, 5), (1, 3, 5, 7))
 >>> h = DeviceMesh((("tp", 2), ("dp_shard", 2), ("dp_replicate", 3), ("pp", 1)), (("dp", DP_PARTS),))
 >>> h.group("dp", 1), h.group("dp_shard", 1), h.group("dp_replicate", 1)
 ((1, 3, 5, 7, 9, 11), (1, 3), (1, 5, 9))
@@ -37,6 +47,7 @@ __all__ = [
     "COMM_KINDS",
     "DP_AXES",
     "DP_PARTS",
+    "GRAD_AXES",
     "REPLICA_AXES",
     "DeviceMesh",
     "degree_splits",
@@ -46,7 +57,7 @@ __all__ = [
 ]
 
 #: The strategy's parallel axes, fastest first: the rank layout of both engines.
-AXIS_ORDER = ("tp", "dp", "pp")
+AXIS_ORDER = ("tp", "cp", "dp", "pp")
 
 #: The axes one model replica is split over: every axis but data parallelism's, fastest first. A strategy's GPUs are
 #: ``dp`` replicas of their product.
@@ -62,7 +73,12 @@ COMM_KINDS = ("dp", *REPLICA_AXES, "zero")
 DP_PARTS = ("dp_shard", "dp_replicate")
 
 #: The axes a data-parallel collective runs over: the whole group, or one of hybrid sharding's two.
-DP_AXES = ("dp", *DP_PARTS)
+DP_AXES = ("dp", *DP_PARTS, "dp_cp", "dp_shard_cp")
+
+#: For each data-parallel axis, the group its gradients are reduced and ZeRO's states sharded over: with the
+#: context-parallel ranks (they hold the same weights), flattened with them; hybrid sharding's replicas are whole
+#: context-parallel groups already (torchtitan: ``dp_replicate`` beside ``dp_shard_cp``).
+GRAD_AXES = {"dp": "dp_cp", "dp_shard": "dp_shard_cp", "dp_replicate": "dp_replicate"}
 
 
 class Degrees(Protocol):
@@ -187,7 +203,7 @@ def degrees_of(s: Degrees) -> dict[str, int]:
 
     >>> from plansim.strategy.schema import Strategy
     >>> degrees_of(Strategy(tp=2, pp=3))
-    {'tp': 2, 'dp': 1, 'pp': 3}
+    {'tp': 2, 'cp': 1, 'dp': 1, 'pp': 3}
     """
     return {axis: getattr(s, axis) or 1 for axis in AXIS_ORDER}
 
@@ -232,18 +248,22 @@ def degree_splits(n: int, axes: Sequence[str], values: Callable[[str, int], Iter
 def mesh_of(s: Degrees) -> DeviceMesh:
     """The mesh of a resolved strategy: each axis of ``AXIS_ORDER`` sized by the strategy's field of that name
     (``dp`` 1 until resolved); under hybrid sharding (``Strategy.hybrid_shard``) ``dp`` is the flattened pair of
-    ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``.
+    ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``. The data-parallel axes flattened with ``cp``
+    (``GRAD_AXES``) are named too.
 
     >>> from plansim.strategy.schema import Strategy
     >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).axes
-    (('tp', 2), ('dp', 4), ('pp', 3))
+    (('tp', 2), ('cp', 1), ('dp', 4), ('pp', 3))
     >>> mesh_of(Strategy(dp=8, tp=2, zero=3, framework="fsdp", dp_shard=4)).axes
-    (('tp', 2), ('dp_shard', 4), ('dp_replicate', 2), ('pp', 1))
+    (('tp', 2), ('cp', 1), ('dp_shard', 4), ('dp_replicate', 2), ('pp', 1))
     """
     degrees = degrees_of(s)
     axes = tuple(degrees.items())
     if not s.hybrid_shard:
-        return _mesh(axes, ())
-    shard = s.shard_degree
-    split = (("dp_shard", shard), ("dp_replicate", degrees["dp"] // shard))
-    return _mesh(tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))), (("dp", DP_PARTS),))
+        return _mesh(axes, (("dp_cp", ("cp", "dp")),))
+    assert s.dp_shard is not None
+    split = (("dp_shard", s.dp_shard), ("dp_replicate", degrees["dp"] // s.dp_shard))
+    return _mesh(
+        tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))),
+        (("dp", DP_PARTS), ("dp_cp", ("cp", *DP_PARTS)), ("dp_shard_cp", ("cp", "dp_shard"))),
+    )

@@ -27,7 +27,7 @@ from plansim.files.yamlfile import is_file, parse_yaml, read_mapping, refuse_spe
 from plansim.limits import field, integral
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, is_framework, load_framework
-from plansim.strategy.mesh import REPLICA_AXES, ranks_of
+from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, mesh_of, ranks_of
 from plansim.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object]
 
 class Strategy(BaseModel):
     """One parallel strategy. ``dp`` may be left out: it is then the GPU count over one replica's (the product of
-    the other axes' degrees, ``plansim.strategy.mesh.REPLICA_AXES``: tp and pp).
+    the other axes' degrees, ``plansim.strategy.mesh.REPLICA_AXES``: tp, cp and pp).
 
     >>> s = Strategy.parse("dp=2,tp=4,pp=2,micro_batch=1,global_batch=16")
     >>> (s.dp, s.tp, s.pp, s.num_microbatches)
@@ -75,6 +75,18 @@ class Strategy(BaseModel):
     dp: int | None = field("dp", default=None, description="data-parallel degree")
     tp: int = field("tp", default=1, description="tensor-parallel degree (Megatron column/row split)")
     pp: int = field("pp", default=1, description="pipeline-parallel stages")
+    cp: int = field(
+        "cp",
+        default=1,
+        description="context-parallel degree: each sequence split over this many ranks (2 x cp load-balanced chunks "
+        "of a causal sequence), attention exchanging keys and values among them",
+    )
+    cp_algorithm: Literal["ring", "all_to_all"] | None = Field(
+        default=None,
+        description="context parallelism's attention: ring (keys and values passed rank to rank beside the attention "
+        "steps, Megatron-LM's --cp-comm-type p2p) or all_to_all (heads and sequence swapped around the attention, "
+        "DeepSpeed-Ulysses; Megatron-LM's a2a); default: the framework's",
+    )
     sequence_parallel: bool = False
     zero: Literal[0, 1, 2, 3] = 0
     micro_batch: int = field(
@@ -174,6 +186,7 @@ class Strategy(BaseModel):
         "dp_shard",
         "tp",
         "pp",
+        "cp",
         "zero",
         "micro_batch",
         "global_batch",
@@ -216,6 +229,15 @@ class Strategy(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _context_parallel_attention(self) -> Strategy:
+        # Transformer Engine runs context parallelism in its fused and flash attention only ("Disabling
+        # UnfusedDotProductAttention as it does not support context parallelism": dot_product_attention/utils.py:1169-1173
+        # at NVIDIA/TransformerEngine d0067d0d)
+        if self.cp > 1 and self.attention != "flash":
+            raise ValueError(f"cp={self.cp} runs on fused attention only: set attention=flash (or cp=1)")
+        return self
+
     @property
     def num_gpus(self) -> int:
         """The GPUs the strategy spans: the product of its mesh axes' degrees (``plansim.strategy.mesh.ranks_of``;
@@ -255,8 +277,10 @@ class Strategy(BaseModel):
 
     @property
     def shard_degree(self) -> int:
-        """The ranks ZeRO shards its states over: ``dp_shard`` under hybrid sharding, else ``dp``."""
-        return self.dp_shard if self.hybrid_shard and self.dp_shard is not None else (self.dp or 1)
+        """The ranks ZeRO shards its states over: ``dp_shard`` under hybrid sharding, else ``dp``, times ``cp`` (the
+        context-parallel ranks hold the same weights: Megatron-LM's distributed optimizer shards over the
+        data-parallel group with context parallelism, torchtitan's FSDP over ``dp_shard_cp``)."""
+        return mesh_of(self).size(GRAD_AXES["dp_shard" if self.hybrid_shard else "dp"])
 
     @property
     def grad_bytes(self) -> int:
@@ -272,7 +296,7 @@ class Strategy(BaseModel):
         """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has, and
         the gradients' dtype, overlap and bucket from the framework's rules (``strategy.frameworks``): fp32 where it
         reduces in fp32, overlapped where it overlaps (with pipelining too, or only without), its bucket size at
-        this ``dp``."""
+        this ``dp`` (times ``cp``); with ``cp > 1``, the framework's form of context parallelism."""
         s = self.with_gpus(cluster.num_gpus)
         update: dict[str, Any] = {}
         if s.dtype is None:
@@ -289,12 +313,17 @@ class Strategy(BaseModel):
                 grads = _grad_bytes(
                     update.get("fp32_grad_accum", s.fp32_grad_accum), update.get("dtype", s.compute_dtype)
                 )
-                update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(s.dp or 1, grads)
+                # Megatron-LM sizes it by the gradients' group, with the context-parallel ranks (dp_cp: training.py)
+                update["grad_bucket_bytes"] = rules.grad_bucket.value.size_bytes(ranks_of(s, only=("dp", "cp")), grads)
             if s.overlap_param_gather is None:  # Megatron-LM: only with --overlap-grad-reduce (arguments.py:625-631)
                 overlapped = update.get("overlap_grad_reduce", s.overlap_grad_reduce)
                 update["overlap_param_gather"] = (
                     rules.param_gather_overlap.value and bool(overlapped) and s.zero in (1, 2)
                 )
+        if s.cp > 1 and s.cp_algorithm is None:
+            default = load_framework(s.framework).rules.context_parallel.value.default
+            if default is not None:  # else refused by the checks (the framework runs none)
+                update["cp_algorithm"] = default
         return s.model_copy(update=update) if update else s
 
     @property

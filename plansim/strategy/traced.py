@@ -31,6 +31,11 @@ def traced_problems(s: Strategy, model: TracedModel) -> list[str]:
             f"tp={s.tp}: a traced model runs with tp=1 only: tensor parallelism needs the builder's Megatron "
             "sharding, which a trace does not have: use dp or pp (or a model preset or YAML file)"
         )
+    if s.cp > 1:
+        problems.append(
+            f"cp={s.cp}: a traced model runs with cp=1 only: its graph was traced on whole sequences: use dp or pp "
+            "(or a model preset or YAML file)"
+        )
     if s.sequence_parallel:
         problems.append(
             "sequence_parallel=true: a traced model has no tensor-parallel sharding to split by sequence: "

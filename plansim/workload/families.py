@@ -102,7 +102,7 @@ class Family:
     the bytes of one block's input on that rank; ``parameters(spec)`` counts the trainable parameters. ``required``:
     the optional ``ModelSpec`` keys (``UNUSED``) a model file must give; ``defaults``: those it may leave out, each
     with its default computed from the keys before it; every other optional key is refused and holds its
-    ``UNUSED`` value. ``axis_rules``: per parallel axis (the mesh's names: ``tp``, ``dp``, ``pp``) what a degree
+    ``UNUSED`` value. ``axis_rules``: per parallel axis (the mesh's names: ``tp``, ``cp``, ``dp``, ``pp``) what a degree
     must satisfy, as problems; an axis without a rule splits any model of the family. ``transformer``: its blocks
     are transformer blocks (``tp_comm_overlap`` applies). ``hf_model_types``: the Hugging Face ``model_type`` values
     mapped onto the family. ``torch_model``: the block of the validator's PyTorch model (``gpt``: LayerNorm, GELU,
@@ -152,6 +152,19 @@ def _heads_split(model: ModelShape, tp: int) -> list[str]:
     return []
 
 
+def _sequence_split(model: ModelShape, cp: int) -> list[str]:
+    """Context parallelism splits a causal sequence into ``2 cp`` equal chunks, two per rank (Megatron-LM:
+    megatron/training/arguments.py:1336-1338 at d98e8a64)."""
+    if cp > 1 and model.seq_len % (2 * cp):
+        return [f"cp={cp} needs seq_len={model.seq_len} divisible by 2*cp={2 * cp}: choose another cp"]
+    return []
+
+
+def _no_sequence(model: ModelShape, cp: int) -> list[str]:
+    """No sequence to split: the family's builder has no attention over tokens."""
+    return [f"cp={cp}: {model.family} models have no sequence to split: use dp or pp"] if cp > 1 else []
+
+
 def _unsplit(model: ModelShape, tp: int) -> list[str]:
     """No tensor parallelism: the builder keeps the whole model on each rank."""
     return [f"tp={tp}: {model.family} models support tp=1 only: use dp or pp"] if tp > 1 else []
@@ -189,7 +202,7 @@ FAMILIES: dict[str, Family] = {
             "tied_embeddings": lambda d: True,
             "learned_positions": lambda d: True,
         },
-        axis_rules={"tp": _heads_split},
+        axis_rules={"tp": _heads_split, "cp": _sequence_split},
         transformer=True,
         hf_model_types={
             "gpt2": HFFamily(_GPT2_KEYS, tied=True, learned_positions=True, optional=("ffn_hidden",)),
@@ -203,7 +216,7 @@ FAMILIES: dict[str, Family] = {
         partial(transformer_parameters, gpt=False),
         required=("heads", "ffn_hidden", "seq_len"),
         defaults={"kv_heads": _heads, "tied_embeddings": lambda d: False},
-        axis_rules={"tp": _heads_split},
+        axis_rules={"tp": _heads_split, "cp": _sequence_split},
         transformer=True,
         hf_model_types={"llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA},
         torch_model="llama",
@@ -213,13 +226,14 @@ FAMILIES: dict[str, Family] = {
         add_mlp,
         mlp_parameters,
         defaults={"ffn_hidden": _four_h, "seq_len": lambda d: 1},
+        axis_rules={"cp": _no_sequence},
     ),
     "cnn": Family(
         "cnn",
         add_cnn,
         resnet_parameters,
         defaults={"image_size": lambda d: 224, "stage_blocks": lambda d: _RESNET50_STAGES},
-        axis_rules={"tp": _unsplit},
+        axis_rules={"tp": _unsplit, "cp": _no_sequence},
     ),
 }
 

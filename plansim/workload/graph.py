@@ -88,7 +88,7 @@ COLLECTIVE_ATTRIBUTES = ("collective", "bwd_collective", "group", "comm_bytes")
 #: d98e8a64, megatron/training/training.py:1163-1169; FlashAttention-2, Dao 2023, sec 4.1: "with causal mask, divide
 #: this number by 2").
 CAUSAL_SHARE = 0.5
-COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "none"})
+COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "none"})
 _TOTAL_KEYS = ("flops", "bwd_flops", "bytes", "saved_bytes", "params")
 
 # Backward FLOPs over forward FLOPs: GEMM-like ops compute input and weight gradients (2x); norms and softmax
@@ -221,6 +221,11 @@ class Sharding:
     act_bytes: int = 2
     attention: str = "flash"
     tp_axis: str = "tp"
+    #: context parallelism: each sequence split ``cp`` ways over the ranks of ``cp_axis``, attention run by
+    #: ``cp_algorithm`` (``ring``: keys and values passed around the group; ``all_to_all``: heads and sequence swapped)
+    cp: int = 1
+    cp_axis: str = "cp"
+    cp_algorithm: str = "ring"
 
     @property
     def seq_shards(self) -> int:

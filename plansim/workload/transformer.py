@@ -123,11 +123,14 @@ class Dims:
     v_l: int  # vocabulary rows on this rank
     t_axis: str  # the mesh axis whose groups split t ways: the group of the tensor-parallel collectives
     flash: bool = True  # attention as one fused kernel (FlashAttention-2), else unfused
+    c: int = 1  # context-parallel degree: the sequence split c ways
+    c_axis: str = "cp"  # the mesh axis of the context-parallel group
+    c_ring: bool = True  # context parallelism's attention by ring exchange of K/V (else all-to-all over heads)
 
     @property
     def rows(self) -> int:
-        """Tokens in the micro-batch, ``b * s``."""
-        return self.b * self.s
+        """Tokens of the micro-batch on this rank, ``b * s / c`` (context parallelism splits the sequence)."""
+        return self.b * self.s // self.c
 
     @property
     def rows_l(self) -> int:
@@ -175,9 +178,12 @@ def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
         )
     if spec.ffn_hidden % t:
         raise PlansimError(f"tp={t} does not divide ffn_hidden={spec.ffn_hidden} of {name}: choose another tp")
-    tokens = sh.micro_batch * spec.seq_len if shard_tokens else spec.seq_len
+    c = sh.cp
+    if c > 1:
+        _check_context_parallel(spec, sh)
+    tokens = sh.micro_batch * spec.seq_len if shard_tokens else spec.seq_len // c
     if sh.sequence_parallel and tokens % t:
-        what = "micro_batch*seq_len" if shard_tokens else "seq_len"
+        what = "micro_batch*seq_len" if shard_tokens else ("seq_len" if c == 1 else f"seq_len/cp={tokens}")
         raise PlansimError(f"sequence_parallel: tp={t} does not divide {what}={tokens} of {name}: choose another tp")
     return Dims(
         b=sh.micro_batch,
@@ -193,7 +199,33 @@ def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
         v_l=-(-spec.vocab // t),
         t_axis=sh.tp_axis,
         flash=sh.attention == "flash",
+        c=c,
+        c_axis=sh.cp_axis,
+        c_ring=sh.cp_algorithm == "ring",
     )
+
+
+def _check_context_parallel(spec: ModelShape, sh: Sharding) -> None:
+    """What context parallelism needs of the model (Megatron-LM and Transformer Engine's checks): a sequence of
+    ``2 cp`` equal chunks, two per rank for the causal load balance (megatron/training/arguments.py:1336-1338 at
+    d98e8a64); fused attention (Transformer Engine's dot_product_attention/utils.py:1169-1173 at d0067d0d); for
+    the all-to-all, query and key/value heads that split over ``tp x cp`` ranks (context_parallel.py:4246-4248,
+    ``AttnFuncWithCPAndQKVOA2A``, at NVIDIA/TransformerEngine d0067d0d)."""
+    c, name = sh.cp, spec.name
+    if spec.seq_len % (2 * c):
+        raise PlansimError(
+            f"cp={c} needs seq_len={spec.seq_len} of {name} to split into 2*cp={2 * c} equal chunks: choose cp "
+            "so that 2*cp divides seq_len"
+        )
+    if sh.attention != "flash":
+        raise PlansimError(f"cp={c} runs on fused attention only: use attention=flash")
+    if sh.cp_algorithm == "all_to_all":
+        heads = sh.tp * c
+        if spec.heads % heads or spec.kv_heads % heads:
+            raise PlansimError(
+                f"cp_algorithm=all_to_all splits the heads over tp*cp={heads} ranks, which does not divide "
+                f"heads={spec.heads} and kv_heads={spec.kv_heads} of {name}: use cp_algorithm=ring or a smaller cp"
+            )
 
 
 def tp_enter(d: Dims, name: str) -> list[Node]:
@@ -239,18 +271,31 @@ def _round_up(n: int, multiple: int) -> int:
 
 def _flash_attention(d: Dims, *, qk_input: str) -> Node:
     """The fused attention kernel (FlashAttention-2, Dao 2023): QK^T, causal softmax, (dropout) and attention over V
-    in one kernel that keeps the fp32 log-sum-exp per row for backward (see the module docstring)."""
-    scores = d.b * d.heads_l * d.s * d.s
+    in one kernel that keeps the fp32 log-sum-exp per row for backward (see the module docstring).
+
+    Under context parallelism (``c`` ranks) a rank computes ``1/c`` of the scores, evenly under the causal mask: by
+    the ring its ``s/c`` queries (two chunks, the ``i``-th and ``(2c-1-i)``-th, so every rank meets as many scores
+    below the diagonal) against every key, in ``c`` steps of one key/value block each; by the all-to-all every query
+    of its ``1/c`` of the heads (Transformer Engine's ``AttnFuncWithCPAndKVP2P`` and ``AttnFuncWithCPAndQKVOA2A``,
+    context_parallel.py at NVIDIA/TransformerEngine d0067d0d). The ring's op carries ``cp_ring`` (its steps), the
+    group's axis and ``comm_bytes``, the whole sequence's K and V on this rank's heads (what the ring passes, an
+    all-gather's worth; the backward passes K and V and their gradients, twice that); in forward the rank holds
+    every block it received until the last step (``p2p_comm_buffers``), in backward two buffers of K, V and their
+    gradients."""
+    scores = d.b * d.heads_l * d.s * d.s // d.c  # this rank's share of the scores
     matmul = 2 * scores * d.head_dim  # each of QK^T and attention over V, counted over every score
-    q, kv, rows = d.rows * d.q_l, d.rows * d.kv_l, d.b * d.heads_l * d.s
+    q, kv, rows = d.rows * d.q_l, d.rows * d.kv_l, d.b * d.heads_l * d.s // d.c
     lse = 4 * rows  # fp32 log-sum-exp per row and head (FlashAttention-2 Algorithm 1, line 13)
     # mha_bwd's fp32 workspace: dq_accum (b, s_rounded, heads, d_rounded) and softmax_d (b, heads, s_rounded); with
     # fewer key/value heads than query heads, dk and dv at the query heads' width (summed down afterwards)
-    s_r = _round_up(d.s, 128)
+    s_r = _round_up(d.s // d.c, 128)
     d_r = _round_up(d.head_dim, 32 if d.head_dim <= 128 else 64)
     workspace = 4 * d.b * d.heads_l * s_r * (d_r + 1)
     if d.kv_heads_l != d.heads_l:
         workspace += 2 * d.E * q
+    ring = d.c > 1 and d.c_ring
+    if ring:
+        workspace += 2 * 2 * d.E * 2 * kv  # two receive buffers of [K V, dK dV]
     attrs = op(
         "attention",
         flops=2 * matmul,
@@ -261,8 +306,32 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
         workspace=workspace,
     )
     attrs["causal"] = True  # the decoder's causal mask: the kernel skips the blocks above the diagonal
+    if ring:
+        attrs.update(cp_ring=d.c, group=d.c_axis, comm_bytes=d.c * d.E * 2 * kv, transient_bytes=(d.c - 1) * d.E * 2 * kv)
     # torchtitan's per-op policy keeps a fused attention kernel's outputs: O and the log-sum-exp
     return Node("attn", op_saved(attrs, kept=d.E * q + lse), (qk_input, "qkv"))
+
+
+def _heads_swap(d: Dims, name: str, width: int) -> list[Node]:
+    """Context parallelism by all-to-all (DeepSpeed-Ulysses, Jacobs et al. 2023, sec 3; Transformer Engine's
+    ``a2a``): a tensor of ``width`` columns on this rank's ``s/c`` tokens swapped for all tokens of ``1/c`` of its
+    heads (or back), the same all-to-all in backward for its gradient; ``comm_bytes`` is each rank's whole buffer.
+    Empty without it."""
+    if d.c == 1 or d.c_ring:
+        return []
+    return [Node(name, collective("all_to_all", "all_to_all", d.E * d.rows * width, d.c_axis))]
+
+
+def _attention(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
+    """The attention core between the QKV projection (and rotary) and the output projection, with context
+    parallelism's all-to-alls around it where it runs by them."""
+    core = _attention_core(d, dropout=dropout, qk_input=qk_input)
+    swaps = _heads_swap(d, "cp_qkv", d.q_l + 2 * d.kv_l)
+    if not swaps:
+        return core
+    first = core[0]
+    core[0] = Node(first.name, first.attrs, tuple(PREV if i == qk_input else i for i in first.inputs))
+    return [*swaps, *core, *_heads_swap(d, "cp_out", d.q_l)]
 
 
 def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
@@ -306,7 +375,7 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
         *tp_enter(d, "attn_in"),
         Node("qkv", gemm(d.rows, qkv, d.h, E, bias=qkv, saved=E * (x + kept))),
         *([_rope(d)] if rotary else []),
-        *_attention_core(d, dropout=True, qk_input="rope" if rotary else "qkv"),
+        *_attention(d, dropout=True, qk_input="rope" if rotary else "qkv"),
         Node("proj", gemm(d.rows, d.h, d.q_l, E, bias=d.h, saved=E * d.rows * d.q_l)),
         *tp_exit(d, "attn_out"),
         Node("proj_drop", _dropout(d, x)),
@@ -339,7 +408,7 @@ def llama_block(d: Dims) -> list[Node]:
             ),
         ),
         _rope(d),
-        *_attention_core(d, dropout=False, qk_input="rope"),
+        *_attention(d, dropout=False, qk_input="rope"),
         Node("proj", gemm(d.rows, d.h, d.q_l, E, saved=E * d.rows * d.q_l)),
         *tp_exit(d, "attn_out"),
         Node("res1", residual_add(d), (PREV, IN)),
