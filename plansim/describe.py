@@ -48,10 +48,14 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp8 tp1 pp1 mb2 zero1 remat=none nccl under deepspeed'
     >>> describe(Strategy(dp=32, tp=2, zero=3, dp_shard=4, framework="fsdp"))  # sharded in groups of 4 (HSDP)
     'dp32 tp2 pp1 mb1 zero3/hsdp4 remat=none nccl under fsdp'
+    >>> describe(Strategy(dp=2, tp=8, cp=16, pp=16, sequence_parallel=True, zero=1))  # context parallelism
+    'dp2 tp8+sp cp16 pp16 mb1 zero1 remat=none nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
     parts = [f"dp{s.dp}", tp, f"pp{s.pp}", f"mb{s.micro_batch}"]
+    if s.cp > 1:  # context parallelism, its form named where it is not the ring
+        parts.insert(2, f"cp{s.cp}" + ("" if s.cp_algorithm in (None, "ring") else f"({s.cp_algorithm})"))
     if s.layer_split is not None:
         parts.insert(3, "split " + "/".join(map(str, s.layer_split)))
     if s.pp > 1:

@@ -66,6 +66,11 @@ def cases() -> Iterator[tuple[str, Any, str, int, str, dict[str, Any]]]:
         yield f"framework {label}", GPT, "dgx-h100", 16, f"{strategy},framework={framework}", {}
     yield "llama gqa", dict(TINY_LLAMA), "dgx-h100", 16, "dp=2,tp=2,pp=4,micro_batch=1,global_batch=16", {}
     yield "llama sp zero3", dict(TINY_LLAMA), "dgx-a100", 8, "dp=4,tp=2,sequence_parallel=true,zero=3,micro_batch=2", {}
+    # context parallelism: the ring across two nodes (cp's stride is tp = 4), the all-to-all within one
+    strategy = f"dp=2,tp=4,cp=4,sequence_parallel=true,zero=1,cp_algorithm=ring,{BASE}"
+    yield "context parallel ring", GPT, "dgx-a100", 32, strategy, {}
+    strategy = f"dp=4,tp=2,cp=2,pp=2,sequence_parallel=true,zero=1,cp_algorithm=all_to_all,{BASE}"
+    yield "context parallel all_to_all", GPT, "dgx-a100", 32, strategy, {}
     yield "mlp", "mlp-small", "pcie-4x4090", 4, "dp=2,pp=2,micro_batch=4,global_batch=32", {}
     yield "cnn", "resnet50", "dgx-1", 8, "dp=8,micro_batch=32", {}
     yield "gpt 2 nodes tied", GPT, "dgx-a100", 16, "dp=2,tp=4,pp=2,micro_batch=1,global_batch=16", {}

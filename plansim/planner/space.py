@@ -37,8 +37,8 @@ from plansim.limits import number, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
-from plansim.strategy.mesh import degree_splits
-from plansim.strategy.schema import DTYPES, Strategy
+from plansim.strategy.mesh import degree_splits, grad_group_size
+from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, Strategy
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
 
@@ -61,6 +61,10 @@ class Constraints:
     tp: int | None = None
     pp: int | None = None
     dp: int | None = None
+    #: the context-parallel degree; None searches it where the sequence is long (``CP_FROM_SEQ_LEN``), else cp = 1
+    cp: int | None = None
+    #: context parallelism's form (``ring``, ``all_to_all``); None: each framework's default
+    cp_algorithm: str | None = None
     max_pp: int | None = None
     micro_batch: int | None = None
     max_micro_batch: int | None = None
@@ -100,6 +104,8 @@ class Constraints:
             choice(self.schedule, SCHEDULES, "--schedule")
         if self.dtype is not None:
             choice(self.dtype, DTYPES, "--dtype")
+        if self.cp_algorithm is not None:
+            choice(self.cp_algorithm, CP_ALGORITHMS, "--cp-algorithm")
         choice(self.framework, [*framework_names(), "all"], "--framework")
         if self.schedule is not None and not any(
             self.schedule in load_framework(n).rules.schedules.value for n in self.frameworks
@@ -207,7 +213,7 @@ class Constraints:
 
 
 #: Constraint fields that are parallel degrees or batch sizes -> their range in ``plansim.limits``.
-_DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "max_pp": "pp", "micro_batch": "micro_batch",
+_DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "max_pp": "pp", "micro_batch": "micro_batch",
             "max_micro_batch": "micro_batch"}  # fmt: skip
 
 
@@ -250,16 +256,22 @@ def candidates(
 def _candidates(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints, framework: str
 ) -> Iterator[Strategy]:
-    for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
+    for tp, cp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
+        cp_runs = _cp_algorithms(model, tp, cp, c, framework)
+        if not cp_runs:
+            continue
+        grads = grad_group_size({"dp": dp, "cp": cp})
         for schedule, v in _run_by(framework, pp, schedules):
-            for zero, shard in _zero_shards(dp, tp, pp, c, framework, cluster):
-                for sp, overlap in _sp_values(tp, c, framework, model):
+            for zero, shard in _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster):
+                for sp, overlap in _sp_values(tp, cp, c, framework, model):
                     for remat in c.remats(framework):
-                        for algorithm in _algorithms(dp, zero, c, framework):
+                        for algorithm in _algorithms(grads, zero, c, framework):
                             yield Strategy(
                                 dp=dp,
                                 tp=tp,
                                 pp=pp,
+                                cp=cp,
+                                cp_algorithm=cp_runs[0],
                                 micro_batch=mb,
                                 global_batch=global_batch,
                                 schedule=schedule,
@@ -320,10 +332,13 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
     total = blocks = 0
     orders: set[tuple[int, int, int]] = set()
     for framework in c.frameworks:
-        for tp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
-            zeros = _zero_shards(dp, tp, pp, c, framework, cluster)
-            per_schedule = sum(len(_algorithms(dp, zero, c, framework)) for zero, _ in zeros)
-            sp = len(_sp_values(tp, c, framework, model))
+        for tp, cp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
+            if not _cp_algorithms(model, tp, cp, c, framework):
+                continue
+            grads = grad_group_size({"dp": dp, "cp": cp})
+            zeros = _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster)
+            per_schedule = sum(len(_algorithms(grads, zero, c, framework)) for zero, _ in zeros)
+            sp = len(_sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
             count = len(runs) * per_schedule * sp * len(c.remats(framework))
             total += count
@@ -336,18 +351,51 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
 
 #: The parallel axes the planner gives degrees, in its search order (the first changing slowest): each but the last
 #: takes the values its ``_axis_values`` entry allows, data parallelism the GPUs the others leave.
-SEARCH_AXES = ("tp", "pp", "dp")
+SEARCH_AXES = ("tp", "cp", "pp", "dp")
+
+#: The sequence length from which the planner searches context parallelism by default (issue 35: "by default for
+#: sequences of 16K and longer"); below it cp = 1 unless ``Constraints.cp`` asks for more.
+CP_FROM_SEQ_LEN = 16_384
 
 
 def _axis_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> dict[str, Callable[[int], list[int]]]:
     """The degrees the planner tries for each axis of ``SEARCH_AXES`` but the last, given the GPUs left to split."""
-    return {"tp": lambda left: _tp_values(model, cluster, c), "pp": lambda left: _pp_values(model, left, c)}
+    return {
+        "tp": lambda left: _tp_values(model, cluster, c),
+        "cp": lambda left: _cp_values(model, left, c),
+        "pp": lambda left: _pp_values(model, left, c),
+    }
+
+
+def _cp_values(model: ModelSpec, left: int, c: Constraints) -> list[int]:
+    """The context-parallel degrees tried: ``c.cp``, or every divisor of the GPUs left for a sequence of
+    ``CP_FROM_SEQ_LEN`` or more (the family's rule keeps those that split it), else none but 1."""
+    if c.cp is not None:
+        return [c.cp] if left % c.cp == 0 else []
+    if model.seq_len < CP_FROM_SEQ_LEN:
+        return [1]
+    return divisors(left)
+
+
+def _cp_algorithms(model: ModelSpec, tp: int, cp: int, c: Constraints, framework: str) -> list[str | None]:
+    """The form of context parallelism a candidate runs under ``framework``: ``c.cp_algorithm`` or the framework's
+    default (its ``context_parallel`` rule), where the framework runs it and the model's heads split over
+    ``tp x cp`` for an all-to-all; ``[None]`` without context parallelism, empty where none runs."""
+    if cp == 1:
+        return [None]
+    rule = load_framework(framework).rules.context_parallel.value
+    wanted = c.cp_algorithm or rule.default
+    if wanted is None or wanted not in rule.algorithms:
+        return []
+    if wanted == "all_to_all" and (model.heads % (tp * cp) or model.kv_heads % (tp * cp)):
+        return []
+    return [wanted]
 
 
 def _placements(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints
-) -> Iterator[tuple[int, int, int, int, list[tuple[str, int]]]]:
-    """The outer loops of the space: (tp, pp, dp, micro-batch, its schedules with virtual stages)."""
+) -> Iterator[tuple[int, int, int, int, int, list[tuple[str, int]]]]:
+    """The outer loops of the space: (tp, cp, pp, dp, micro-batch, its schedules with virtual stages)."""
     values = _axis_values(model, cluster, c)
 
     def allowed(axis: str, left: int) -> list[int]:  # the axis's values the model's family splits over
@@ -356,12 +404,12 @@ def _placements(
     for degrees in degree_splits(cluster.num_gpus, SEARCH_AXES, allowed):
         if axis_problems(model, SEARCH_AXES[-1], degrees[SEARCH_AXES[-1]]):  # the GPUs left, by the same rules
             continue
-        tp, pp, dp = degrees["tp"], degrees["pp"], degrees["dp"]
+        tp, cp, pp, dp = degrees["tp"], degrees["cp"], degrees["pp"], degrees["dp"]
         if (c.dp is not None and dp != c.dp) or global_batch % dp:
             continue
         for mb in _micro_batches(global_batch // dp, c):
             m = global_batch // (dp * mb)
-            yield tp, pp, dp, mb, _schedules(model, pp, m, c)
+            yield tp, cp, pp, dp, mb, _schedules(model, pp, m, c)
 
 
 def _tp_values(model: ModelSpec, cluster: Cluster, c: Constraints) -> list[int]:
@@ -410,36 +458,40 @@ def _run_by(framework: str, pp: int, schedules: list[tuple[str, int]]) -> list[t
     return [(name, v) for name, v in schedules if name in runs]
 
 
-def _zero_values(dp: int, pp: int, c: Constraints, framework: str) -> list[int]:
-    if dp == 1:  # nothing to shard: every stage is ZeRO-0
+def _zero_values(grads: int, pp: int, c: Constraints, framework: str) -> list[int]:
+    """The ZeRO stages searched where the gradients are reduced over ``grads`` ranks (dp x cp)."""
+    if grads == 1:  # nothing to shard: every stage is ZeRO-0
         return [0] if c.zero in (None, 0) else []
     values = modelled_zero_stages(framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
 
 
 def _zero_shards(
-    dp: int, tp: int, pp: int, c: Constraints, framework: str, cluster: Cluster
+    grads: int, dp: int, tp: int, cp: int, pp: int, c: Constraints, framework: str, cluster: Cluster
 ) -> list[tuple[int, int | None]]:
     """(ZeRO stage, ``dp_shard``) pairs: each stage sharded over the whole dp group and, where the framework
     hybrid-shards that stage (its ``hybrid_shard`` rule), over each node's data-parallel ranks (``gpus_per_node //
-    tp``, the group PyTorch's HSDP and torchtitan shard within), replicated across nodes, when that splits dp."""
+    tp``, the group PyTorch's HSDP and torchtitan shard within), replicated across nodes, when that splits dp
+    (without context parallelism: hybrid sharding with it is not searched)."""
     out: list[tuple[int, int | None]] = []
-    node = cluster.gpus_per_node // tp if cluster.gpus_per_node % tp == 0 else 0
+    node = cluster.gpus_per_node // tp if cluster.gpus_per_node % tp == 0 and cp == 1 else 0
     hybrid = load_framework(framework).rules.hybrid_shard.value
-    for zero in _zero_values(dp, pp, c, framework):
+    for zero in _zero_values(grads, pp, c, framework):
         out.append((zero, None))
         if zero in hybrid and 1 < node < dp and dp % node == 0:
             out.append((zero, node))
     return out
 
 
-def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> list[tuple[bool, bool]]:
+def _sp_values(tp: int, cp: int, c: Constraints, framework: str, model: ModelSpec) -> list[tuple[bool, bool]]:
     """(sequence parallel, tp_comm_overlap) pairs: with tp > 1 sequence parallelism off and on; with it and
     ``c.tp_comm_overlap`` true, the tensor-parallel GEMMs pipelined with their collectives instead, where the
-    framework does that (its ``tp_comm_overlap`` rule) for a transformer's blocks."""
-    pipelined = load_framework(framework).rules.tp_comm_overlap.value
+    framework does that (its ``tp_comm_overlap`` rule) for a transformer's blocks; with context parallelism, sequence
+    parallelism only where the framework combines the two (its ``context_parallel`` rule)."""
+    rules = load_framework(framework).rules
+    pipelined = rules.tp_comm_overlap.value
     values = [(False, False)]
-    if tp > 1:
+    if tp > 1 and (cp == 1 or rules.context_parallel.value.with_sequence_parallel):
         values += [(True, False)]
         if pipelined is not None and family_of(model).transformer:
             values += [(True, True)]
@@ -451,8 +503,8 @@ def _sp_values(tp: int, c: Constraints, framework: str, model: ModelSpec) -> lis
 
 
 def _algorithms(dp: int, zero: int, c: Constraints, framework: str) -> list[str]:
-    """The all-reduce algorithms searched at ``dp`` and ``zero`` under ``framework`` (``Constraints.algorithms``):
-    one where nothing is reduced, one per sharded class under ZeRO >= 1."""
+    """The all-reduce algorithms searched where ``dp`` ranks reduce the gradients (dp x cp) at ``zero`` under
+    ``framework`` (``Constraints.algorithms``): one where nothing is reduced, one per sharded class under ZeRO >= 1."""
     searched = c.algorithms(framework)
     if dp == 1:
         return [searched[0]]

@@ -12,7 +12,7 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
-from plansim.strategy.mesh import REPLICA_AXES, degrees_of, ranks_of
+from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, degrees_of, mesh_of, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
 from plansim.workload.families import axis_problems, family_of
@@ -39,8 +39,12 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
     problems += _check_model_split(s, model)
     problems += _check_batch(s, dp)
     problems += _check_framework(strategy, s)
-    if ALLREDUCE_ALGORITHMS[s.dp_algorithm].power_of_two and dp & (dp - 1):
-        problems.append(f"dp_algorithm={s.dp_algorithm} needs a power-of-two dp, got dp={dp}: use dp_algorithm=ring")
+    grads = mesh_of(s).size(GRAD_AXES["dp"])  # the gradients' group: dp x cp
+    if ALLREDUCE_ALGORITHMS[s.dp_algorithm].power_of_two and grads & (grads - 1):
+        what = f"dp={dp}" if grads == dp else f"dp*cp={grads}"
+        problems.append(
+            f"dp_algorithm={s.dp_algorithm} needs a power-of-two gradient group, got {what}: use dp_algorithm=ring"
+        )
     problems += _check_context_parallel(s)
     if s.tp > cluster.gpus_per_node:
         problems.append(

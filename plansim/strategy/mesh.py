@@ -34,7 +34,7 @@ over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Protocol
@@ -51,6 +51,7 @@ __all__ = [
     "REPLICA_AXES",
     "DeviceMesh",
     "degree_splits",
+    "grad_group_size",
     "degrees_of",
     "mesh_of",
     "ranks_of",
@@ -243,6 +244,16 @@ def degree_splits(n: int, axes: Sequence[str], values: Callable[[str, int], Iter
             yield from split(k + 1, left // degree, {**given, chosen[k]: degree})
 
     yield from split(0, n, {})
+
+
+def grad_group_size(degrees: Mapping[str, int]) -> int:
+    """The ranks the gradients are reduced over, from axis degrees by name (``GRAD_AXES``: the data-parallel ranks
+    of every context-parallel rank), for a search that has degrees before it has a strategy.
+
+    >>> grad_group_size({"tp": 8, "cp": 4, "dp": 2, "pp": 2})
+    8
+    """
+    return degrees["dp"] * degrees.get("cp", 1)
 
 
 def mesh_of(s: Degrees) -> DeviceMesh:

@@ -14,7 +14,7 @@ import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -33,7 +33,7 @@ from plansim.units import parse_bytes
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
-__all__ = ["DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy", "read_with"]
+__all__ = ["CP_ALGORITHMS", "DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy", "read_with"]
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -61,6 +61,12 @@ def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object]
     return check
 
 
+#: Context parallelism's forms (``Strategy.cp_algorithm``): keys and values passed around a ring, or heads and sequence
+#: swapped by all-to-all.
+CPAlgorithm = Literal["ring", "all_to_all"]
+CP_ALGORITHMS: tuple[str, ...] = get_args(CPAlgorithm)
+
+
 class Strategy(BaseModel):
     """One parallel strategy. ``dp`` may be left out: it is then the GPU count over one replica's (the product of
     the other axes' degrees, ``plansim.strategy.mesh.REPLICA_AXES``: tp, cp and pp).
@@ -81,7 +87,7 @@ class Strategy(BaseModel):
         description="context-parallel degree: each sequence split over this many ranks (2 x cp load-balanced chunks "
         "of a causal sequence), attention exchanging keys and values among them",
     )
-    cp_algorithm: Literal["ring", "all_to_all"] | None = Field(
+    cp_algorithm: CPAlgorithm | None = Field(
         default=None,
         description="context parallelism's attention: ring (keys and values passed rank to rank beside the attention "
         "steps, Megatron-LM's --cp-comm-type p2p) or all_to_all (heads and sequence swapped around the attention, "
