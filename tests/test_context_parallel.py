@@ -40,7 +40,9 @@ def _kv_local(model: ModelSpec, tp: int, cp: int, micro_batch: int = 1) -> int:
 
 @pytest.mark.parametrize("engine", ["analytic", "des"])
 @pytest.mark.parametrize("tp,cp", [(1, 2), (2, 4), (1, 8)])
-def test_ring_sends_each_block_cp_minus_one_times_forward_and_twice_that_backward(engine: str, tp: int, cp: int) -> None:
+def test_ring_sends_each_block_cp_minus_one_times_forward_and_twice_that_backward(
+    engine: str, tp: int, cp: int
+) -> None:
     """Ring attention (Liu et al. 2023; Transformer Engine's p2p): forward, each rank passes its K/V block on
     cp - 1 times; backward, the blocks and their gradients, twice that. Per step: layers x micro-batches of it."""
     dp = 16 // (tp * cp)
@@ -119,7 +121,9 @@ def test_gradients_and_zero_states_are_over_dp_times_cp() -> None:
 
 
 def test_more_context_parallel_ranks_hold_fewer_activations() -> None:
-    results = [_run(f"dp={16 // cp},cp={cp},micro_batch=1,global_batch={16 // cp},zero=1", "analytic") for cp in (1, 2, 4)]
+    results = [
+        _run(f"dp={16 // cp},cp={cp},micro_batch=1,global_batch={16 // cp},zero=1", "analytic") for cp in (1, 2, 4)
+    ]
     activations = [r.memory_breakdown_bytes["activations"] for r in results]
     assert activations[0] > activations[1] > activations[2]
 
@@ -149,7 +153,9 @@ def test_what_context_parallelism_cannot_run_is_refused_in_one_line(strategy: st
 def test_unfused_attention_and_models_without_a_sequence_refuse_cp() -> None:
     with pytest.raises(PlansimError, match="attention=flash"):
         Strategy.parse("cp=2,attention=unfused")
-    problems = check_strategy(Strategy.parse("dp=2,cp=2,micro_batch=4"), load_model("mlp-small"), load_hardware("dgx-a100", gpus=4))
+    problems = check_strategy(
+        Strategy.parse("dp=2,cp=2,micro_batch=4"), load_model("mlp-small"), load_hardware("dgx-a100", gpus=4)
+    )
     assert any("no sequence to split" in p for p in problems)
 
 
@@ -158,7 +164,9 @@ def test_each_framework_runs_its_cited_forms() -> None:
     sequence parallelism; torchtitan: the ring (rotate method alltoall)."""
     rules = {n: load_framework(n).rules.context_parallel for n in ("megatron", "deepspeed", "fsdp")}
     assert rules["megatron"].value.algorithms == ("ring", "all_to_all")
-    assert rules["deepspeed"].value.algorithms == ("all_to_all",) and not rules["deepspeed"].value.with_sequence_parallel
+    assert (
+        rules["deepspeed"].value.algorithms == ("all_to_all",) and not rules["deepspeed"].value.with_sequence_parallel
+    )
     assert rules["fsdp"].value.algorithms == ("ring",)
     assert "3221-3226" in rules["megatron"].source and "974-975" in rules["deepspeed"].source
     cluster = load_hardware("dgx-h100", gpus=16)

@@ -273,7 +273,9 @@ def plan(
     pp: Annotated[int | None, typer.Option("--pp", help="fix the pipeline-parallel degree")] = None,
     cp: Annotated[
         int | None,
-        typer.Option("--cp", help="fix the context-parallel degree (default: searched for sequences of 16K and longer)"),
+        typer.Option(
+            "--cp", help="fix the context-parallel degree (default: searched for sequences of 16K and longer)"
+        ),
     ] = None,
     cp_algorithm: Annotated[
         str | None, typer.Option("--cp-algorithm", help="context parallelism's form: ring or all_to_all")
@@ -359,7 +361,8 @@ def plan(
     searched = None if policies is None else tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     algorithms = None if dp_algorithms is None else tuple(a.strip() for a in dp_algorithms.split(",") if a.strip())
     constraints = Constraints(
-        tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, max_pp=max_pp, zero=zero, micro_batch=micro_batch, schedule=schedule, remat=searched,
+        tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, max_pp=max_pp, zero=zero, micro_batch=micro_batch,
+        schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
         dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom,
     )  # fmt: skip

@@ -206,8 +206,8 @@ def _check_context_parallel(s: Strategy) -> list[str]:
         ]
     if s.cp > 1 and s.sequence_parallel and not rule.with_sequence_parallel:
         return [
-            f"cp={s.cp} with sequence_parallel=true: {title}'s context parallelism cannot be combined with Megatron-LM's "
-            f"sequence parallelism (frameworks/{s.framework}.yaml): set sequence_parallel=false"
+            f"cp={s.cp} with sequence_parallel=true: {title}'s context parallelism cannot be combined with "
+            f"Megatron-LM's sequence parallelism (frameworks/{s.framework}.yaml): set sequence_parallel=false"
         ]
     return []
 

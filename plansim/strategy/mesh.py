@@ -4,8 +4,8 @@ A rank's coordinate on an axis is ``(rank // stride) % size``, the axes listed f
 Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares a node's NVLink), then context
 parallelism, then data parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM
 ``parallel_state``'s default order ``tp-cp-ep-dp-pp``, fastest first, NVIDIA/Megatron-LM d98e8a64,
-megatron/core/parallel_state.py ``initialize_model_parallel(order=...)``). A new kind of parallelism (context, expert) is a new axis in ``AXIS_ORDER``, as PyTorch's
-``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
+megatron/core/parallel_state.py ``initialize_model_parallel(order=...)``). A new kind of parallelism (context,
+expert) is a new axis in ``AXIS_ORDER``, as PyTorch's ``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
 from an assumed rank order. The mesh also gives the copies a symmetric simulation stands for, node-local group
 sizes and the links a group spans; both engines, the lowering and ``plansim.step.prepare.comm_pricer`` ask it, and
 a ``TaskGraph`` carries it.
@@ -51,8 +51,8 @@ __all__ = [
     "REPLICA_AXES",
     "DeviceMesh",
     "degree_splits",
-    "grad_group_size",
     "degrees_of",
+    "grad_group_size",
     "mesh_of",
     "ranks_of",
 ]
@@ -91,7 +91,7 @@ class Degrees(Protocol):
     def hybrid_shard(self) -> bool: ...
 
     @property
-    def shard_degree(self) -> int: ...
+    def dp_shard(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ def mesh_of(s: Degrees) -> DeviceMesh:
     axes = tuple(degrees.items())
     if not s.hybrid_shard:
         return _mesh(axes, (("dp_cp", ("cp", "dp")),))
-    assert s.dp_shard is not None
+    assert s.dp_shard is not None  # hybrid sharding names its shard group
     split = (("dp_shard", s.dp_shard), ("dp_replicate", degrees["dp"] // s.dp_shard))
     return _mesh(
         tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))),

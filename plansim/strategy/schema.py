@@ -238,8 +238,8 @@ class Strategy(BaseModel):
     @model_validator(mode="after")
     def _context_parallel_attention(self) -> Strategy:
         # Transformer Engine runs context parallelism in its fused and flash attention only ("Disabling
-        # UnfusedDotProductAttention as it does not support context parallelism": dot_product_attention/utils.py:1169-1173
-        # at NVIDIA/TransformerEngine d0067d0d)
+        # UnfusedDotProductAttention as it does not support context parallelism":
+        # dot_product_attention/utils.py:1169-1173 at NVIDIA/TransformerEngine d0067d0d)
         if self.cp > 1 and self.attention != "flash":
             raise ValueError(f"cp={self.cp} runs on fused attention only: set attention=flash (or cp=1)")
         return self

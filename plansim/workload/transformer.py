@@ -307,7 +307,9 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
     )
     attrs["causal"] = True  # the decoder's causal mask: the kernel skips the blocks above the diagonal
     if ring:
-        attrs.update(cp_ring=d.c, group=d.c_axis, comm_bytes=d.c * d.E * 2 * kv, transient_bytes=(d.c - 1) * d.E * 2 * kv)
+        attrs.update(
+            cp_ring=d.c, group=d.c_axis, comm_bytes=d.c * d.E * 2 * kv, transient_bytes=(d.c - 1) * d.E * 2 * kv
+        )
     # torchtitan's per-op policy keeps a fused attention kernel's outputs: O and the log-sum-exp
     return Node("attn", op_saved(attrs, kept=d.E * q + lse), (qk_input, "qkv"))
 
