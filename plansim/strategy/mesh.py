@@ -5,10 +5,10 @@ Megatron-LM's: tensor parallelism fastest (its ranks adjacent, so a group shares
 parallelism, then data parallelism, then pipeline stages (Narayanan et al. 2021, sec 3.3; Megatron-LM
 ``parallel_state``'s default order ``tp-cp-ep-dp-pp``, fastest first, NVIDIA/Megatron-LM d98e8a64,
 megatron/core/parallel_state.py ``initialize_model_parallel(order=...)``). A new kind of parallelism (context,
-expert) is a new axis in ``AXIS_ORDER``, as PyTorch's ``DeviceMesh`` names its dimensions: every group, stride, coordinate and link is asked of the mesh, never re-derived
-from an assumed rank order. The mesh also gives the copies a symmetric simulation stands for, node-local group
-sizes and the links a group spans; both engines, the lowering and ``plansim.step.prepare.comm_pricer`` ask it, and
-a ``TaskGraph`` carries it.
+expert) is a new axis in ``AXIS_ORDER``, as PyTorch's ``DeviceMesh`` names its dimensions: every group, stride,
+coordinate and link is asked of the mesh, never re-derived from an assumed rank order. The mesh also gives the
+copies a symmetric simulation stands for, node-local group sizes and the links a group spans; both engines, the
+lowering and ``plansim.step.prepare.comm_pricer`` ask it, and a ``TaskGraph`` carries it.
 
 Context parallelism splits each sequence, not the weights: its ranks hold the same parameters, so the gradients are
 reduced, and ZeRO's states sharded, over the data-parallel ranks of every context-parallel rank at once: the
