@@ -78,6 +78,7 @@ COLUMNS: dict[str, str] = {
     "dp": "Int64",
     "tp": "Int64",
     "pp": "Int64",
+    "cp": "Int64",
     "micro_batch": "Int64",
     "num_microbatches": "Int64",
     "schedule": "object",
@@ -100,7 +101,7 @@ COLUMNS: dict[str, str] = {
     "reason": "object",
 }
 
-_STRATEGY = ("dp", "tp", "pp", "micro_batch", "schedule", "virtual_stages", "zero", "sequence_parallel", "remat",
+_STRATEGY = ("dp", "tp", "pp", "cp", "micro_batch", "schedule", "virtual_stages", "zero", "sequence_parallel", "remat",
              "dp_algorithm")  # fmt: skip
 
 
