@@ -49,7 +49,7 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     >>> describe(Strategy(dp=32, tp=2, zero=3, dp_shard=4, framework="fsdp"))  # sharded in groups of 4 (HSDP)
     'dp32 tp2 pp1 mb1 zero3/hsdp4 remat=none nccl under fsdp'
     >>> describe(Strategy(dp=2, tp=8, cp=16, pp=16, sequence_parallel=True, zero=1))  # context parallelism
-    'dp2 tp8+sp cp16 pp16 mb1 zero1 remat=none nccl'
+    'dp2 tp8+sp cp16 pp16 mb1 1f1b zero1 remat=none nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")

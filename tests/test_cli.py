@@ -68,7 +68,7 @@ BAD_INPUTS = [
     ("strategy not key=value", lambda f: [*GOOD, "--strategy", "dp=8,tp"], ["'tp'", "key=value"]),
     ("unknown strategy key", lambda f: [*GOOD, "--strategy", "dp=8,flux=2"], ["flux"]),
     ("strategy value type", lambda f: [*GOOD, "--strategy", "dp=8,tp=two"], ["tp"]),
-    ("gpus mismatch", lambda f: [*GOOD, "--strategy", "dp=4,tp=1,pp=1"], ["dp*tp*pp", "--gpus"]),
+    ("gpus mismatch", lambda f: [*GOOD, "--strategy", "dp=4,tp=1,pp=1"], ["dp*tp*cp*pp", "--gpus"]),
     ("tp does not divide heads", lambda f: [*GOOD, "--strategy", "dp=1,tp=8,pp=1"], ["heads=12"]),
     (
         "more stages than layers",

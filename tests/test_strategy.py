@@ -49,7 +49,7 @@ def test_defaults_and_derived_dp() -> None:
     assert s.resolve(load_hardware("dgx-a100", gpus=16)).dtype == "bf16"
     assert Strategy.parse("dp=8").resolve(load_hardware("dgx-1", gpus=8)).dtype == "fp16"
     assert s.num_microbatches == 1
-    with pytest.raises(PlansimError, match="multiple of tp\\*pp"):
+    with pytest.raises(PlansimError, match="multiple of tp\\*cp\\*pp"):
         Strategy.parse("tp=3").with_gpus(8)
 
 
@@ -63,7 +63,7 @@ def test_every_violation_is_reported_at_once() -> None:
     s = Strategy.parse("dp=3,tp=5,pp=2,zero=3,global_batch=7")
     problems = check_strategy(s, load_model("gpt3-125m"), cluster)
     text = " | ".join(problems)
-    for words in ("dp*tp*pp", "heads=12", "zero=3", "global_batch=7"):
+    for words in ("dp*tp*cp*pp", "heads=12", "zero=3", "global_batch=7"):
         assert words in text
     assert len(problems) == 4
 
