@@ -38,10 +38,24 @@ def test_expected_profiles_exist():
         "a100-sxm4-80gb",
         "h100-sxm5-80gb",
         "h200-sxm-141gb",
+        "h200-nvl-141gb",
+        "b200-sxm-180gb",
+        "gb200-186gb",
+        "mi300x-192gb",
         "rtx-3090",
         "rtx-4090",
     }
-    assert set(NODE_STEMS) == {"dgx-1", "dgx-a100", "dgx-h100", "hgx-h200", "pcie-4x4090"}
+    assert set(NODE_STEMS) == {
+        "dgx-1",
+        "dgx-a100",
+        "dgx-h100",
+        "hgx-h200",
+        "hgx-b200",
+        "gb200-nvl72",
+        "h200-nvl-4way",
+        "mi300x-platform",
+        "pcie-4x4090",
+    }
 
 
 @pytest.mark.parametrize("stem", GPU_STEMS)
@@ -77,11 +91,54 @@ def test_spec_sheet_peaks():
 
 
 def test_dtype_support_by_generation():
-    """No bf16/tf32 on Volta; fp8 only on Hopper and Ada."""
+    """No bf16/tf32 on Volta; fp8 from Ada and Hopper on (Blackwell too) and on AMD's CDNA 3."""
     v100 = load_gpu("v100-sxm2-32gb")
     assert not any(v100.supports(d) for d in ("bf16", "tf32", "fp8"))
     with_fp8 = {stem for stem in GPU_STEMS if load_gpu(stem).supports("fp8")}
-    assert with_fp8 == {"h100-sxm5-80gb", "h200-sxm-141gb", "rtx-4090"}
+    assert with_fp8 == {
+        "h100-sxm5-80gb",
+        "h200-sxm-141gb",
+        "h200-nvl-141gb",
+        "b200-sxm-180gb",
+        "gb200-186gb",
+        "mi300x-192gb",
+        "rtx-4090",
+    }
+
+
+@pytest.mark.parametrize(
+    ("stem", "bf16_tflops", "memory_gib", "hbm_tbps"),
+    [
+        ("b200-sxm-180gb", 2250.0, 180, 8.0),  # HGX B200: 36 PFLOPS BF16 with sparsity / 8 / 2; DGX B200 1,440 GB
+        ("gb200-186gb", 2500.0, 186, 8.0),  # GB200 NVL72: 360 PFLOPS with sparsity / 72 / 2; 13.4 TB / 72
+        ("h200-nvl-141gb", 835.5, 140.4, 4.8),  # H200 NVL: 1,671 TFLOPS with sparsity / 2; 141 GB
+        ("mi300x-192gb", 1307.4, 192, 5.3),  # MI300X datasheet: 1,307.4 TFLOPS dense; 192 GB HBM3
+    ],
+)
+def test_new_gpus_spec_sheet_figures(stem, bf16_tflops, memory_gib, hbm_tbps):
+    """The datasheets' dense rates (sparse ones halved), each GPU's fp8 twice its bf16 and tf32 half of it, fp16
+    equal to bf16; memory as the files read it."""
+    gpu = load_gpu(stem)
+    assert gpu.peak_flops("bf16") == pytest.approx(bf16_tflops * 1e12)
+    assert gpu.peak_flops("fp16") == gpu.peak_flops("bf16")
+    assert gpu.peak_flops("fp8") == pytest.approx(2 * gpu.peak_flops("bf16"), rel=1e-3)  # the sheets round apart
+    assert gpu.peak_flops("tf32") == pytest.approx(gpu.peak_flops("bf16") / 2, rel=1e-3)
+    assert gpu.memory_bytes / 2**30 == pytest.approx(memory_gib, abs=0.05)
+    assert gpu.hbm_bandwidth_Bps == pytest.approx(hbm_tbps * 1e12)
+
+
+def test_architecture_sets_the_vendor_and_blackwell_prices_cudnn_attention():
+    """AMD's cdna3 marks RCCL; the Blackwell profiles carry cuDNN's measured attention (GB200: cudnn-frontend's run),
+    the MI300X none (priced as a GEMM)."""
+    assert {stem: load_gpu(stem).vendor for stem in ("mi300x-192gb", "gb200-186gb")} == {
+        "mi300x-192gb": "amd",
+        "gb200-186gb": "nvidia",
+    }
+    assert all(load_gpu(stem).vendor == "nvidia" for stem in GPU_STEMS if stem != "mi300x-192gb")
+    gb200 = load_gpu("gb200-186gb")
+    assert gb200.architecture == "blackwell" and set(gb200.attention_kernels) == {"cudnn"}
+    assert gb200.attention_efficiency("cudnn", "fwd", 8.796e12) * 2500 == pytest.approx(1708, abs=0.5)  # 16k, TFLOP/s
+    assert load_gpu("mi300x-192gb").attention_kernels == {}
 
 
 def test_missing_dtype_names_the_gpu_and_an_alternative():
@@ -346,6 +403,108 @@ def test_inconsistent_mesh_is_rejected(tmp_path):
     path.write_text(text)
     with pytest.raises(PlansimError, match=r"mesh.yaml: .*links give GPU 0 7 links"):
         load_hardware(path)
+
+
+# --- the new node types: NVLink domains, bridges and AMD -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "tp"), [("hgx-b200", 8), ("gb200-nvl72", 8), ("h200-nvl-4way", 4), ("mi300x-platform", 8)]
+)
+def test_a_step_simulates_on_each_new_node(node, tp):
+    import plansim
+
+    result = plansim.simulate(
+        "gpt3-1.3b", node, f"tp={tp},dp=1,pp=1,micro_batch=1,global_batch=8", gpus=tp, engine="analytic"
+    )
+    assert result.fits and 0 < result.step_time_s < 10
+
+
+def test_gb200_nvl72_is_one_nvlink_domain_of_72():
+    """72 GPUs share the rack's NVLink (every group inside it at the NVLink bus bandwidth, tensor parallelism may span
+    trays); racks meet over one 400 Gb/s NIC per GPU."""
+    cluster = load_hardware("gb200-nvl72", gpus=144)
+    assert (cluster.gpus_per_node, cluster.num_nodes) == (72, 2)
+    assert cluster.group_link(72, 1).bandwidth_Bps == pytest.approx(721.8 * GB)
+    assert cluster.group_link(8, 9).bandwidth_Bps == pytest.approx(721.8 * GB)  # strided, still inside the rack
+    assert cluster.group_link(2, 72).bandwidth_Bps == pytest.approx(50 * 0.94 * GB)
+    assert cluster.group_link(144, 1).bandwidth_Bps == pytest.approx(721.8 * GB)  # 72 NICs feed the ring
+    nics = [v for v, kind in cluster.topology.nodes(data="kind") if kind == "nic"]
+    assert len(nics) == 144
+
+
+def test_h200_nvl_node_is_one_bridged_domain_of_four():
+    """The 4-way bridge: each card joined to the 3 others by 6 NVLink 4 links (18 x 25 GB/s); two domains of a server
+    meet over NICs."""
+    cluster = load_hardware("h200-nvl-4way", gpus=8)
+    assert (cluster.gpus_per_node, cluster.num_nodes) == (4, 2)
+    graph = cluster.topology
+    for rank in range(8):
+        nvlink = sum(d["bandwidth_Bps"] for _, v, d in graph.edges(f"gpu{rank}", data=True) if v.startswith("gpu"))
+        assert nvlink == pytest.approx(18 * 25 * GB)
+    assert not graph.has_edge("gpu3", "gpu4")
+    assert cluster.group_link(8, 1).bandwidth_Bps == pytest.approx(4 * 25 * 0.94 * GB)  # 2 NICs of 4 GPUs
+
+
+def test_mi300x_platform_is_a_full_mesh_on_rccl():
+    cluster = load_hardware("mi300x-platform")
+    graph = cluster.topology
+    assert sum(1 for u, v in graph.edges if u.startswith("gpu") and v.startswith("gpu")) == 28
+    assert cluster.node.intra_node.line_rate_Bps == pytest.approx(7 * 64 * GB)
+    assert cluster.node.nccl is not None and not cluster.node.nccl.timed and cluster.node.nccl.nvls_channels == 0
+
+
+def _amd_node(tmp_path: Path, old: str, new: str) -> Path:
+    text = (PROFILES / "nodes" / "mi300x-platform.yaml").read_text()
+    assert old in text
+    path = tmp_path / "nodes" / "amd.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text.replace(old, new))
+    return path
+
+
+TIMING = """  arch: hopper
+  channel_bw_intra_GBps: 6.0
+  channel_bw_inter_GBps: 7.14
+  call_us: 21.26
+  sync_us: [0.0, 1.689, 6.734]
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        (
+            "  channels: 56",
+            TIMING + "  channels: 56",
+            r"field 'nccl.arch': MI300X-192GB \(cdna3\) runs RCCL.*remove arch",
+        ),
+        (
+            "  channels: 56",
+            "  nvls_channels: 16\n  channels: 56",
+            r"field 'nccl.nvls_channels': .* no NVLink SHARP: set it to 0",
+        ),
+    ],
+    ids=["call-timing", "nvls"],
+)
+def test_an_amd_node_refuses_what_nccl_models_cannot_price_in_one_line(tmp_path, old, new, words):
+    path = _amd_node(tmp_path, old, new)
+    with pytest.raises(PlansimError, match=r"amd.yaml: " + words) as caught:
+        load_hardware(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_rccl_buffers_are_not_counted_but_nccl_buffers_are():
+    """RCCL's buffers are not NCCL's: a step on the MI300X counts none, the same cluster as an NVIDIA GPU counts
+    NCCL's for the node's channels."""
+    import plansim
+    from plansim.hardware import Cluster
+
+    amd = load_hardware("mi300x-platform")
+    nvidia = Cluster(amd.node, amd.gpu.model_copy(update={"architecture": "hopper"}), amd.num_gpus)
+    strategy = "tp=8,dp=1,pp=1,micro_batch=1,global_batch=8"
+    assert plansim.simulate("gpt3-1.3b", amd, strategy).memory_breakdown_bytes["nccl"] == 0
+    assert plansim.simulate("gpt3-1.3b", nvidia, strategy).memory_breakdown_bytes["nccl"] > 0
 
 
 # --- docstring examples -----------------------------------------------------------------------------------------

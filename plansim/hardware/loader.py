@@ -130,7 +130,29 @@ def load_hardware(name: str | Path, gpus: int | None = None) -> Cluster:
         raise PlansimError(f"hardware: expected a node type (plansim hardware) or a YAML path, got {shown(repr(name))}")
     path = _resolve(name, "nodes", "hardware")
     node = _validated(path, NodeSpec)
-    return Cluster(node=node, gpu=_gpu_of(node, path), num_gpus=_check_gpus(node, gpus))
+    gpu = _gpu_of(node, path)
+    _check_collective_library(node, gpu, path)
+    return Cluster(node=node, gpu=gpu, num_gpus=_check_gpus(node, gpus))
+
+
+def _check_collective_library(node: NodeSpec, gpu: GPUSpec, path: Path) -> None:
+    """Refuse what the NCCL models cannot price on an AMD GPU, whose collectives run on RCCL: NCCL's call timing
+    (``plansim.costs.nccl`` transcribes NVIDIA NCCL's tuner; RCCL's is its own, ROCm/rccl src/graph/tuning.cc) and
+    NVLink SHARP (an NVSwitch feature)."""
+    section = node.nccl
+    if gpu.vendor != "amd" or section is None:
+        return
+    where = f"{shown_path(path)}: field"
+    if section.timed:
+        raise PlansimError(
+            f"{where} 'nccl.arch': {gpu.name} ({gpu.architecture}) runs RCCL, whose tuning plansim's NCCL call timing "
+            "does not model: remove arch, channel_bw_intra_GBps, channel_bw_inter_GBps, call_us and sync_us "
+            "(collectives then keep the alpha-beta latency)"
+        )
+    if section.nvls_channels:
+        raise PlansimError(
+            f"{where} 'nccl.nvls_channels': {gpu.name} ({gpu.architecture}) has no NVLink SHARP: set it to 0"
+        )
 
 
 def resize(cluster: Cluster, gpus: int) -> Cluster:

@@ -20,6 +20,7 @@ from plansim.limits import field
 from plansim.units import DTYPE_BYTES
 
 __all__ = [
+    "AMD_ARCHITECTURES",
     "Architecture",
     "AttentionCurves",
     "AttentionKernel",
@@ -83,8 +84,11 @@ class EfficiencyCurves(_Strict):
         return _increasing(points)
 
 
-#: GPU architectures, as NVIDIA names them.
-Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+#: GPU architectures, as their vendors name them: NVIDIA's, and AMD's CDNA 3 (Instinct MI300X).
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+
+#: The architectures of AMD GPUs, whose collectives run on RCCL, not NCCL (``GPUSpec.vendor``).
+AMD_ARCHITECTURES = frozenset({"cdna3"})
 
 #: Fused attention kernels a framework may call (``plansim.strategy.frameworks``: its ``attention_kernel`` rule):
 #: FlashAttention-2 and -3 (the flash-attn package; FlashAttention-2 is also PyTorch SDPA's bundled flash backend)
@@ -215,7 +219,8 @@ class GPUSpec(_Strict):
     hbm_bandwidth_Bps: PositiveFloat
     peak_flops_by_dtype: dict[Dtype, PositiveFloat] = Field(alias="peak_flops", min_length=1)
     efficiency: EfficiencyCurves
-    #: The GPU's architecture, which decides a framework's fused attention kernel (None: not stated).
+    #: The GPU's architecture, which decides a framework's fused attention kernel and the GPU's vendor (None: not
+    #: stated, an NVIDIA GPU).
     architecture: Architecture | None = None
     #: Fused attention kernels' rates by kernel (``AttentionKernel``); a kernel not listed is priced as a GEMM.
     attention_kernels: dict[AttentionKernel, AttentionCurves] = Field(default_factory=dict)
@@ -267,6 +272,17 @@ class GPUSpec(_Strict):
 
     def __hash__(self) -> int:
         return hash((self.name, self.memory_bytes, self.hbm_bandwidth_Bps))
+
+    @property
+    def vendor(self) -> Literal["nvidia", "amd"]:
+        """Who makes the GPU, by its ``architecture``: ``amd`` (collectives on RCCL, whose tuning and buffers
+        plansim's NCCL models do not describe) or ``nvidia`` (NCCL).
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("mi300x-192gb").vendor, load_gpu("h100-sxm5-80gb").vendor
+        ('amd', 'nvidia')
+        """
+        return "amd" if self.architecture in AMD_ARCHITECTURES else "nvidia"
 
     def supports(self, dtype: str) -> bool:
         """Whether the GPU has a peak rate for ``dtype`` (tensor cores for the low-precision types).

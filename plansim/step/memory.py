@@ -98,9 +98,12 @@ def ends_saved(
 
 def _channels(cluster: Cluster) -> NcclChannels | None:
     """The node profile's NCCL channels, with the channels per network peer that NCCL derives from the NICs
-    (``src/graph/paths.cc`` ``ncclTopoGetNchannels``: one per local NIC at least, and ``ceil(NIC GB/s / 14)``)."""
+    (``src/graph/paths.cc`` ``ncclTopoGetNchannels``: one per local NIC at least, and ``ceil(NIC GB/s / 14)``).
+    None on an AMD GPU: RCCL's buffers are not NCCL's (its LL and LL128 buffers are sized for 256 threads, ROCm/rccl
+    0cbce2a7 src/include/device.h:68-87, init.cc:837-839, and its allocations are not cuMem's), so they are not
+    counted, as on a node without an ``nccl`` section; its channel counts still say what RCCL holds of compute."""
     setup = cluster.node.nccl
-    if setup is None:
+    if setup is None or cluster.gpu.vendor != "nvidia":
         return None
     nics = cluster.node.nics
     per_gpu = max(1, nics.count // cluster.gpus_per_node)
