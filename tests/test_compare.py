@@ -111,7 +111,7 @@ def test_scaled_strategy_keeps_what_it_says(tp: int, pp: int, dp: int, mb: int, 
             scaled_strategy(s, gpus, "fixed")
     if tp * pp > 1:
         for batch in ("fixed", "per-replica"):
-            with pytest.raises(PlansimError, match="not a multiple of tp x pp"):
+            with pytest.raises(PlansimError, match="not a multiple of tp x cp x pp"):
                 scaled_strategy(s, tp * pp * factor + 1, batch)
 
 
@@ -119,7 +119,7 @@ def test_scaling_points_are_their_engine_alone() -> None:
     c = compare("gpt3-1.3b", [A], engine="analytic", scaling_gpus=[8, 10, 12, 32], scaling_batch="per-replica")
     frame = c.scaling_frame()
     assert list(frame["gpus"]) == [8, 10, 12, 32]
-    assert "not a multiple of tp x pp = 4" in frame["reason"][1] and math.isnan(frame["tokens_per_s"][1])
+    assert "not a multiple of tp x cp x pp = 4" in frame["reason"][1] and math.isnan(frame["tokens_per_s"][1])
     assert "whole number of nodes" in frame["reason"][2] and math.isnan(frame["tokens_per_s"][2])
     model = load_model("gpt3-1.3b")
     for g in (8, 32):

@@ -22,19 +22,22 @@ _PART_NAMES = {
 }  # fmt: skip
 assert tuple(_PART_NAMES) == TIME_PARTS, "a time part without its column name"
 _PARTS_HEADER = "/".join(_PART_NAMES.values())
+#: The kinds the tables' comm column shows: every kind but context parallelism's, which the JSON, the CSV and
+#: ``simulate``'s breakdown carry (a column for it is to come with the long-context tables)
+_TABLE_KINDS = tuple(k for k in COMM_KINDS if k != "cp")
 #: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines.
 FIGURE_COLUMNS = (
-    "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(COMM_KINDS)}",
+    "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(_TABLE_KINDS)}",
     _PARTS_HEADER.replace("/comm/", "/\ncomm/"),
 )  # fmt: skip
 #: The figure columns a narrow terminal leaves out first (``report.fit``), as ``fit_table`` names them.
-OPTIONAL_COLUMNS = (_PARTS_HEADER, f"comm per GPU {'/'.join(COMM_KINDS)}")
+OPTIONAL_COLUMNS = (_PARTS_HEADER, f"comm per GPU {'/'.join(_TABLE_KINDS)}")
 
 
 def _figure_cells(row: dict, step_mark: str) -> list[str]:
     """A frame row's (``plansim.result`` columns) figure cells: step time (``step_mark`` after it), tokens/s,
     MFU, memory against capacity, bytes per GPU by kind (GB) and the step time by part (ms)."""
-    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in COMM_KINDS)
+    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in _TABLE_KINDS)
     parts = "/".join(f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in TIME_PARTS)
     return [
         f"{row['step_time_s'] * 1e3:,.1f} ms{step_mark}",
