@@ -8,17 +8,16 @@ from typing import Any, cast
 
 from plansim.arguments import choice, mapping, name_or_path, names, type_name
 from plansim.errors import PlansimError, shown
-from plansim.files.yamlfile import validated
 from plansim.hardware import Cluster, load_hardware
 from plansim.limits import number, whole
 from plansim.result import Result
 from plansim.strategy.mesh import REPLICA_AXES
-from plansim.strategy.schema import Strategy
+from plansim.strategy.schema import Strategy, StrategyInput, read_strategy
 from plansim.strategy.traced import with_traced_defaults
-from plansim.workload import ModelSpec, TracedModel, load_model
+from plansim.workload import ModelSpec, TracedModel, load_model, with_seq_len
 from plansim.workload.traced import Workload
 
-__all__ = ["ENGINES", "as_cluster", "as_model", "as_strategy", "simulate"]
+__all__ = ["ENGINES", "as_cluster", "as_model", "as_strategy", "as_strategy_input", "run_model", "simulate"]
 
 
 def _analytic(model: Workload, cluster: Cluster, strategy: Strategy, **options: Any) -> Result:
@@ -45,17 +44,22 @@ ENGINES: dict[str, Callable[..., Result]] = {"analytic": _analytic, "des": _des}
 
 
 def as_strategy(strategy: Strategy | str | Mapping[str, Any]) -> Strategy:
-    """A Strategy from a Strategy, inline ``key=value`` text, a YAML path or shipped name, or a mapping of fields."""
+    """A Strategy from a Strategy, inline ``key=value`` text, a YAML path or shipped name, or a mapping of fields
+    (one holding the run's ``seq_len`` is refused: ``as_strategy_input`` reads both)."""
+    return as_strategy_input(strategy).alone()
+
+
+def as_strategy_input(strategy: Strategy | str | Mapping[str, Any]) -> StrategyInput:
+    """``as_strategy``'s strategy with the run's ``seq_len`` its text, file or mapping holds beside it
+    (``plansim.strategy.schema.read_strategy``)."""
     if isinstance(strategy, Strategy):
-        return strategy
-    if isinstance(strategy, str | Path):
-        return Strategy.parse(str(strategy))
-    if not isinstance(strategy, Mapping):
-        raise PlansimError(
-            f"strategy: expected 'dp=8,tp=2,...' text, a strategy file or name, a mapping of fields or a Strategy, "
-            f"got {type_name(strategy)}"
-        )
-    return validated(Strategy, dict(strategy), "strategy")
+        return StrategyInput(strategy)
+    if isinstance(strategy, str | Path | Mapping):
+        return read_strategy(strategy)
+    raise PlansimError(
+        f"strategy: expected 'dp=8,tp=2,...' text, a strategy file or name, a mapping of fields or a Strategy, "
+        f"got {type_name(strategy)}"
+    )
 
 
 def as_model(model: object) -> ModelSpec | TracedModel:
@@ -63,6 +67,39 @@ def as_model(model: object) -> ModelSpec | TracedModel:
     if isinstance(model, ModelSpec | TracedModel):
         return model
     return load_model(name_or_path(model, "model (--model)", "a preset name, a model file or a ModelSpec"))
+
+
+def run_model(model: object, seq_len: object = None, given: Sequence[StrategyInput] = ()) -> ModelSpec | TracedModel:
+    """The model a run prices: loaded (``as_model``) at the run's sequence length, ``seq_len`` (``--seq-len``) or
+    else the one the strategies ``given`` hold (``seq_len:`` in their files or texts), else the model's own
+    (``plansim.workload.with_seq_len``: the one place the length reaches the model). A length given twice must be
+    the same: two that differ are refused in one line, as neither can be the one meant.
+
+    >>> run_model("llama2-7b", 8192).seq_len
+    8192
+    >>> run_model("llama2-7b", 8192, [read_strategy("dp=8,seq_len=2048")])
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: --seq-len 8192 and seq_len 2048 in strategy differ: give the run's length once, or \
+make them agree
+    """
+    # each length given: (value, how a message says it, the option with_seq_len names)
+    lengths = [
+        (g.seq_len, f"seq_len {g.seq_len} in {g.source}", f"{g.source}: seq_len")
+        for g in given
+        if g.seq_len is not None
+    ]
+    if seq_len is not None:
+        n = whole(seq_len, "seq_len", "--seq-len")
+        lengths.insert(0, (n, f"--seq-len {n}", "--seq-len"))
+    for n, said, _ in lengths[1:]:
+        if n != lengths[0][0]:
+            raise PlansimError(f"{lengths[0][1]} and {said} differ: give the run's length once, or make them agree")
+    spec = as_model(model)
+    if not lengths:
+        return spec
+    n, _, option = lengths[0]
+    return with_seq_len(spec, n, option)
 
 
 def as_cluster(hardware: object, gpus: int | None) -> Cluster:
@@ -117,6 +154,8 @@ def simulate(
     failed_links: Sequence[str] = (),
     jitter: float | None = None,
     seed: int | None = None,
+    seq_len: int | None = None,
+    framework: str | None = None,
 ) -> Result:
     """Predict one training step.
 
@@ -129,7 +168,8 @@ def simulate(
     hardware : Cluster or str
         A node type (``plansim hardware``) or YAML path, sized by ``gpus``; or a loaded cluster.
     strategy : Strategy, str or mapping
-        ``"dp=8,tp=2,pp=1,..."``, a strategy YAML path or shipped name, or a mapping of fields.
+        ``"dp=8,tp=2,pp=1,..."``, a strategy YAML path or shipped name, or a mapping of fields; its text, file or
+        mapping may hold the run's ``seq_len`` too (see ``seq_len``).
     gpus : int, optional
         Cluster size; defaults to dp*tp*pp when the strategy gives dp, else one node.
     engine : str
@@ -145,6 +185,13 @@ def simulate(
         ``des`` only: link selectors removed from the topology; traffic is rerouted around them.
     jitter, seed : optional
         ``des`` only: log-normal noise on kernel times (standard deviation of the log) and its random seed.
+    seq_len : int, optional
+        Tokens per sequence the run trains at, overriding the model's (``run_model``): a preset's, a model file's,
+        or a ``config.json``'s context length, which is often longer than the trained one. A ``seq_len`` in the
+        strategy's file or text does the same; given in both, the two must agree. Refused for a traced module at
+        another length, a model without sequences (``cnn``), or beyond a learned position table's rows.
+    framework : str, optional
+        Run the strategy as this framework does (``frameworks/``: its ``framework`` field replaced).
 
     Raises
     ------
@@ -158,6 +205,9 @@ def simulate(
     >>> r = simulate("gpt3-1.3b", "dgx-a100", "dp=8,micro_batch=2,global_batch=64,zero=1")
     >>> r.fits, r.gpus, 0 < r.mfu <= r.hfu <= 1
     (True, 8, True)
+    >>> short = simulate("gpt3-1.3b", "dgx-a100", "dp=8,micro_batch=2,global_batch=64,zero=1", seq_len=1024)
+    >>> short.step_time_s < r.step_time_s / 2  # half the tokens per step, and attention over half the length
+    True
     """
     choice(engine, ENGINES, "engine", quoted=True)
     if mode is not None:
@@ -169,8 +219,14 @@ def simulate(
     options = _what_ifs(stragglers, link_factors, failed_links, jitter, seed)
     if mode is not None:
         options["mode"] = mode
-    spec = as_model(model)
-    strat = with_traced_defaults(as_strategy(strategy), spec)
+    if framework is not None:
+        from plansim.strategy.frameworks import load_framework
+
+        load_framework(framework)  # one line naming the known ones if it is not
+    given = as_strategy_input(strategy)
+    spec = run_model(model, seq_len, [given])
+    strat = given.strategy if framework is None else given.strategy.model_copy(update={"framework": framework})
+    strat = with_traced_defaults(strat, spec)
     if gpus is None and strat.dp is not None and not isinstance(hardware, Cluster):
         gpus = whole(strat.num_gpus, "gpus", f"strategy: {'*'.join(('dp', *REPLICA_AXES))} =")
     return ENGINES[engine](spec, as_cluster(hardware, gpus), strat, **options)

@@ -32,6 +32,12 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: ``--seq-len`` on simulate, plan, compare and sweep: one text for the four (sweep takes a list of lengths).
+SEQ_LEN_HELP = (
+    "tokens per sequence the run trains at, overriding the model's (a preset's, a model file's, a config.json's "
+    "context length); a strategy or grid file may give seq_len instead, and the two must then agree"
+)
+
 
 def _version(value: bool) -> None:
     """``plansim --version``: the installed package's version (its metadata), then exit."""
@@ -203,6 +209,7 @@ def simulate(
         str | None,
         typer.Option("--framework", help="run the strategy as this framework does (megatron, deepspeed, fsdp)"),
     ] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
 ) -> None:
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
@@ -216,7 +223,7 @@ def simulate(
     result = _timed(f"simulate: {engine} engine", run)(
         model,
         hardware,
-        _under(strategy, framework),
+        strategy,
         gpus=gpus,
         engine=engine,
         mode=mode,
@@ -225,6 +232,8 @@ def simulate(
         failed_links=tuple(fail_link or ()),
         jitter=jitter,
         seed=seed,
+        seq_len=seq_len,
+        framework=framework,
     )
     if trace is not None:
         try:
@@ -242,17 +251,6 @@ def simulate(
         from plansim.report.text import print_result
 
         print_result(result)
-
-
-def _under(strategy: str, framework: str | None) -> Any:
-    """The strategy ``strategy`` names, under ``framework`` where one is given (``--framework``)."""
-    if framework is None:
-        return strategy
-    from plansim.api import as_strategy
-    from plansim.strategy.frameworks import load_framework
-
-    load_framework(framework)  # one line naming the known ones if it is not
-    return as_strategy(strategy).model_copy(update={"framework": framework})
 
 
 class PlanFormat(StrEnum):
@@ -344,6 +342,7 @@ def plan(
             "(default: nccl, NCCL's own pick; ring forces NCCL's ring)",
         ),
     ] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -372,7 +371,7 @@ def plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
             top_k=top, des=not no_des, milp=policies is None or "milp" in policies,
             jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
-            robust=robust,
+            robust=robust, seq_len=seq_len,
         )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
@@ -457,6 +456,7 @@ def compare(
         list[str] | None,
         typer.Option("--framework", help="run each strategy under this framework (repeat to set them side by side)"),
     ] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
 ) -> None:
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
     from plansim.comparison.compare import compare as run_compare
@@ -479,7 +479,7 @@ def compare(
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
             scaling_engine=scaling_engine, scaling_batch=scaling_batch, objective=objective, progress=step,
-            frameworks=framework or (),
+            frameworks=framework or (), seq_len=seq_len,
         ),
     )  # fmt: skip
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)
@@ -500,7 +500,8 @@ def sweep(
         str | None, typer.Option("--global-batch", "-B", help="sequences per step, comma-separated: 64,128")
     ] = None,
     grid: Annotated[
-        str | None, typer.Option("--grid", help="a YAML grid (keys model, hardware, gpus, global_batch) instead")
+        str | None,
+        typer.Option("--grid", help="a YAML grid (keys model, hardware, gpus, global_batch, seq_len) instead"),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="plan N points at a time in local processes")] = 1,
     scheduler: Annotated[
@@ -517,6 +518,9 @@ def sweep(
         float | None,
         typer.Option("--headroom", help="fraction of GPU memory each point's plan must leave free (as plan's)"),
     ] = None,
+    seq_len: Annotated[
+        str | None, typer.Option("--seq-len", help=SEQ_LEN_HELP + "; comma-separated to sweep several: 2048,4096")
+    ] = None,
 ) -> None:
     """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
     from plansim.files.outputs import check_output_folder
@@ -526,7 +530,7 @@ def sweep(
     from plansim.sweep.output import print_sweep, sweep_summary, write_sweep
 
     check_output_folder(out)  # before the points run, not after them
-    the_grid = grid_from_options(model, gpus, global_batch, hardware, grid)
+    the_grid = grid_from_options(model, gpus, global_batch, hardware, grid, seq_len)
     settings = SweepSettings(
         des=des, milp=milp, top_k=top, objective=objective, headroom=THIN_MARGIN if headroom is None else headroom
     )
@@ -868,7 +872,12 @@ def import_model(
         str | None, typer.Option("--name", "-n", help="model name (default: the file's, or its folder's, name)")
     ] = None,
     seq_len: Annotated[
-        int | None, typer.Option("--seq-len", help="tokens per sequence (default: the config's context length)")
+        int | None,
+        typer.Option(
+            "--seq-len",
+            help="tokens per sequence the model trains at (default: the config's context length, the longest it "
+            "supports, which is often longer than the trained one)",
+        ),
     ] = None,
     out: Annotated[
         str | None, typer.Option("--out", "-o", help="write a model YAML here (plansim simulate --model FILE)")
@@ -881,12 +890,13 @@ def import_model(
 
     from plansim.files.outputs import check_output_file, write_output_text
     from plansim.report.fit import terminal_console
-    from plansim.workload.hf_config import from_hf_config, model_yaml, read_hf_config, unmodelled
+    from plansim.workload.hf_config import from_hf_config, length_note, model_yaml, read_hf_config, unmodelled
 
     if out is not None:  # before reading: never the config itself
         check_output_file(out, "--out", inputs=(config, Path(config) / "config.json"))
     spec = from_hf_config(config, name=name, seq_len=seq_len)
-    notes = unmodelled(read_hf_config(config), spec)
+    read = read_hf_config(config)
+    notes = unmodelled(read, spec)
     table = Table(show_header=False)
     table.add_column("key")
     table.add_column("value", justify="right")
@@ -896,6 +906,7 @@ def import_model(
     console = terminal_console()
     console.print(f"{spec.name}, from {config}")
     console.print(table)
+    console.print(length_note(read, spec, seq_len), markup=False)
     for note in notes:
         console.print(f"not modelled: {note}")
     if out is not None:

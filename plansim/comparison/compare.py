@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plansim.api import ENGINES, as_model, as_strategy
+from plansim.api import ENGINES, as_strategy_input, run_model
 from plansim.arguments import callback, choice, type_name
 from plansim.describe import describe
 from plansim.errors import PlansimError
@@ -119,6 +119,9 @@ class Comparison:
     objective: str = "tokens_per_s"
     #: (label, why) of each run a framework refuses (``compare(..., frameworks=...)``): the others still run
     refused: list[tuple[str, str]] = field(default_factory=list)
+    #: The run's sequence length where one was given (``compare(seq_len=)``, or ``seq_len`` in the strategies'
+    #: files), overriding the model's; None: the model's own.
+    seq_len: int | None = None
 
     def frame(self) -> Any:
         """One pandas row per run: label, hardware, GPUs, global batch, engine, step time, tokens/s, MFU, fit, peak
@@ -244,6 +247,7 @@ def compare(
     objective: str = "tokens_per_s",
     progress: Callable[[str], None] | None = None,
     frameworks: Sequence[str] = (),
+    seq_len: int | None = None,
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
@@ -252,6 +256,9 @@ def compare(
     (``strategy.frameworks``), side by side, each run labelled with its framework; without them each strategy runs
     under its own ``framework``.
     ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
+    ``seq_len`` prices the model at that many tokens per sequence instead of its own (``plansim.api.run_model``); a
+    strategy's file or text may give ``seq_len`` instead. Every run of a comparison is at one length: lengths that
+    differ (``seq_len`` and a file's, or two files') are refused.
 
     Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
 
@@ -281,10 +288,11 @@ def compare(
         raise PlansimError(f"--scaling: expected a list of GPU counts, got {type_name(scaling)}")
     scaling_gpus = [whole(g, "gpus", "--scaling") for g in scaling]
     callback(progress, "progress")
-    spec = as_model(model)
+    given = [as_strategy_input(s) for s in strategies]
+    spec = run_model(model, seq_len, given)
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: compare takes a ModelSpec (a preset, a model file), not a traced module")
-    parsed = [(as_strategy(s), _name(s)) for s in strategies]
+    parsed = [(g.strategy, _name(s)) for g, s in zip(given, strategies, strict=True)]
     under = _listed(frameworks, (str,), "--framework")
     for name in under:
         choice(name, framework_names(), "--framework")
@@ -313,7 +321,10 @@ def compare(
             runs.append(run)
     if not runs:
         raise PlansimError(refused[0][1])
-    out = Comparison(spec.name, engine, runs, scaling_batch=scaling_batch, objective=objective, refused=refused)
+    length = None if seq_len is None and not any(g.seq_len for g in given) else spec.seq_len
+    out = Comparison(
+        spec.name, engine, runs, scaling_batch=scaling_batch, objective=objective, refused=refused, seq_len=length
+    )
     for run in runs:
         for g in scaling_gpus:
             if progress:

@@ -28,6 +28,7 @@ def comparison_summary(c: Comparison) -> dict[str, Any]:
     fastest, best = c.fastest(), c.best()
     return {
         "model": c.model,
+        "seq_len": c.seq_len,
         "engine": c.engine,
         "objective": c.objective,
         "runs": [_run_summary(r) for r in c.runs],
@@ -93,7 +94,8 @@ def print_comparison(c: Comparison, files: Sequence[object] = ()) -> None:
         ([str(rank.get(row["label"], "-")), row["label"], f"{row['gpus']:,}", f"{row['global_batch']:,}"], row, "")
         for row in c.frame().to_dict("records")
     )
-    title = f"plansim compare: {c.model} ({c.engine} engine), # by {_OBJECTIVE_WORDS[c.objective]}"
+    at = "" if c.seq_len is None else f" at seq_len {c.seq_len:,}"
+    title = f"plansim compare: {c.model}{at} ({c.engine} engine), # by {_OBJECTIVE_WORDS[c.objective]}"
     keys = [("#", "right"), ("run", "left"), ("GPUs", "right"), ("global batch", "right")]
     print_fitted(console, results_table(title, keys, rows), elastic="run", optional=OPTIONAL_COLUMNS)
     console.print(summary_sentence(c))

@@ -32,6 +32,7 @@ def plan_summary(r: PlanResult) -> dict[str, Any]:
         "hardware": r.hardware,
         "gpus": r.gpus,
         "global_batch": r.global_batch,
+        "seq_len": r.seq_len,
         "objective": r.objective,
         "headroom": r.outcome.headroom,
         "candidates": r.outcome.candidates,
@@ -106,14 +107,17 @@ def _strategy_fields(s: Any) -> dict[str, Any]:
 
 
 def winner_yaml(r: PlanResult) -> str:
-    """The winner as a strategy file, with where it came from in a comment."""
+    """The winner as a strategy file, with where it came from in a comment; with the run's ``seq_len`` where the
+    plan was given one (``simulate`` applies it to the model)."""
     assert r.winner is not None
+    at = "" if r.seq_len is None else f", seq_len {r.seq_len}"
     head = (
         f"# plansim plan: best of {r.outcome.candidates} candidates for {r.model} on {r.gpus} x {r.hardware}, "
-        f"global batch {r.global_batch}\n# load with: plansim simulate --model {r.model} --hardware {r.hardware} "
-        f"--gpus {r.gpus} --strategy winner.yaml\n"
+        f"global batch {r.global_batch}{at}\n# load with: plansim simulate --model {r.model} --hardware "
+        f"{r.hardware} --gpus {r.gpus} --strategy winner.yaml\n"
     )
-    return head + yaml.safe_dump(_strategy_fields(r.winner), sort_keys=False)
+    length = {} if r.seq_len is None else {"seq_len": r.seq_len}
+    return head + yaml.safe_dump({**_strategy_fields(r.winner), **length}, sort_keys=False)
 
 
 def write_plan(r: PlanResult, out: str | Path, jobs: int | None = None) -> list[Path]:

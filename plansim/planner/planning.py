@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from plansim.api import as_cluster, as_model
+from plansim.api import as_cluster, run_model
 from plansim.arguments import callback, choice, flag
 from plansim.describe import pace
 from plansim.errors import PlansimError
@@ -75,6 +75,9 @@ class PlanResult:
     #: With ``robust``: the candidates were ranked at the worst corner of the profiles' ranges, and this says how
     #: robust the winner is (``planner.robust``); None otherwise.
     robust: RobustReport | None = None
+    #: The run's sequence length where the plan was given one (``plan(seq_len=)``, ``--seq-len``), overriding the
+    #: model's; None: the model's own. winner.yaml carries it.
+    seq_len: int | None = None
 
     @property
     def winner(self) -> Strategy | None:
@@ -159,6 +162,7 @@ def plan(
     progress: Callable[[int, int], None] | None = None,
     phase: Callable[[str], None] | None = None,
     robust: bool = False,
+    seq_len: int | None = None,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
     ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
@@ -168,6 +172,9 @@ def plan(
     (``plansim.uncertainty``: the corner of the box with every input at its worse end), and reports, for the
     winner, its step time at each input's range ends and the break-even values against the runner-up and the best
     candidate of another family (``PlanResult.robust``, ``planner.robust``).
+
+    ``seq_len`` prices the model at that many tokens per sequence instead of its own (``plansim.api.run_model``):
+    every candidate, the finalists' re-simulation and the time to train on ``tokens`` read it.
 
     ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The search's work is counted
     before any candidate is priced (``space.search_work``): above ``PLANSIM_MAX_CANDIDATES`` candidates,
@@ -206,7 +213,7 @@ def plan(
     if price_per_gpu_hour is not None:
         price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
     callback(progress, "progress")
-    spec = as_model(model)
+    spec = run_model(model, seq_len)
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
@@ -232,7 +239,7 @@ def plan(
     mega = outcome.reference
     result = PlanResult(
         spec.name, cluster.name, cluster.num_gpus, global_batch, objective, outcome, mega, "", "", None,
-        cluster.gpu.memory_bytes,
+        cluster.gpu.memory_bytes, seq_len=None if seq_len is None else spec.seq_len,
     )  # fmt: skip
     winner = result.winner_result
     if winner is None:

@@ -35,7 +35,8 @@ def print_plan(r: PlanResult, files: Sequence[object] = ()) -> None:
         )
         for row in frame.to_dict("records")
     )
-    title = f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}"
+    at = "" if r.seq_len is None else f", seq_len {r.seq_len:,}"
+    title = f"plansim plan: {r.model} on {r.gpus} x {r.hardware}, global batch {r.global_batch}{at}"
     table = results_table(title, [("#", "right"), ("strategy", "left")], rows)
     print_fitted(console, table, elastic="strategy", optional=OPTIONAL_COLUMNS)
     if len(frame) and (frame["engine"] != "des").any():

@@ -1,7 +1,8 @@
 """The scaling charts of ``plansim sweep``, made from ``Sweep.frame()``: tokens/s and MFU of each point's winner
-against the GPU count, one line per model x hardware, one panel per global batch (strong scaling: the batch is
-held along a line). Points where nothing fits are left out of the lines. ``scaling_figure`` returns the matplotlib
-Figure (``report.figures``: Agg, no pyplot state), ``scaling_chart`` writes it."""
+against the GPU count, one line per model x hardware (x sequence length, where the sweep has several), one panel per
+global batch (strong scaling: the batch is held along a line). Points where nothing fits are left out of the lines.
+``scaling_figure`` returns the matplotlib Figure (``report.figures``: Agg, no pyplot state), ``scaling_chart``
+writes it."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def scaling_figure(frame: Any, metric: str, title: str) -> Any:
     label, log, scale = METRICS[metric]
     fitting = frame[frame["fits"]]
     batches = sorted(int(b) for b in fitting["global_batch"].unique())
-    lines = list(dict.fromkeys(zip(frame["model"], frame["hardware"], strict=True)))  # grid order
+    several = "seq_len" in frame and frame["seq_len"].nunique() > 1  # a frame of an older sweep has no lengths
+    keys = ["model", "seq_len", "hardware"] if several else ["model", "hardware"]
+    lines = list(dict.fromkeys(_line(frame, keys)))  # grid order
     colours = {line: f"C{k % 10}" for k, line in enumerate(lines)}
     columns = min(MAX_COLUMNS, len(batches))
     rows = math.ceil(len(batches) / columns)
@@ -49,11 +52,11 @@ def scaling_figure(frame: Any, metric: str, title: str) -> Any:
     axes = [fig.add_subplot(rows, columns, k + 1) for k in range(len(batches))]
     for ax, batch in zip(axes, batches, strict=True):
         panel = fitting[fitting["global_batch"] == batch]
-        for (model, hardware), points in panel.groupby(["model", "hardware"], sort=False):
+        for line, points in panel.groupby(_line(panel, keys), sort=False):
             points = points.sort_values("gpus")
             ax.plot(
                 list(points["gpus"]), [float(v) * scale for v in points[metric]], "o-", ms=4,
-                color=colours[(model, hardware)], label=f"{model} @ {hardware}",
+                color=colours[line], label=line,
             )  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -76,6 +79,19 @@ def scaling_figure(frame: Any, metric: str, title: str) -> Any:
         fig, list(handles.values()), list(handles), columns=4, loc="outside lower center", fontsize=8, frameon=False
     )
     return fig
+
+
+def _line(frame: Any, keys: list[str]) -> Any:
+    """Each row's line (a Series on the frame's index): ``model @ hardware``, with ``s<seq_len>`` after the model
+    where ``keys`` hold the length (a model without one, a cnn, has none)."""
+    import pandas as pd
+
+    lengths = frame["seq_len"] if "seq_len" in keys else [None] * len(frame)
+    names = [
+        f"{model}{'' if pd.isna(length) else f' s{int(length)}'} @ {hardware}"
+        for model, length, hardware in zip(frame["model"], lengths, frame["hardware"], strict=True)
+    ]
+    return pd.Series(names, index=frame.index)
 
 
 def scaling_chart(frame: Any, metric: str, path: str | Path, title: str) -> list[Path]:

@@ -6,6 +6,12 @@ A strategy comes from a YAML file (``strategies/*.yaml`` or any path) or inline 
 take their bounds from ``plansim.limits``. ``Strategy.resolve`` fills in what the strategy leaves to its framework's
 rules (``plansim.strategy.frameworks``). ``plansim.strategy.checks.check_strategy`` collects every violation against a
 model and a cluster. A cache keys on a ``StrategyProjection``, the fields its computation reads.
+
+A file or inline text may also hold ``seq_len``, the tokens per sequence the run trains at. That is the run's, not
+the parallel strategy's, so it is no field of ``Strategy`` and no engine reads it there: ``read_strategy`` returns it
+beside the strategy (``StrategyInput``) and ``plansim.api`` applies it to the model
+(``plansim.workload.loader.with_seq_len``); ``Strategy.parse`` and ``load_strategy``, which return a strategy alone,
+refuse it rather than drop it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
@@ -24,7 +31,7 @@ from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, format_validation_error, quoted, shown, shown_path
 from plansim.files.data import data_dir
 from plansim.files.yamlfile import is_file, parse_yaml, read_mapping, refuse_special, validated
-from plansim.limits import field, integral
+from plansim.limits import field, integral, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.strategy.frameworks import framework_names, is_framework, load_framework
 from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, mesh_of, ranks_of
@@ -33,9 +40,23 @@ from plansim.units import parse_bytes
 if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
-__all__ = ["CP_ALGORITHMS", "DTYPES", "Strategy", "StrategyProjection", "list_strategies", "load_strategy", "read_with"]
+__all__ = [
+    "CP_ALGORITHMS",
+    "DTYPES",
+    "Strategy",
+    "StrategyInput",
+    "StrategyProjection",
+    "list_strategies",
+    "load_strategy",
+    "read_strategy",
+    "read_with",
+]
 
 DTYPES = ("fp32", "fp16", "bf16")
+
+#: The key a strategy file or inline text may hold beside the strategy's fields: the run's sequence length (see the
+#: module docstring).
+_RUN_KEY = "seq_len"
 
 
 def _grad_bytes(fp32: bool | None, dtype: str) -> int:
@@ -370,17 +391,14 @@ class Strategy(BaseModel):
         Raises
         ------
         PlansimError
-            One line: empty text (saying what to write), a key given twice, an item that is not ``key=value``, or
-            the strategy's first few bad fields.
+            One line: empty text (saying what to write), a key given twice, an item that is not ``key=value``,
+            the strategy's first few bad fields, or a ``seq_len`` (the run's: ``read_strategy`` reads it).
         """
         if not isinstance(text, str):
             raise PlansimError(
                 f"strategy: expected 'dp=8,tp=2,...' text, a file or a shipped name, got {type_name(text)}"
             )
-        text = text.strip()
-        if "=" in text:
-            return _validate(_parse_inline(text), "strategy")
-        return load_strategy(text)
+        return read_strategy(text).alone()
 
 
 class StrategyProjection:
@@ -461,9 +479,14 @@ def list_strategies() -> list[str]:
 
 
 def load_strategy(name_or_path: str | Path) -> Strategy:
-    """Load a strategy from a YAML path or from ``strategies/<name>.yaml``."""
+    """Load a strategy from a YAML path or from ``strategies/<name>.yaml`` (a ``seq_len`` in it is refused:
+    ``read_strategy`` reads it)."""
     if not isinstance(name_or_path, str | Path):
         raise PlansimError(f"strategy: expected a strategy file or a shipped name, got {type_name(name_or_path)}")
+    return _from_file(name_or_path).alone()
+
+
+def _from_file(name_or_path: str | Path) -> StrategyInput:
     if not str(name_or_path).strip():
         raise PlansimError(f"strategy: empty: {_what_to_write()}")
     path = Path(name_or_path)
@@ -476,4 +499,60 @@ def load_strategy(name_or_path: str | Path) -> Strategy:
                 f"{_what_to_write()}"
             )
         path = shipped
-    return _validate(read_mapping(path, "strategy"), shown_path(path))
+    return _split(read_mapping(path, "strategy"), shown_path(path))
+
+
+@dataclass(frozen=True)
+class StrategyInput:
+    """A strategy as given, with the run's ``seq_len`` its file or text holds beside it (None: none) and the
+    ``source`` that names it in messages (the file, or ``strategy``)."""
+
+    strategy: Strategy
+    seq_len: int | None = None
+    source: str = "strategy"
+
+    def alone(self) -> Strategy:
+        """The strategy, where nothing is held beside it; a ``PlansimError`` where a ``seq_len`` is (never dropped)."""
+        if self.seq_len is not None:
+            raise PlansimError(
+                f"{self.source}: seq_len {self.seq_len} is the run's tokens per sequence, not a strategy field: pass "
+                "this strategy to simulate or compare, which apply it to the model (read_strategy reads both)"
+            )
+        return self.strategy
+
+
+def read_strategy(given: str | Path | Mapping[str, Any]) -> StrategyInput:
+    """A strategy from inline ``key=value,...`` text, a YAML path, the name of a file in ``strategies/`` or a mapping
+    of fields, with the run's ``seq_len`` the text, file or mapping holds beside it (checked against
+    ``plansim.limits``).
+
+    >>> given = read_strategy("dp=8,micro_batch=2,seq_len=4096")
+    >>> given.strategy.micro_batch, given.seq_len
+    (2, 4096)
+    >>> read_strategy("dp=8,seq_len=0")
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: strategy: seq_len 0: at least 1
+    """
+    if isinstance(given, Mapping):
+        return _split(dict(given), "strategy")
+    if isinstance(given, Path):
+        return _from_file(given)
+    if not isinstance(given, str):
+        raise PlansimError(f"strategy: expected 'dp=8,tp=2,...' text, a file or a shipped name, got {type_name(given)}")
+    text = given.strip()
+    if "=" in text:
+        return _split(_parse_inline(text), "strategy")
+    return _from_file(text)
+
+
+def _split(fields: object, source: str) -> StrategyInput:
+    """The strategy of ``fields`` and the run's ``seq_len`` among them (``_RUN_KEY``), each checked."""
+    seq_len = None
+    if isinstance(fields, dict) and _RUN_KEY in fields:
+        seq_len = fields[_RUN_KEY]
+        fields = {k: v for k, v in fields.items() if k != _RUN_KEY}
+    strategy = _validate(fields, source)
+    if seq_len is None:
+        return StrategyInput(strategy, None, source)
+    return StrategyInput(strategy, whole(seq_len, "seq_len", f"{source}: seq_len"), source)

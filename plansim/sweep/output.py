@@ -77,14 +77,16 @@ def print_sweep(s: Sweep, files: Sequence[object] = ()) -> None:
     frame = s.frame()
     engines = ", ".join(sorted({str(e) for e in frame["engine"].dropna()})) or "no winner"
     t = Table(title=f"plansim sweep: {s.grid.describe()} ({engines} engine)")
+    lengths = bool(s.grid.seq_lens)  # a column of the lengths where the grid gives them
     for name, justify in (
-        ("model", "left"), ("hardware", "left"), ("GPUs", "right"), ("batch", "right"), ("best plan", "left"),
-        ("step", "right"), ("tokens/s", "right"), ("MFU", "right"), ("memory\n/ capacity", "right"),
-        ("fit /\ncandidates", "right"),
+        ("model", "left"), *([("seq_len", "right")] if lengths else []), ("hardware", "left"), ("GPUs", "right"),
+        ("batch", "right"), ("best plan", "left"), ("step", "right"), ("tokens/s", "right"), ("MFU", "right"),
+        ("memory\n/ capacity", "right"), ("fit /\ncandidates", "right"),
     ):  # fmt: skip
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in frame.to_dict("records"):
-        head = (row["model"], row["hardware"], f"{row['gpus']:,}", f"{row['global_batch']:,}")
+        length = [] if not lengths else ["-" if pd.isna(row["seq_len"]) else f"{row['seq_len']:,}"]
+        head = (row["model"], *length, row["hardware"], f"{row['gpus']:,}", f"{row['global_batch']:,}")
         counts = f"{row['fitting']:,} / {row['candidates']:,}"
         if not row["fits"]:
             t.add_row(*head, f"[red]{escape(row['reason'])}[/red]", "-", "-", "-", "-", counts)
@@ -98,14 +100,16 @@ def print_sweep(s: Sweep, files: Sequence[object] = ()) -> None:
             f"{row['peak_memory_bytes'] / GB:.1f} / {row['memory_capacity_bytes'] / GB:.0f} GB",
             counts,
         )
-    same = [k for k, c in (("hardware", "hardware"), ("model", "model"), ("GPUs", "gpus"), ("batch", "global_batch"))
-            if frame[c].nunique() == 1]  # fmt: skip
+    columns = (("hardware", "hardware"), ("model", "model"), ("GPUs", "gpus"), ("batch", "global_batch"),
+               *([("seq_len", "seq_len")] if lengths else []))  # fmt: skip
+    same = [k for k, c in columns if frame[c].nunique() == 1]
     optional = ("fit / candidates", *same)  # what a narrow terminal leaves out first; then abbreviates, then these:
     fitted = print_fitted(console, t, elastic="best plan", optional=optional, late=("memory / capacity", "MFU"))
     if fitted.cut_at is not None:  # a reason cut short in the table: whole, under it
         for row in frame.to_dict("records"):
             if not row["fits"] and len(row["reason"]) > fitted.cut_at:
-                where = f"{row['model']} on {row['gpus']:,} x {row['hardware']}, batch {row['global_batch']:,}"
+                at = f" at seq_len {row['seq_len']:,}" if lengths and not pd.isna(row["seq_len"]) else ""
+                where = f"{row['model']}{at} on {row['gpus']:,} x {row['hardware']}, batch {row['global_batch']:,}"
                 console.print(f"{where}: {row['reason']}", markup=False)
     console.print(
         f"{len(frame):,} planner runs on {s.executor} in {s.elapsed_s:.1f} s ({s.runs_per_s:.2f} runs/s); "

@@ -1,6 +1,7 @@
 """One sweep point: a planner run (``plansim.planner.plan``) and the row it becomes; the rows as one DataFrame.
 
-A row holds the point's inputs, the winner's strategy and figures (step time, tokens/s, MFU, peak memory against
+A row holds the point's inputs (its ``seq_len``: the length priced, the model's own unless the grid gives one), the
+winner's strategy and figures (step time, tokens/s, MFU, peak memory against
 capacity, which engine produced the figures), how many candidates were priced and how many fit, and, when nothing
 fits or the point cannot run, the reason. Rows carry no timing, so a sweep's DataFrame depends on its grid and
 settings alone, not on the executor.
@@ -32,6 +33,7 @@ from plansim.planner import Constraints, plan
 from plansim.planner.search import OBJECTIVES
 from plansim.step.result import THIN_MARGIN
 from plansim.sweep.grid import Point
+from plansim.workload.families import FAMILIES
 
 __all__ = ["COLUMNS", "SweepSettings", "rows_frame", "run_point"]
 
@@ -73,6 +75,7 @@ COLUMNS: dict[str, str] = {
     "hardware": "object",
     "gpus": "int64",
     "global_batch": "int64",
+    "seq_len": "Int64",
     "fits": "bool",
     "strategy": "object",
     "dp": "Int64",
@@ -121,6 +124,7 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
         "hardware": point.node.name,
         "gpus": point.gpus,
         "global_batch": point.global_batch,
+        "seq_len": _priced_length(point),
         "memory_capacity_bytes": point.node.gpu.memory_bytes,
     }
     try:
@@ -129,6 +133,7 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
             point.model, cluster, global_batch=point.global_batch, objective=settings.objective,
             top_k=settings.top_k, des=settings.des, milp=settings.milp, splits=settings.splits,
             constraints=Constraints(headroom=settings.headroom), jobs=1,  # the sweep runs its points side by side
+            seq_len=point.seq_len,
         )  # fmt: skip
     except PlansimError as err:
         return point.index, _complete({**row, "fits": False, "candidates": 0, "fitting": 0, "reason": str(err)})
@@ -152,6 +157,13 @@ def run_point(point: Point, settings: SweepSettings) -> tuple[int, dict[str, Any
         reason="",
     )
     return point.index, _complete(row)
+
+
+def _priced_length(point: Point) -> int | None:
+    """The row's ``seq_len``: the point's length, else its model's own; None for a model without sequences (cnn)."""
+    if point.seq_len is not None:
+        return point.seq_len
+    return point.model.seq_len if FAMILIES[point.model.family].uses("seq_len") else None
 
 
 def _complete(row: dict[str, Any]) -> dict[str, Any]:

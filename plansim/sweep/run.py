@@ -1,4 +1,5 @@
-"""Sweeps: one planner run per point of a grid (models x hardware x GPU counts x global batches), as one DataFrame.
+"""Sweeps: one planner run per point of a grid (models x hardware x GPU counts x global batches, and optionally x
+sequence lengths), as one DataFrame.
 
 ``sweep(grid)`` plans every point (``point.run_point``: ``plansim.planner.plan`` with ``SweepSettings``) in this
 process, in ``jobs`` local processes (joblib) or on a Dask cluster (``scheduler``), and returns a ``Sweep`` whose
@@ -24,6 +25,7 @@ from plansim.planner.space import search_work
 from plansim.sweep.executors import Progress, check_scheduler, run_dask, run_joblib, run_serial
 from plansim.sweep.grid import Point, SweepGrid, grid_from_options, load_grid, parse_grid
 from plansim.sweep.point import COLUMNS, SweepSettings, rows_frame, run_point
+from plansim.workload import with_seq_len
 
 __all__ = [
     "COLUMNS",
@@ -67,9 +69,12 @@ def sweep(
     jobs: int = 1,
     scheduler: Any = None,
     progress: Progress | None = None,
+    seq_len: int | None = None,
 ) -> Sweep:
     """Plan every point of ``grid``: serially (``jobs=1``), in ``jobs`` local processes, or on the Dask cluster at
     ``scheduler`` (an address, or a connected ``distributed.Client``); ``progress(done, total)`` as points finish.
+    ``seq_len`` prices every model at that many tokens per sequence (``SweepGrid.at_seq_len``; a grid's
+    ``seq_lens`` sweep several).
 
     Raises ``PlansimError`` (the CLI's one-line message) for a bad argument, before any point runs.
 
@@ -85,6 +90,7 @@ def sweep(
     if settings is not None and not isinstance(settings, SweepSettings):
         raise PlansimError(f"settings: expected SweepSettings(...) or None, got {type_name(settings)}")
     settings = settings or SweepSettings()
+    grid = grid.at_seq_len(seq_len)
     jobs = whole(jobs, "jobs", "--jobs")
     callback(progress, "progress")
     if scheduler is not None and jobs > 1:
@@ -121,7 +127,8 @@ def _refuse_blocks(points: Sequence[Point], subject: str) -> None:
     bound, total = work_bound("sweep_blocks"), 0
     for point in points:
         try:
-            total += search_work(point.model, resize(point.node, point.gpus), point.global_batch).block_walks
+            model = with_seq_len(point.model, point.seq_len)
+            total += search_work(model, resize(point.node, point.gpus), point.global_batch).block_walks
         except PlansimError:
             continue
         if total > bound:

@@ -18,9 +18,10 @@ transformers configuration classes of that name:
 
 "tied" is ``tie_word_embeddings`` when the file leaves it out: the default of transformers' ``GPT2Config``
 (``PretrainedConfig``'s true) and of ``GPTNeoXConfig``, ``LlamaConfig``, ``MistralConfig`` and ``Qwen2Config``
-(false). ``seq_len`` defaults to the context length (``n_positions`` / ``max_position_embeddings``); a learned
-position table cannot serve a longer one. A ``head_dim`` other than ``hidden / heads`` is refused (plansim derives
-the head width from those two).
+(false). ``seq_len`` defaults to the context length (``n_positions`` / ``max_position_embeddings``), the longest
+context the model supports, which is not necessarily the length it was trained at (Qwen2.5-7B: 131,072); a learned
+position table cannot serve a longer one. ``length_note`` says which length an import took and why. A ``head_dim``
+other than ``hidden / heads`` is refused (plansim derives the head width from those two).
 
 What plansim leaves out or approximates, all far below 1 % of the parameters (``unmodelled`` reports them per
 file, with their size): Qwen2's biases on Q, K and V (``l(h + 2 h_kv)``: 129,024 parameters, 0.002 %, in
@@ -44,7 +45,7 @@ from plansim.files.yamlfile import is_dir, is_file, read_json_object, validated
 from plansim.workload.families import Family, HFFamily, hf_model_types
 from plansim.workload.spec import ModelSpec
 
-__all__ = ["from_hf_config", "model_yaml", "read_hf_config", "unmodelled"]
+__all__ = ["from_hf_config", "length_note", "model_yaml", "read_hf_config", "unmodelled"]
 
 _MEANING = {
     "layers": "transformer blocks",
@@ -181,6 +182,40 @@ def unmodelled(config: Mapping[str, Any], spec: ModelSpec) -> list[str]:
             f"{(rows - spec.seq_len) * h:,} parameters fewer"
         )
     return notes
+
+
+def length_note(config: Mapping[str, Any], spec: ModelSpec, seq_len: int | None = None) -> str:
+    """Which sequence length ``spec`` took from ``config`` and why: the context length when ``seq_len`` (the one
+    given to ``from_hf_config``, ``--seq-len``) is None, else ``seq_len``.
+
+    Examples
+    --------
+    >>> config = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    ...           "intermediate_size": 128, "max_position_embeddings": 131072, "vocab_size": 100}
+    >>> print(length_note(config, from_hf_config(config)))
+    seq_len 131,072 from max_position_embeddings (the longest context the model supports, not necessarily the \
+length it was trained at): pass --seq-len (here or to simulate, plan, compare, sweep) to price another
+    >>> print(length_note(config, from_hf_config(config, seq_len=4096), 4096))
+    seq_len 4,096 from --seq-len (the config's max_position_embeddings is 131,072)
+    """
+    model_type = config.get("model_type")
+    _, hf = hf_model_types()[str(model_type)]
+    key = hf.keys["seq_len"]
+    context = config.get(key)
+    if seq_len is not None:
+        said = f"{context:,}" if isinstance(context, int) and not isinstance(context, bool) else "not given"
+        return f"seq_len {spec.seq_len:,} from --seq-len (the config's {key} is {said})"
+    supports = "the rows of its learned position table, " if hf.learned_positions else ""
+    where = "(here or to simulate, plan, compare, sweep)"
+    fix = (
+        f"pass --seq-len up to {spec.seq_len:,} {where} to price a shorter one"
+        if hf.learned_positions
+        else f"pass --seq-len {where} to price another"
+    )
+    return (
+        f"seq_len {spec.seq_len:,} from {key} ({supports}the longest context the model supports, not necessarily the "
+        f"length it was trained at): {fix}"
+    )
 
 
 def model_yaml(spec: ModelSpec, source: str, notes: Sequence[str] = ()) -> str:

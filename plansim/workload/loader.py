@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any, overload
 
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.files.yamlfile import is_dir, looks_like_path, read_mapping, validated
+from plansim.limits import whole
 from plansim.workload.families import FAMILIES
 from plansim.workload.spec import ModelSpec
+from plansim.workload.torch_trace import TracedModel
 
 if TYPE_CHECKING:
-    from plansim.workload.torch_trace import TracedModel
+    from plansim.workload.traced import Workload
 
-__all__ = ["list_models", "load_model", "preset_dir"]
+__all__ = ["list_models", "load_model", "preset_dir", "with_seq_len"]
 
 
 def preset_dir() -> Path:
@@ -160,3 +162,61 @@ def list_models() -> list[dict[str, Any]]:
         }
         for s in specs
     ]
+
+
+@overload
+def with_seq_len(model: ModelSpec, seq_len: int | None, option: str = ...) -> ModelSpec: ...
+
+
+@overload
+def with_seq_len(model: TracedModel, seq_len: int | None, option: str = ...) -> TracedModel: ...
+
+
+def with_seq_len(model: Workload, seq_len: int | None, option: str = "--seq-len") -> Workload:
+    """``model`` trained at ``seq_len`` tokens per sequence: a copy of its spec with that ``seq_len`` (``model``
+    itself when ``seq_len`` is None or its own). The one place a run's sequence length reaches the model
+    (``plansim.api`` calls it); every engine, the planner, compare and sweep read the copy's ``seq_len``.
+
+    A learned position table (``learned_positions``: GPT-2, GPT-3) has ``seq_len`` rows, as every plansim ``gpt``
+    model's (``ModelSpec.num_parameters``): a shorter length sizes it down as ``plansim import --seq-len`` does, a
+    longer one is refused, since it would price a model with a larger table than the one given. A traced module
+    is its graph at the traced shapes: only its own length is accepted. ``option`` names the value in messages.
+
+    Raises
+    ------
+    PlansimError
+        One line naming ``option``: a length outside ``plansim.limits`` (``seq_len``), a model without sequences
+        (``cnn``), a traced module at another length, or a learned position table shorter than ``seq_len``.
+
+    Examples
+    --------
+    >>> spec = load_model("llama2-7b")
+    >>> with_seq_len(spec, 16384).seq_len, spec.seq_len
+    (16384, 4096)
+    >>> with_seq_len(load_model("gpt3-125m"), 4096)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: --seq-len 4096: gpt3-125m has a learned position table of 2,048 rows ...
+    """
+    if seq_len is None:
+        return model
+    n = whole(seq_len, "seq_len", option)
+    if n == model.seq_len:
+        return model
+    if isinstance(model, TracedModel):
+        at = f"seq_len {model.seq_len:,} (its token input's second dimension)" if model.seq_len > 1 else "its inputs"
+        raise PlansimError(
+            f"{option} {n}: '{model.name}' is a traced module, its graph fixed at {at}: trace it again with "
+            f"inputs of {n:,} tokens, or leave {option} out"
+        )
+    if not FAMILIES[model.family].uses("seq_len"):
+        raise PlansimError(
+            f"{option} {n}: {model.family} models have no sequence length ('{model.name}'): leave {option} out"
+        )
+    if model.learned_positions and n > model.seq_len:
+        raise PlansimError(
+            f"{option} {n}: {model.name} has a learned position table of {model.seq_len:,} rows (its seq_len): "
+            f"use at most {model.seq_len}, or a model file with seq_len: {n} (a table of {n:,} rows, "
+            f"{(n - model.seq_len) * model.hidden:,} more parameters)"
+        )
+    return model.model_copy(update={"seq_len": n})
