@@ -22,6 +22,7 @@ from plansim.analytic.stages import StageHeld, stage_cost
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
+from plansim.pipeline.stages import uneven_chunks
 from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
 from plansim.step.data_parallel import grad_copy_in_bytes
@@ -128,21 +129,22 @@ def _pipeline(
     pipe = priced.pipelines.get(key) if not scheduled else None
     if pipe is None:
         stages = []
+        chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
         for idx, (stage, p2p) in enumerate(zip(held, priced.p2p_of(cluster, s), strict=True)):
             sums, params, peak = stage
+            # each model chunk's layers with a cost, in backward order (an uneven split's chunks differ)
+            sizes = tuple(len(c) for c in reversed(priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)))
             if scheduled:
-                stages.append(
-                    stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=s.virtual_stages, first=idx == 0)
-                )
+                stages.append(stage_cost(sums, s.remat, p2p, params, peak, plans[idx], chunks=sizes, first=idx == 0))
                 continue
-            stage_key = (sums, s.remat, p2p, params, peak, s.virtual_stages, idx == 0)
+            stage_key = (sums, s.remat, p2p, params, peak, sizes, idx == 0)
             cost = priced.stage_costs.get(stage_key)
             if cost is None:
                 cost = priced.stage_costs[stage_key] = stage_cost(
-                    sums, s.remat, p2p, params, peak, chunks=s.virtual_stages, first=idx == 0
+                    sums, s.remat, p2p, params, peak, chunks=sizes, first=idx == 0
                 )
             stages.append(cost)
-        pipe = Pipeline.of(stages, s)
+        pipe = Pipeline.of(stages, s, uneven_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split))
         if not scheduled:
             priced.pipelines[key] = pipe
     return pipe

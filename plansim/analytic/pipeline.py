@@ -1,4 +1,5 @@
-"""A pipeline of priced stages: the schedule's closed-form step time (``plansim.pipeline.schedules``), its bottleneck
+"""A pipeline of priced stages: the schedule's closed-form step time (``plansim.pipeline.schedules``; where an uneven
+``layer_split`` makes a stage's model chunks unequal, its order run pass by pass with each chunk's time), its bottleneck
 stage, and the stages grouped where their data-parallel traffic or their static memory can differ, so that the
 analytic engine prices each group once; and the memoized layouts of layers over stages and model chunks
 (``plansim.pipeline.stages``).
@@ -53,13 +54,21 @@ class Pipeline:
     send_chain_s: float = 0.0
 
     @classmethod
-    def of(cls, stages: list[StageCost], s: Strategy) -> Pipeline:
+    def of(cls, stages: list[StageCost], s: Strategy, uneven_chunks: bool = False) -> Pipeline:
+        """``stages`` laid out by ``s``'s schedule: its closed form (``PipelineSchedule.step_time``), exact for equal
+        stages; or, with ``uneven_chunks`` (an uneven split of interleaved chunks, ``stages.uneven_chunks``), its
+        order run pass by pass with each chunk's forward and backward (``PipelineSchedule.run_time``, ``chunk_passes``),
+        where the closed form, which counts each stage's mean chunk, is no longer exact."""
         times = [st.time_s for st in stages]
         weights = [st.bwd_weight_s for st in stages]
         # sends beside compute (plansim.step.p2p.OverlappedSends): one micro-batch's transfers along the chain of
         # chunks, once per step
         chain = sum(st.send_chain_s for st in stages)
-        pipe_s = get_schedule(s.schedule).step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
+        sched = get_schedule(s.schedule)
+        if uneven_chunks:
+            pipe_s = sched.run_time([chunk_passes(st) for st in stages], s.num_microbatches)
+        else:
+            pipe_s = sched.step_time(times, s.num_microbatches, s.virtual_stages, weight_times=weights)
         pipe_s += chain
         busiest = max(range(len(stages)), key=times.__getitem__)
         bottleneck = stages[busiest]
@@ -87,6 +96,27 @@ class Pipeline:
             _most_per_axis(st.axis_bytes for st in stages),
             max(st.p2p_bytes for st in stages), sum(st.recompute_matmul_flops for st in stages), chain,
         )  # fmt: skip
+
+
+def chunk_passes(st: StageCost) -> list[tuple[float, float]]:
+    """(forward, backward) seconds per micro-batch of each of a stage's model chunks, in forward order: its layers'
+    passes (``forward_layers``, ``backward_layers`` split by ``backward_chunks``), scaled to sum to the stage's
+    ``time_s`` (what the stage spends beside its layers, its sends and the compute lost beside them, spread in
+    proportion)."""
+    count = max(1, len(st.backward_chunks))
+    backward, start = [], 0
+    for n in st.backward_chunks:
+        backward.append(sum(x.work_s + x.blocking_s for x in st.backward_layers[start : start + n]))
+        start += n
+    forward, start = [], 0
+    for n in reversed(st.backward_chunks):
+        forward.append(sum(x.work_s + x.blocking_s for x in st.forward_layers[start : start + n]))
+        start += n
+    total = sum(forward) + sum(backward)
+    if total <= 0.0 or len(forward) != count:
+        return [(st.time_s / count / 3, 2 * st.time_s / count / 3)] * count
+    scale = st.time_s / total
+    return [(f * scale, b * scale) for f, b in zip(forward, backward[::-1], strict=True)]
 
 
 def _most_per_axis(per_stage: Iterable[dict[str, float]]) -> dict[str, float]:

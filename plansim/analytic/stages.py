@@ -217,18 +217,21 @@ def stage_cost(
     params: int,
     peak: tuple[float, float, float],
     plan: StageRemat | None = None,
-    chunks: int = 1,
+    chunks: tuple[int, ...] = (),
     first: bool = False,
 ) -> StageCost:
     """One stage from its layers' sums, ``p2p`` (seconds, pp bytes, tp bytes, each send beside compute) of its
     pipeline traffic (``stage_sends``), ``params`` it holds and its activations' ``peak`` (bytes, reserved bytes: the
     difference is the caching allocator's rounding, ``fragmentation``; ``step.memory.activation_peak``); ``plan``:
-    the stage's ``remat: milp`` schedule, which says what it recomputes.
+    the stage's ``remat: milp`` schedule, which says what it recomputes; ``chunks``: how many of its layers with a
+    cost (``sums.backward``) each of its model chunks holds, in backward order (the last chunk's first; one entry, or
+    none, without interleaving), which its gradient buckets read (``StageCost.backward_chunks``).
 
     Each send that does not block runs beside the compute that follows it, an equal share of the micro-batch's
     compute per send (``overlap_cost``); of its transfer the stage's time per micro-batch holds only what outlasts one
-    of its ``chunks``' passes of the send's direction (``OverlappedSends.excess_s``), and the step once the chain of
-    one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``).
+    of its ``chunks``' passes of the send's direction, taken as their mean (``OverlappedSends.excess_s``; exact for
+    equal chunks, and zero wherever a transfer is shorter than the lightest chunk's pass), and the step once the
+    chain of one micro-batch's transfers (``send_chain_s``, added by ``Pipeline``).
 
     Without ``plan``, all but the activations are memoized in ``sums`` (``StageSums.parts``): a pipeline's stages
     alike but for their place in the schedule (their activations' peak) share them."""
@@ -243,7 +246,13 @@ def stage_cost(
 
 
 def _stage_parts(
-    sums: StageSums, remat: str, p2p: StageSends, params: int, plan: StageRemat | None, chunks: int, first: bool
+    sums: StageSums,
+    remat: str,
+    p2p: StageSends,
+    params: int,
+    plan: StageRemat | None,
+    chunks: tuple[int, ...],
+    first: bool,
 ) -> dict[str, Any]:
     """``stage_cost``'s fields but the activations' (``activations``, ``fragmentation``)."""
     if plan is not None:  # remat: milp, the stage's schedule (plansim/remat/plan.py)
@@ -259,7 +268,8 @@ def _stage_parts(
     bwd_pass = sums.comm_s + sums.sync_s + sums.interference_s + sums.fwd_s + sums.bwd_s - fwd_pass
     bwd_pass += recompute_s + recompute_comm_s
     bwd_pass += rerun_sync
-    send_excess = overlapped_sends.excess_s(fwd_pass / chunks, bwd_pass / chunks)
+    count = max(1, len(chunks))
+    send_excess = overlapped_sends.excess_s(fwd_pass / count, bwd_pass / count)
     beside = (sums.fwd_s + sums.bwd_s + recompute_s) / max(1, len(sends))
     lost = overlapped = 0.0
     for seconds, rate in sends:
@@ -269,7 +279,7 @@ def _stage_parts(
     return dict(
         forward_layers=sums.forward,
         backward_layers=_backward_layers(sums, params, recompute_s, recompute_comm_s + rerun_sync),
-        backward_chunks=_chunk_sizes(sums, chunks),
+        backward_chunks=chunks or (len(sums.backward),),
         first_stage=first,
         fwd_s=sums.fwd_s,
         bwd_s=sums.bwd_s,
@@ -290,26 +300,6 @@ def _stage_parts(
         host_s=sums.host_s,
         recompute_host_s=rerun_host,
     )
-
-
-def _chunk_sizes(sums: StageSums, chunks: int) -> tuple[int, ...]:
-    """How many of the stage's backward passes (``sums.backward``) each of its ``chunks`` model chunks holds, in
-    backward order: the blocks split evenly (``plansim.pipeline.stages.chunk_layers``), the output layer with the
-    last chunk (first in backward), the embedding with the first (last in backward).
-
-    One chunk, or fewer blocks than chunks: a single entry."""
-    blocks = sum(is_block for is_block, _ in sums.backward)
-    if chunks <= 1 or blocks < chunks:
-        return (len(sums.backward),)
-    per, count, seen = blocks // chunks, 0, 0
-    sizes: list[int] = []
-    for is_block, _ in sums.backward:
-        count += 1
-        seen += is_block
-        if is_block and seen % per == 0 and len(sizes) < chunks - 1:
-            sizes.append(count)
-            count = 0
-    return (*sizes, count)
 
 
 def _backward_layers(

@@ -4,7 +4,9 @@ The registry (``SCHEDULES``: gpipe, 1f1b, interleaved, zb-h1) is the one list of
 ``Strategy``'s check come from it, and what is particular to a schedule is its entry's (``split_backward``: separate
 weight-gradient passes; ``model_chunks``: virtual stages under Megatron-LM's rules; ``held``: where a stage's memory
 can peak). The discrete-event engine runs the same schedules task by task; where stages are equal both agree with
-these closed forms.
+these closed forms. Where an uneven ``layer_split`` makes an interleaved stage's model chunks unequal, the closed
+form (each stage's mean chunk) is not exact (off by up to a few per cent at m = 2p-4p, above or below), and the
+analytic engine runs the order pass by pass instead (``PipelineSchedule.run_time``).
 
 Sources: GPipe (Huang et al. 2019, sec 2.3): bubble (p-1)/(m+p-1). 1F1B / PipeDream-Flush (Narayanan et al. 2021,
 sec 2.2.1): same bubble, at most p micro-batches in flight on the first stage. Interleaved 1F1B (Narayanan et al.
@@ -80,7 +82,8 @@ class PipelineSchedule:
     order where its activations can peak (:class:`HeldPoint`), micro-batches between B and W included (for the
     others it is the one point of ``in_flight``). ``model_chunks`` says whether it runs ``v >= 2`` model chunks
     per stage (virtual stages) under Megatron-LM's rules: ``pp > 1``, layers divisible by ``pp * v``, micro-batches a
-    multiple of ``pp`` (``plansim.strategy.checks``); the others run one chunk per stage.
+    multiple of ``pp`` (``plansim.strategy.checks``; the layers need not divide where ``layer_split`` gives each
+    chunk's blocks); the others run one chunk per stage.
     """
 
     name: str
@@ -103,6 +106,54 @@ class PipelineSchedule:
         if self.split_held is not None:
             return self.split_held(stage, p, m, v)
         return (HeldPoint(self.in_flight(stage, p, m, v), 0.0),)
+
+    def run_time(self, passes: Sequence[Sequence[Sequence[float]]], m: int) -> float:
+        """The wall time of ``m`` micro-batches when each stage runs its ``order`` pass by pass, every pass as soon as
+        its input is ready: the longest path through the passes. ``passes[s][c]`` is (F, B) or (F, B, W) seconds of
+        stage ``s``'s local model chunk ``c`` (global chunk ``c * p + s``); W only for split schedules.
+
+        Exact for any times, where ``step_time`` is exact for equal stages (and chunks): the analytic engine runs it
+        where an uneven ``layer_split`` makes a stage's model chunks unequal. Dependencies as
+        ``plansim.pipeline.orders`` states them: F of chunk g needs F of g-1, B of g needs B of g+1 (the last chunk
+        its own F), W its own B.
+
+        >>> one = get_schedule("1f1b")
+        >>> one.run_time([[(1.0, 2.0)]] * 4, 8) == one.step_time([3.0] * 4, 8, 1)  # equal stages: the closed form
+        True
+        >>> get_schedule("interleaved").run_time([[(1.0, 2.0), (1.0, 2.0)], [(2.0, 4.0), (0.5, 1.0)]], 2)
+        18.5
+        """
+        p, v = len(passes), len(passes[0])
+        orders = [self.order(stage, p, m, v) for stage in range(p)]
+        last = p * v - 1
+        done: dict[tuple[str, int, int], float] = {}
+        clock, pos = [0.0] * p, [0] * p
+        left = sum(len(o) for o in orders)
+        while left:
+            ran = left
+            for stage in range(p):
+                order, t = orders[stage], clock[stage]
+                k = pos[stage]
+                while k < len(order):
+                    op = order[k]
+                    g = op.chunk * p + stage
+                    if op.kind == "F":
+                        dep = ("F", g - 1, op.microbatch) if g else None
+                    elif op.kind == "B":
+                        dep = ("B", g + 1, op.microbatch) if g < last else ("F", g, op.microbatch)
+                    else:
+                        dep = ("B", g, op.microbatch)
+                    ready = done.get(dep, -1.0) if dep is not None else 0.0
+                    if ready < 0.0:
+                        break
+                    t = max(t, ready) + passes[stage][op.chunk]["FBW".index(op.kind)]
+                    done[(op.kind, g, op.microbatch)] = t
+                    k += 1
+                left -= k - pos[stage]
+                clock[stage], pos[stage] = t, k
+            if left == ran:
+                raise ValueError(f"{self.name}: the orders deadlock")  # never for the registry's schedules
+        return max(clock)
 
     def sends_per_microbatch(self, stage: int, p: int, v: int) -> tuple[int, int]:
         """(forward, backward) activation sends of one micro-batch from ``stage``.

@@ -39,9 +39,9 @@ from plansim.analytic import AnalyticCache, StepFrame, assemble_result, step_fra
 from plansim.errors import PlansimError
 from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
-from plansim.pipeline.stages import EMBEDDING_LAYER, chunk_layers
+from plansim.pipeline.stages import EMBEDDING_LAYER, chunk_blocks
 from plansim.planner.space import Constraints, candidates
-from plansim.planner.split import balanced_split, bottleneck
+from plansim.planner.split import balanced_chunks, balanced_split, bottleneck
 from plansim.result import Result
 from plansim.step.layers import rerun
 from plansim.strategy.frameworks import load_framework
@@ -783,15 +783,18 @@ def _with_balanced_splits(
     top_k: int,
     headroom: float,
 ) -> list[Priced]:
-    """The finalists plus, for each with one model chunk per pipeline stage, the same strategy with the layer split
-    that balances its stages' per-micro-batch time (``split.balanced_split``: the embedding on the first stage and
-    the output layer on the last counted), where that split is not the even one and the result fits with
-    ``headroom``; the best ``top_k`` of all."""
+    """The finalists plus, for each with pipeline stages and no split of its own, the same strategy with the layer
+    split that balances its stages' per-micro-batch time (the embedding on the first stage's first chunk and the
+    output layer on the last stage's last chunk counted): blocks per stage (``split.balanced_split``), or, with
+    interleaved chunks, blocks per chunk in model order (``split.balanced_chunks``: Megatron-LM runs it as a
+    ``--pipeline-model-parallel-layout``, torchtitan as ``module_fqns_per_model_part``), where that split is not the
+    even one and the result fits with ``headroom``, priced by the analytic engine (an uneven interleaved split's
+    order run pass by pass); the best ``top_k`` of all."""
     out = list(chosen)
     seen = {p.strategy for p in chosen}
     for p in chosen:
         s = p.strategy
-        if s.pp == 1 or s.virtual_stages > 1 or s.layer_split is not None:
+        if s.pp == 1 or s.layer_split is not None:
             continue
         split = _balanced(model, pricing.caches[0], s)
         if split is None:
@@ -807,7 +810,8 @@ def _with_balanced_splits(
 
 
 def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int, ...] | None:
-    """The time-balanced split of ``s``'s blocks over its stages, or None where the even split is as good."""
+    """The time-balanced split of ``s``'s blocks over its stages (over its model chunks, in model order, where it
+    interleaves them), or None where the even split is as good."""
     costs = cache.priced(s.resolve(cache.cluster)).costs
 
     def seconds(i: int) -> float:
@@ -820,16 +824,20 @@ def _balanced(model: ModelSpec, cache: AnalyticCache, s: Strategy) -> tuple[int,
 
     blocks = [seconds(i) for i in range(model.layers)]
     first, last = seconds(EMBEDDING_LAYER), seconds(model.layers)
-    even = [sum(1 for i in layers if 0 <= i < model.layers) for layers in chunk_layers(model.layers, s.pp)]
-    split = balanced_split(blocks, first, last, s.pp)
-    if bottleneck(split, blocks, first, last) >= bottleneck(even, blocks, first, last) * (1 - 1e-9):
+    v = s.virtual_stages
+    even = chunk_blocks(model.layers, s.pp, v)
+    split = balanced_chunks(blocks, first, last, s.pp, v) if v > 1 else balanced_split(blocks, first, last, s.pp)
+    if bottleneck(split, blocks, first, last, s.pp) >= bottleneck(even, blocks, first, last, s.pp) * (1 - 1e-9):
         return None
     return tuple(split)
 
 
 def _most_blocks(model: ModelSpec, s: Strategy) -> int:
-    """Blocks on the most loaded pipeline stage (its layer split, else the even one)."""
-    return max(s.layer_split) if s.layer_split else math.ceil(model.layers / s.pp)
+    """Blocks on the most loaded pipeline stage (its layer split, else the even one), over all its model chunks."""
+    if s.layer_split is None:
+        return math.ceil(model.layers / s.pp)
+    sizes = chunk_blocks(model.layers, s.pp, s.virtual_stages, s.layer_split)
+    return max(sum(sizes[stage :: s.pp]) for stage in range(s.pp))
 
 
 def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:

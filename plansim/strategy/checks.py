@@ -217,22 +217,16 @@ def _check_model_split(s: Strategy, model: Workload) -> list[str]:
     chunks = s.pp * s.virtual_stages
     chunked = SCHEDULES[s.schedule].model_chunks
     if s.layer_split is not None:
-        split = s.layer_split
-        if s.virtual_stages > 1:
-            problems.append(
-                f"layer_split applies to one model chunk per stage: leave it out with schedule={s.schedule}"
-            )
-        elif len(split) != s.pp or min(split) < 1 or sum(split) != model.layers:
-            problems.append(
-                f"layer_split={list(split)}: needs pp={s.pp} entries of at least 1 block summing to "
-                f"layers={model.layers}"
-            )
-    if model.layers < chunks:
+        problems += _split_problems(s.layer_split, s.pp, s.virtual_stages, model.layers)
+    if model.layers < chunks and s.layer_split is None:
         problems.append(f"pp*virtual_stages={chunks} exceeds layers={model.layers}: use fewer pipeline stages")
-    elif chunked and model.layers % chunks:
+    elif chunked and model.layers % chunks and s.layer_split is None:
+        # Megatron-LM's even split asserts it (megatron/core/transformer/transformer_block.py:157, 174-177 at
+        # core_v0.15.0); an explicit split is its --pipeline-model-parallel-layout, counted chunk by chunk
+        # (transformer_block.py:90-93, pipeline_parallel_layer_layout.py:136-152), which needs none
         problems.append(
             f"schedule={s.schedule} needs layers={model.layers} divisible by pp*virtual_stages={chunks}: "
-            "change pp or virtual_stages"
+            "change pp or virtual_stages, or give a layer_split"
         )
     if chunked and s.pp == 1:
         problems.append(f"schedule={s.schedule} needs pp > 1: use schedule=1f1b")
@@ -242,6 +236,46 @@ def _check_model_split(s: Strategy, model: Workload) -> list[str]:
             "set virtual_stages=2 or use schedule=1f1b"
         )
     return problems
+
+
+def _split_problems(split: Sequence[int], pp: int, v: int, layers: int) -> list[str]:
+    """What is wrong with ``layer_split`` (``plansim.pipeline.stages.chunk_blocks`` reads it): blocks per stage
+    (``pp`` entries, each at least one), or with ``v > 1`` model chunks per stage either blocks per chunk in model
+    order (``pp * v`` entries, Megatron-LM's ``--pipeline-model-parallel-layout``), each at least one but the first
+    and the last, which hold the embedding and the output layer and may hold no block (the layout allows empty
+    stages, ``docs/source/api-guide/pipeline_parallel_layout.md:26`` at core_v0.15.0; Llama 3 405B's first chunk
+    held only the embedding and its last only the output layer, Dubey et al. 2024, sec 3.3.2), or blocks per stage,
+    each spread evenly over its chunks (a multiple of v, as Megatron-LM's ``--decoder-first/last-pipeline-num-layers``
+    with virtual stages); all of them summing to the model's layers."""
+    shown_split = list(split)
+    if v == 1:
+        if len(split) != pp or min(split) < 1 or sum(split) != layers:
+            return [f"layer_split={shown_split}: needs pp={pp} entries of at least 1 block summing to layers={layers}"]
+        return []
+    if len(split) not in (pp, pp * v):
+        return [
+            f"layer_split={shown_split}: needs pp*virtual_stages={pp * v} entries, the blocks of each model chunk in "
+            f"model order (chunk c runs on stage c % pp), or pp={pp} entries, each stage's blocks (a multiple of "
+            f"virtual_stages={v}), summing to layers={layers}"
+        ]
+    if len(split) == pp:
+        if any(n % v for n in split):
+            return [
+                f"layer_split={shown_split}: a stage's blocks spread evenly over its virtual_stages={v} chunks: give "
+                f"multiples of {v}, or pp*virtual_stages={pp * v} entries, one per model chunk in model order"
+            ]
+        if min(split) < v or sum(split) != layers:
+            return [
+                f"layer_split={shown_split}: needs an entry per stage of at least {v} blocks (1 a chunk), summing to "
+                f"layers={layers}"
+            ]
+        return []
+    if min(split[1:-1], default=1) < 1 or sum(split) != layers:
+        return [
+            f"layer_split={shown_split}: needs an entry per model chunk (in model order) of at least 1 block (0 for "
+            f"the first and the last, which hold the embedding and the output layer), summing to layers={layers}"
+        ]
+    return []
 
 
 def _check_family(s: Strategy, model: ModelSpec) -> list[str]:

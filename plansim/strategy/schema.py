@@ -130,7 +130,10 @@ class Strategy(BaseModel):
         default=None,
         max_length=10_000,
         description="transformer blocks per pipeline stage, first to last (pp entries; the first stage also holds "
-        "the embedding, the last the output layer; inline: 5/7/7/5); default: even, the first stages one more",
+        "the embedding, the last the output layer; inline: 5/7/7/5); with virtual_stages v > 1, blocks per model "
+        "chunk in model order (pp*v entries, chunk c on stage c % pp, the first and last may be 0: Megatron-LM's "
+        "--pipeline-model-parallel-layout) or pp entries, multiples of v, each spread over its stage's chunks; "
+        "default: even, the first stages one more",
     )
     remat: Annotated[str, AfterValidator(_registered("remat", REMAT_POLICIES))] = Field(
         default="none", description="remat policy, a name in plansim.costs.remat_policies.REMAT_POLICIES"
@@ -228,7 +231,8 @@ class Strategy(BaseModel):
     @field_validator("layer_split", mode="before")
     @classmethod
     def _split_text(cls, value: object) -> object:
-        """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there)."""
+        """Inline strategies write a split as ``layer_split=5/7/7/5`` (a comma separates fields there; per model
+        chunk with interleaving: ``layer_split=3/3/3/3/3/3/4/2``)."""
         if isinstance(value, str):
             try:
                 return tuple(int(part) for part in value.split("/"))
