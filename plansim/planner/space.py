@@ -37,7 +37,7 @@ from plansim.limits import number, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
-from plansim.strategy.mesh import degree_splits, grad_group_size
+from plansim.strategy.mesh import degree_splits, grad_group_size, span
 from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, Strategy
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
@@ -387,7 +387,8 @@ def _cp_algorithms(model: ModelSpec, tp: int, cp: int, c: Constraints, framework
     wanted = c.cp_algorithm or rule.default
     if wanted is None or wanted not in rule.algorithms:
         return []
-    if wanted == "all_to_all" and (model.heads % (tp * cp) or model.kv_heads % (tp * cp)):
+    heads = span({"tp": tp, "cp": cp}, ("tp", "cp"))  # the ranks an all-to-all splits the heads over
+    if wanted == "all_to_all" and (model.heads % heads or model.kv_heads % heads):
         return []
     return [wanted]
 

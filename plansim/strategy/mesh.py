@@ -55,6 +55,7 @@ __all__ = [
     "grad_group_size",
     "mesh_of",
     "ranks_of",
+    "span",
 ]
 
 #: The strategy's parallel axes, fastest first: the rank layout of both engines.
@@ -246,14 +247,24 @@ def degree_splits(n: int, axes: Sequence[str], values: Callable[[str, int], Iter
     yield from split(0, n, {})
 
 
+def span(degrees: Mapping[str, int], axes: Iterable[str]) -> int:
+    """The ranks ``axes`` span together, from axis degrees by name (an axis left out: 1), for a search that has
+    degrees before it has a strategy.
+
+    >>> span({"tp": 8, "cp": 4, "dp": 2}, ("tp", "cp"))
+    32
+    """
+    return math.prod(degrees.get(axis, 1) for axis in axes)
+
+
 def grad_group_size(degrees: Mapping[str, int]) -> int:
     """The ranks the gradients are reduced over, from axis degrees by name (``GRAD_AXES``: the data-parallel ranks
-    of every context-parallel rank), for a search that has degrees before it has a strategy.
+    of every context-parallel rank).
 
     >>> grad_group_size({"tp": 8, "cp": 4, "dp": 2, "pp": 2})
     8
     """
-    return degrees["dp"] * degrees.get("cp", 1)
+    return span(degrees, ("cp", "dp"))
 
 
 def mesh_of(s: Degrees) -> DeviceMesh:
