@@ -20,7 +20,7 @@ import plansim
 from plansim.api import run_model
 from plansim.cli.app import SEQ_LEN_HELP, app
 from plansim.comparison.compare import compare
-from plansim.errors import PlansimError
+from plansim.errors import PlansimError, shown_path
 from plansim.planner import Constraints, plan
 from plansim.planner.output import winner_yaml
 from plansim.strategy.schema import Strategy, load_strategy, read_strategy
@@ -128,8 +128,9 @@ def test_a_strategy_file_text_or_mapping_gives_the_length(tmp_path: Path) -> Non
     mapping = {**read_strategy(STRATEGY).strategy.model_dump(exclude_defaults=True), "seq_len": 1024}
     assert plansim.simulate(TINY, "dgx-a100", mapping, gpus=8) == own
     message = one_line(lambda: plansim.simulate(TINY, "dgx-a100", path, gpus=8, seq_len=2048), "differ")
+    shown = shown_path(path)
     assert (
-        message == f"--seq-len 2048 and seq_len 1024 in {path} differ: give the run's length once, or make them agree"
+        message == f"--seq-len 2048 and seq_len 1024 in {shown} differ: give the run's length once, or make them agree"
     )
 
 
@@ -146,11 +147,13 @@ def test_the_strategy_never_holds_the_length() -> None:
 def test_a_bad_length_in_a_strategy_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("dp: 8\nseq_len: many\n")
-    one_line(lambda: plansim.simulate(TINY, "dgx-a100", path), f"{path}: seq_len 'many'", "whole number")
-    one_line(lambda: load_strategy(path), f"{path}: seq_len 'many'")  # checked wherever it is read
-    assert cli_error("simulate", "-m", "gpt3-125m", "-s", str(path)).startswith(f"error: {path}: seq_len 'many'")
+    one_line(lambda: plansim.simulate(TINY, "dgx-a100", path), f"{shown_path(path)}: seq_len 'many'", "whole number")
+    one_line(lambda: load_strategy(path), f"{shown_path(path)}: seq_len 'many'")  # checked wherever it is read
+    assert cli_error("simulate", "-m", "gpt3-125m", "-s", str(path)).startswith(
+        f"error: {shown_path(path)}: seq_len 'many'"
+    )
     path.write_text("dp: 8\nseq_len: 1024\n")
-    one_line(lambda: load_strategy(path), f"{path}: seq_len 1024 is the run's", "not a strategy field")
+    one_line(lambda: load_strategy(path), f"{shown_path(path)}: seq_len 1024 is the run's", "not a strategy field")
 
 
 def test_simulate_framework_keeps_the_files_length(tmp_path: Path) -> None:
@@ -229,7 +232,7 @@ def test_a_grid_file_gives_lengths_and_agrees_with_the_option(tmp_path: Path) ->
         ("[4, 4]", "twice"),
     ):
         path.write_text(f"model: gpt3-125m\ngpus: 8\nglobal_batch: 8\nseq_len: {bad}\n")
-        one_line(lambda: load_grid(path), f"{path}", words)
+        one_line(lambda: load_grid(path), path.name, words)
     one_line(lambda: grid_from_options("gpt3-125m", "8", "8", None, None, "1024,0"), "--seq-len 0")
     one_line(lambda: grid_from_options("gpt3-125m", "8", "8", None, None, ","), "--seq-len", "at least one value")
 
