@@ -171,7 +171,7 @@ def simulate(
         ``"dp=8,tp=2,pp=1,..."``, a strategy YAML path or shipped name, or a mapping of fields; its text, file or
         mapping may hold the run's ``seq_len`` too (see ``seq_len``).
     gpus : int, optional
-        Cluster size; defaults to dp*tp*pp when the strategy gives dp, else one node.
+        Cluster size; defaults to dp*tp*cp*pp when the strategy gives dp, else one node.
     engine : str
         A name in ``ENGINES``: ``analytic`` (closed form) or ``des`` (discrete-event simulation).
     mode : str, optional

@@ -343,10 +343,11 @@ def test_partial_node_and_group_bounds():
         cluster.group_link(0, 1)
 
 
-def _custom_node(tmp_path: Path, old: str, new: str) -> Path:
-    text = (PROFILES / "nodes" / "dgx-a100.yaml").read_text()
+def _custom_node(tmp_path: Path, old: str, new: str, base: str = "dgx-a100", name: str = "custom") -> Path:
+    """A copy of node profile ``base`` with ``old`` replaced by ``new``, as ``nodes/<name>.yaml`` under ``tmp_path``."""
+    text = (PROFILES / "nodes" / f"{base}.yaml").read_text()
     assert old in text
-    path = tmp_path / "nodes" / "custom.yaml"
+    path = tmp_path / "nodes" / f"{name}.yaml"
     path.parent.mkdir(exist_ok=True)
     path.write_text(text.replace(old, new))
     return path
@@ -455,12 +456,7 @@ def test_mi300x_platform_is_a_full_mesh_on_rccl():
 
 
 def _amd_node(tmp_path: Path, old: str, new: str) -> Path:
-    text = (PROFILES / "nodes" / "mi300x-platform.yaml").read_text()
-    assert old in text
-    path = tmp_path / "nodes" / "amd.yaml"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(text.replace(old, new))
-    return path
+    return _custom_node(tmp_path, old, new, base="mi300x-platform", name="amd")
 
 
 TIMING = """  arch: hopper

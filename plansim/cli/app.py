@@ -173,7 +173,7 @@ def simulate(
     hardware: Annotated[str, typer.Option("--hardware", "-H", help="node type (plansim hardware) or YAML path")] = (
         "dgx-a100"
     ),
-    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default dp*tp*pp)")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", "-g", help="GPUs in the cluster (default dp*tp*cp*pp)")] = None,
     engine: Annotated[
         str, typer.Option("--engine", "-e", help="analytic (closed form) or des (discrete-event simulation)")
     ] = "analytic",
@@ -429,7 +429,7 @@ def compare(
         list[str] | None, typer.Option("--hardware", "-H", help="node type or YAML path (repeat to compare)")
     ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", "-g", help="GPUs of every cluster (default: each strategy's dp*tp*pp)")
+        int | None, typer.Option("--gpus", "-g", help="GPUs of every cluster (default: each strategy's dp*tp*cp*pp)")
     ] = None,
     engine: Annotated[str, typer.Option("--engine", "-e", help="des (default: gives the timeline) or analytic")] = (
         "des"

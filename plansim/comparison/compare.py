@@ -251,7 +251,7 @@ def compare(
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
-    ``gpus`` sizes every cluster; without it each strategy's GPUs (``Strategy.num_gpus``: dp x tp x pp) do (or
+    ``gpus`` sizes every cluster; without it each strategy's GPUs (``Strategy.num_gpus``: dp x tp x cp x pp) do (or
     one node when dp is left out). ``frameworks`` runs each strategy under each of these frameworks
     (``strategy.frameworks``), side by side, each run labelled with its framework; without them each strategy runs
     under its own ``framework``.
@@ -347,7 +347,7 @@ def _listed(values: object, kinds: tuple[type, ...], option: str) -> list[Any]:
 
 def scaled_strategy(s: Strategy, gpus: int, batch: str = "fixed") -> Strategy:
     """``s`` (resolved: dp set) on ``gpus`` GPUs: the same tp, pp and micro-batch, dp = gpus over one replica's GPUs
-    (``ranks_of(s, besides=("dp",))``: tp x pp); the global batch kept (``fixed``) or grown with dp at the same
+    (``ranks_of(s, besides=("dp",))``: tp x cp x pp); the global batch kept (``fixed``) or grown with dp at the same
     micro-batches per replica (``per-replica``).
 
     >>> s = Strategy(dp=4, tp=2, micro_batch=2, global_batch=32)

@@ -1,7 +1,7 @@
 """The planner's search space: every strategy that can run a model on a cluster at a global batch, narrowed by the
 user's constraints.
 
-Dimensions (issue "the planner"): dp x tp x pp = GPUs (tp within a node unless ``allow_cross_node_tp``; tp divides
+Dimensions (issue "the planner"): dp x tp x cp x pp = GPUs (tp within a node unless ``allow_cross_node_tp``; tp divides
 heads and kv heads; pp <= layers), micro-batch sizes dividing ``global_batch / dp``, the pipeline schedule (GPipe,
 1F1B, interleaved with each valid virtual-stage count, ZB-H1), ZeRO 0-3 (under ``fsdp`` ZeRO-2/3 also hybrid-sharded
 within each node: HSDP), sequence parallelism (and with it Megatron-LM's
