@@ -187,3 +187,27 @@ def test_the_planner_searches_cp_for_long_sequences_only() -> None:
     assert all(check_strategy(s, LLAMA, cluster) == [] for s in long if s.cp > 1)
     fixed = list(candidates(LLAMA, cluster, 16, Constraints(cp=4, cp_algorithm="all_to_all")))
     assert fixed and all(s.cp == 4 and s.cp_algorithm == "all_to_all" and s.tp <= 2 for s in fixed)
+
+
+def test_tables_name_cp_traffic_where_a_row_has_some() -> None:
+    """``plansim compare``'s comm column shows dp/tp/pp/zero for runs without context parallelism (no column of
+    zeros) and every kind, cp's bytes among them, as soon as one row has context-parallel traffic."""
+    from typer.testing import CliRunner
+
+    from plansim.cli.app import app
+
+    def table(*strategies: str) -> str:
+        argv = ["compare", "-m", "llama3-8b", "-H", "dgx-h100", "--gpus", "16", "--engine", "analytic"]
+        for s in strategies:
+            argv += ["-s", s]
+        res = CliRunner().invoke(app, argv, env={"COLUMNS": "400"})
+        assert res.exit_code == 0, res.output
+        return res.stdout
+
+    plain, ring = "dp=16,micro_batch=1,global_batch=16,zero=1", "dp=4,cp=4,micro_batch=1,global_batch=4,zero=1"
+    without = table(plain, "dp=8,tp=2,micro_batch=1,global_batch=16,zero=1")
+    assert "dp/tp/pp/zero" in without and "dp/tp/cp/pp/zero" not in without
+    text = table(plain, ring)
+    sent = plansim.simulate("llama3-8b", "dgx-h100", ring, gpus=16).comm_bytes_per_gpu["cp"]
+    assert "dp/tp/cp/pp/zero" in text and sent > 0
+    assert f"/{sent / 1e9:.1f}/" in text

@@ -22,22 +22,36 @@ _PART_NAMES = {
 }  # fmt: skip
 assert tuple(_PART_NAMES) == TIME_PARTS, "a time part without its column name"
 _PARTS_HEADER = "/".join(_PART_NAMES.values())
-#: The kinds the tables' comm column shows: every kind but context parallelism's, which the JSON, the CSV and
-#: ``simulate``'s breakdown carry (a column for it is to come with the long-context tables)
+#: The kinds the tables' comm column shows where no row has context-parallel traffic (the kinds of most runs: a
+#: column of zeros left out); with some, every kind (``_kinds``)
 _TABLE_KINDS = tuple(k for k in COMM_KINDS if k != "cp")
-#: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines.
-FIGURE_COLUMNS = (
-    "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(_TABLE_KINDS)}",
-    _PARTS_HEADER.replace("/comm/", "/\ncomm/"),
-)  # fmt: skip
+
+
+def _figure_columns(kinds: Sequence[str]) -> tuple[str, ...]:
+    return (
+        "step", "tokens/s", "MFU", "memory\n/ capacity", f"comm per GPU\n{'/'.join(kinds)}",
+        _PARTS_HEADER.replace("/comm/", "/\ncomm/"),
+    )  # fmt: skip
+
+
+#: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines; a table
+#: with context-parallel traffic names ``cp`` in its comm column too.
+FIGURE_COLUMNS = _figure_columns(_TABLE_KINDS)
 #: The figure columns a narrow terminal leaves out first (``report.fit``), as ``fit_table`` names them.
-OPTIONAL_COLUMNS = (_PARTS_HEADER, f"comm per GPU {'/'.join(_TABLE_KINDS)}")
+OPTIONAL_COLUMNS = (
+    _PARTS_HEADER, f"comm per GPU {'/'.join(_TABLE_KINDS)}", f"comm per GPU {'/'.join(COMM_KINDS)}"
+)  # fmt: skip
 
 
-def _figure_cells(row: dict, step_mark: str) -> list[str]:
+def _kinds(rows: Sequence[dict]) -> tuple[str, ...]:
+    """The communication kinds a table's rows show: every kind where some row has context-parallel traffic."""
+    return COMM_KINDS if any(row.get("comm_cp_bytes", 0) > 0 for row in rows) else _TABLE_KINDS
+
+
+def _figure_cells(row: dict, step_mark: str, kinds: Sequence[str] = _TABLE_KINDS) -> list[str]:
     """A frame row's (``plansim.result`` columns) figure cells: step time (``step_mark`` after it), tokens/s,
-    MFU, memory against capacity, bytes per GPU by kind (GB) and the step time by part (ms)."""
-    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in _TABLE_KINDS)
+    MFU, memory against capacity, bytes per GPU by kind (GB, ``kinds``) and the step time by part (ms)."""
+    comm = "/".join(f"{row[f'comm_{k}_bytes'] / GB:.1f}" for k in kinds)
     parts = "/".join(f"{row[f'time_{k}_s'] * 1e3:.0f}" for k in TIME_PARTS)
     return [
         f"{row['step_time_s'] * 1e3:,.1f} ms{step_mark}",
@@ -55,13 +69,15 @@ def results_table(
 ) -> Table:
     """A table of results: the ``keys`` columns (name, justify; a left-justified one never wraps) then the figure
     columns; each row is (its key cells, its frame row, a mark after its step time)."""
+    rows = list(rows)
+    kinds = _kinds([row for _, row, _ in rows])
     t = Table(title=title)
     for name, justify in keys:
         t.add_column(name, justify=justify, no_wrap=justify == "left")  # type: ignore[arg-type]
-    for name in FIGURE_COLUMNS:
+    for name in _figure_columns(kinds):
         t.add_column(name, justify="right")
     for cells, row, step_mark in rows:
-        t.add_row(*cells, *_figure_cells(row, step_mark))
+        t.add_row(*cells, *_figure_cells(row, step_mark, kinds))
     return t
 
 
