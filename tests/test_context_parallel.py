@@ -211,3 +211,22 @@ def test_tables_name_cp_traffic_where_a_row_has_some() -> None:
     sent = plansim.simulate("llama3-8b", "dgx-h100", ring, gpus=16).comm_bytes_per_gpu["cp"]
     assert "dp/tp/cp/pp/zero" in text and sent > 0
     assert f"/{sent / 1e9:.1f}/" in text
+
+
+def test_the_plan_says_what_cp_bought_against_the_best_plan_without_it() -> None:
+    """Where the winner runs context parallelism, the explanation names the best candidate without it, by brute
+    force the best cp = 1 candidate that fits with the headroom free, and its analytic step."""
+    from plansim.describe import describe
+    from plansim.planner import plan
+    from plansim.step.result import THIN_MARGIN
+
+    cluster = load_hardware("dgx-h100", gpus=16)
+    long = LLAMA.model_copy(update={"seq_len": 65536})
+    r = plan(long, cluster, global_batch=4, des=False, jobs=1)
+    assert r.winner is not None and r.winner.cp > 1, r.explanation
+    results = [
+        (s, plansim.simulate(long, cluster, s)) for s in candidates(long, cluster, 4) if s.cp == 1
+    ]  # fmt: skip
+    fit = [(s, x) for s, x in results if x.fits and x.memory_margin >= THIN_MARGIN]
+    best_s, best = min(fit, key=lambda sx: sx[1].step_time_s)
+    assert f"against the best candidate without it, {describe(best_s)}, {best.step_time_s:.3f} s" in r.explanation

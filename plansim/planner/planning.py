@@ -226,8 +226,9 @@ def plan(
     key = OBJECTIVES[objective]
     max_tp = _megatron_tp(spec, cluster)
     # the candidates the explanation reads besides the finalists: the best Megatron-style one at each depth, each
-    # framework's best (--framework all), and with --robust each family's best (a rival)
-    groups: list[Callable[[Strategy], Hashable]] = [partial(_megatron_depth, max_tp), _framework]
+    # framework's best (--framework all), the best without context parallelism, and with --robust each family's best
+    # (a rival)
+    groups: list[Callable[[Strategy], Hashable]] = [partial(_megatron_depth, max_tp), _framework, _without_cp]
     groups += [plan_family] if robust else []
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
@@ -331,6 +332,12 @@ def _framework(s: Strategy) -> str:
     return s.framework
 
 
+def _without_cp(s: Strategy) -> Hashable:
+    """The group of the candidates without context parallelism (None for the others): what cp buys is read against
+    its best (``_cp_sentences``)."""
+    return "cp1" if s.cp == 1 else None
+
+
 def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
     """Tensor parallelism up to a node: the largest divisor of the node's GPUs that the model's family allows (the
     heads)."""
@@ -397,6 +404,7 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
     else:
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
     text += _overlap_sentences(r, best.priced)
+    text += _cp_sentences(r, best.priced)
     text += _framework_sentences(r, best.priced)
     text += _headroom_sentences(r, best.priced)
     return " ".join(text)
@@ -469,6 +477,28 @@ def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
         "With Megatron-LM's --tp-comm-overlap (tried on each finalist) the winner's configuration takes "
         f"{theirs:.3f} s by the analytic engine against {mine:.3f} s without: it {pace(theirs, mine)} the winner"
         f"{fits}."
+    ]
+
+
+def _cp_sentences(r: PlanResult, best: Priced) -> list[str]:
+    """What context parallelism bought where the winner runs it: the best candidate without it (the search prices it
+    in full: ``_without_cp``), by the analytic engine against the winner's analytic step, or that none fits without
+    it."""
+    s = best.strategy
+    if s.cp == 1:
+        return []
+    key = OBJECTIVES[r.objective]
+    plain = min((p for p in r.outcome.fitting if p.strategy.cp == 1), key=lambda p: key(p.result), default=None)
+    if plain is None:
+        return [
+            f"Context parallelism (cp={s.cp}) is what makes the plan fit: no candidate without it fits with "
+            f"{_percent(r.outcome.headroom)} of memory free."
+        ]
+    ours, theirs = best.result.step_time_s, plain.result.step_time_s
+    return [
+        f"Context parallelism (cp={s.cp}) against the best candidate without it, {describe(plain.strategy)}, "
+        f"{theirs:.3f} s and {plain.result.peak_memory_bytes / GB:.1f} GB by the analytic engine: that one "
+        f"{pace(theirs, ours)} the winner's {ours:.3f} s."
     ]
 
 
