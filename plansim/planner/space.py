@@ -41,6 +41,7 @@ from plansim.strategy.mesh import degree_splits, grad_group_size, span
 from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, Strategy
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
+from plansim.workload.transformer import heads_swap_problems
 
 __all__ = [
     "INTERLEAVED_PER_BLOCK",
@@ -387,8 +388,7 @@ def _cp_algorithms(model: ModelSpec, tp: int, cp: int, c: Constraints, framework
     wanted = c.cp_algorithm or rule.default
     if wanted is None or wanted not in rule.algorithms:
         return []
-    heads = span({"tp": tp, "cp": cp}, ("tp", "cp"))  # the ranks an all-to-all splits the heads over
-    if wanted == "all_to_all" and (model.heads % heads or model.kv_heads % heads):
+    if wanted == "all_to_all" and heads_swap_problems(model, span({"tp": tp, "cp": cp}, ("tp", "cp"))):
         return []
     return [wanted]
 

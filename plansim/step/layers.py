@@ -195,9 +195,10 @@ class _Runs:
         self.var_bwd = 0.0
 
     def gather_into_gemm(self, comm: Comm, chunks: int, chunk_s: float, backward: bool) -> None:
-        """An all-gather run as a ring exchange into a GEMM of ``chunks`` chunks of ``chunk_s`` each: the gather
-        beside the first ``chunks - 1`` chunks (this rank's own and those that arrived), the last chunk waiting for
-        the gather's end. The last chunk opens the pass's next run."""
+        """An all-gather run as a ring exchange into a GEMM (or context parallelism's ring attention,
+        ``_ring_steps``) of ``chunks`` chunks of ``chunk_s`` each: the gather beside the first ``chunks - 1`` chunks
+        (this rank's own and those that arrived), the last chunk waiting for the gather's end. The last chunk opens
+        the pass's next run."""
         if backward:
             self.close_bwd()
             for segments in (self.lp.bwd, self.lp.bwd_input):

@@ -19,6 +19,7 @@ from plansim.workload.families import axis_problems, family_of
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
+from plansim.workload.transformer import heads_swap_problems
 
 __all__ = ["check_strategy"]
 
@@ -281,6 +282,8 @@ def _split_problems(split: Sequence[int], pp: int, v: int, layers: int) -> list[
 def _check_family(s: Strategy, model: ModelSpec) -> list[str]:
     """What a model family allows of each parallel axis (its entry's rules, ``plansim.workload.families``)."""
     problems = [p for axis, degree in degrees_of(s).items() for p in axis_problems(model, axis, degree)]
+    if s.cp > 1 and s.cp_algorithm == "all_to_all" and family_of(model).transformer:
+        problems += heads_swap_problems(model, ranks_of(s, only=("tp", "cp")))
     if s.tp_comm_overlap and not family_of(model).transformer:
         # Megatron-LM gives Transformer Engine userbuffers only for its blocks' qkv, proj, fc1 and fc2 GEMMs
         # (megatron/core/extensions/transformer_engine.py:302-312 at core_v0.15.0)

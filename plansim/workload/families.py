@@ -38,7 +38,7 @@ from plansim.workload.cnn import add_cnn, resnet_parameters
 from plansim.workload.graph import Sharding
 from plansim.workload.mlp import add_mlp, mlp_parameters
 from plansim.workload.shape import ModelShape as BuilderShape
-from plansim.workload.transformer import add_transformer, transformer_parameters
+from plansim.workload.transformer import add_transformer, sequence_split_problems, transformer_parameters
 
 __all__ = [
     "FAMILIES",
@@ -152,14 +152,6 @@ def _heads_split(model: ModelShape, tp: int) -> list[str]:
     return []
 
 
-def _sequence_split(model: ModelShape, cp: int) -> list[str]:
-    """Context parallelism splits a causal sequence into ``2 cp`` equal chunks, two per rank (Megatron-LM:
-    megatron/training/arguments.py:1336-1338 at d98e8a64)."""
-    if cp > 1 and model.seq_len % (2 * cp):
-        return [f"cp={cp} needs seq_len={model.seq_len} divisible by 2*cp={2 * cp}: choose another cp"]
-    return []
-
-
 def _no_sequence(model: ModelShape, cp: int) -> list[str]:
     """No sequence to split: the family's builder has no attention over tokens."""
     return [f"cp={cp}: {model.family} models have no sequence to split: use dp or pp"] if cp > 1 else []
@@ -202,7 +194,7 @@ FAMILIES: dict[str, Family] = {
             "tied_embeddings": lambda d: True,
             "learned_positions": lambda d: True,
         },
-        axis_rules={"tp": _heads_split, "cp": _sequence_split},
+        axis_rules={"tp": _heads_split, "cp": sequence_split_problems},
         transformer=True,
         hf_model_types={
             "gpt2": HFFamily(_GPT2_KEYS, tied=True, learned_positions=True, optional=("ffn_hidden",)),
@@ -216,7 +208,7 @@ FAMILIES: dict[str, Family] = {
         partial(transformer_parameters, gpt=False),
         required=("heads", "ffn_hidden", "seq_len"),
         defaults={"kv_heads": _heads, "tied_embeddings": lambda d: False},
-        axis_rules={"tp": _heads_split, "cp": _sequence_split},
+        axis_rules={"tp": _heads_split, "cp": sequence_split_problems},
         transformer=True,
         hf_model_types={"llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA},
         torch_model="llama",

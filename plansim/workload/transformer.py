@@ -87,7 +87,9 @@ __all__ = [
     "add_transformer",
     "dims",
     "head_nodes",
+    "heads_swap_problems",
     "residual_add",
+    "sequence_split_problems",
     "tp_enter",
     "tp_exit",
     "transformer_parameters",
@@ -205,27 +207,40 @@ def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
     )
 
 
-def _check_context_parallel(spec: ModelShape, sh: Sharding) -> None:
-    """What context parallelism needs of the model (Megatron-LM and Transformer Engine's checks): a sequence of
-    ``2 cp`` equal chunks, two per rank for the causal load balance (megatron/training/arguments.py:1336-1338 at
-    d98e8a64); fused attention (Transformer Engine's dot_product_attention/utils.py:1169-1173 at d0067d0d); for
-    the all-to-all, query and key/value heads that split over ``tp x cp`` ranks (context_parallel.py:4246-4248,
-    ``AttnFuncWithCPAndQKVOA2A``, at NVIDIA/TransformerEngine d0067d0d)."""
-    c, name = sh.cp, spec.name
-    if spec.seq_len % (2 * c):
-        raise PlansimError(
-            f"cp={c} needs seq_len={spec.seq_len} of {name} to split into 2*cp={2 * c} equal chunks: choose cp "
+def sequence_split_problems(spec: ModelShape, cp: int) -> list[str]:
+    """What ``cp`` context-parallel ranks need of the sequence: ``2 cp`` equal chunks, two per rank for the causal
+    load balance (megatron/training/arguments.py:1336-1338 at d98e8a64). The family's ``cp`` rule, and the
+    builder's check."""
+    if cp > 1 and spec.seq_len % (2 * cp):
+        return [
+            f"cp={cp} needs seq_len={spec.seq_len} of {spec.name} to split into 2*cp={2 * cp} equal chunks: choose cp "
             "so that 2*cp divides seq_len"
-        )
+        ]
+    return []
+
+
+def heads_swap_problems(spec: ModelShape, ranks: int) -> list[str]:
+    """What context parallelism by all-to-all needs of the model: query and key/value heads that split over its
+    ``ranks`` (tp x cp; Transformer Engine's ``AttnFuncWithCPAndQKVOA2A``, context_parallel.py:4246-4248 at
+    NVIDIA/TransformerEngine d0067d0d). The checks', the planner's and the builder's one rule."""
+    if spec.heads % ranks or spec.kv_heads % ranks:
+        return [
+            f"cp_algorithm=all_to_all splits the heads over tp*cp={ranks} ranks, which does not divide "
+            f"heads={spec.heads} and kv_heads={spec.kv_heads} of {spec.name}: use cp_algorithm=ring or a smaller cp"
+        ]
+    return []
+
+
+def _check_context_parallel(spec: ModelShape, sh: Sharding) -> None:
+    """What context parallelism needs of the model's sequence (``sequence_split_problems``) and of attention: a fused
+    kernel (Transformer Engine's dot_product_attention/utils.py:1169-1173 at d0067d0d). The all-to-all's heads are
+    the strategy checks' (``heads_swap_problems``, asked with the mesh's tp x cp): the graph is defined without
+    them."""
+    problems = sequence_split_problems(spec, sh.cp)
     if sh.attention != "flash":
-        raise PlansimError(f"cp={c} runs on fused attention only: use attention=flash")
-    if sh.cp_algorithm == "all_to_all":
-        heads = sh.tp * c
-        if spec.heads % heads or spec.kv_heads % heads:
-            raise PlansimError(
-                f"cp_algorithm=all_to_all splits the heads over tp*cp={heads} ranks, which does not divide "
-                f"heads={spec.heads} and kv_heads={spec.kv_heads} of {name}: use cp_algorithm=ring or a smaller cp"
-            )
+        problems.append(f"cp={sh.cp} runs on fused attention only: use attention=flash")
+    if problems:
+        raise PlansimError(problems[0])
 
 
 def tp_enter(d: Dims, name: str) -> list[Node]:
