@@ -166,6 +166,7 @@ LIMITS: dict[str, Limit] = {
     "headroom": Limit(
         0, 0.9, "", "a fraction of the GPU's memory left free at the peak: 0.05 for 5%; 0 lets a plan fill it", False
     ),
+    "headroom_bytes": Limit(0, 1e15, "bytes", "a size left free of each GPU's memory at the peak: 4GB", False),
     "curve_points": Limit(0, 100, "budgets", "each budget is a MILP solve; 0 writes the schedule alone"),
 }
 

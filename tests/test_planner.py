@@ -491,10 +491,15 @@ def test_headroom_bad_values_are_one_line_and_the_sweep_holds_it() -> None:
     from plansim.sweep.grid import SweepGrid
     from plansim.sweep.point import SweepSettings, run_point
 
-    for bad in (-0.1, 0.95, float("nan"), "5%", True):
+    for bad in (-0.1, 0.95, float("nan"), "5x", "95%", "-4GB", True):
         with pytest.raises(PlansimError, match=r"^--headroom ") as err:
             Constraints(headroom=bad)
         assert "\n" not in str(err.value)
+    # a percentage, a fraction written as text and a size (a fraction of the GPU's memory once it is known)
+    assert Constraints(headroom="5%").headroom == Constraints(headroom="0.05").headroom == 0.05
+    assert Constraints(headroom="4GB").for_gpu(80e9).headroom == 4e9 / 80e9
+    with pytest.raises(PlansimError, match=r"^--headroom 80GB: at most 90% of the GPU's 80.0 GB$"):
+        Constraints(headroom="80GB").for_gpu(80e9)
     res = runner.invoke(app, [*SMALL, "--headroom", "5", "--no-des"])
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "--headroom 5" in lines[0] and "0.05 for 5%" in lines[0]
@@ -554,3 +559,21 @@ def test_a_milp_finalist_is_budgeted_to_leave_the_headroom() -> None:
     unbudgeted = simulate_analytic(model, cluster, s.model_copy(update={"remat_budget": None}))
     assert unbudgeted.memory_margin < c.headroom  # without the budget it would have been rejected
     assert simulate_analytic(model, cluster, s).to_dict() == milp.result.to_dict()
+
+
+def test_dtypes_searched_multiply_the_space_and_a_missing_one_is_refused() -> None:
+    """``--dtype bf16,fp16`` searches each candidate in each dtype (counted as enumerated); a dtype the GPU has no
+    tensor-core peak for is refused in one line before any pricing."""
+    from plansim.errors import PlansimError
+    from plansim.planner.space import count_candidates
+
+    m, cl = load_model("gpt3-125m"), load_hardware("dgx-a100", gpus=8)
+    one = list(candidates(m, cl, 16, Constraints(dtype="bf16")))
+    two = list(candidates(m, cl, 16, Constraints(dtype="bf16, fp16")))
+    assert len(two) == 2 * len(one) == count_candidates(m, cl, 16, Constraints(dtype=("bf16", "fp16")))
+    assert {s.dtype for s in two} == {"bf16", "fp16"}
+    assert {s.model_copy(update={"dtype": "bf16"}) for s in two} == set(one)
+    v100 = load_hardware("dgx-1", gpus=8)
+    with pytest.raises(PlansimError, match=r"^--dtype bf16: the V100-SXM2-32GB has no bf16 tensor cores") as err:
+        plan("gpt3-125m", v100, global_batch=16, constraints=Constraints(dtype="fp16,bf16"), des=False)
+    assert "\n" not in str(err.value)

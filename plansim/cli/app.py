@@ -327,11 +327,19 @@ def plan(
         ),
     ] = None,
     headroom: Annotated[
-        float | None,
+        str | None,
         typer.Option(
             "--headroom",
-            help="fraction of GPU memory a plan must leave free at its peak (default 0.05 = 5%, where plansim warns "
-            "of a thin margin; 0 lets a plan fill the GPU)",
+            help="GPU memory a plan must leave free at its peak: a fraction, a percentage or a size (0.05, 5%, 4GB; "
+            "default 5%, where plansim warns of a thin margin; 0 lets a plan fill the GPU)",
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            help="training dtypes to search, comma-separated (bf16,fp8: FP8 GEMMs where the GPU and framework run "
+            "them; default: bf16, or fp16 on a GPU without it)",
         ),
     ] = None,
     dp_algorithms: Annotated[
@@ -363,7 +371,7 @@ def plan(
         tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, max_pp=max_pp, zero=zero, micro_batch=micro_batch,
         schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
-        dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom,
+        dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom, dtype=dtype,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")

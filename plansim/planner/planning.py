@@ -217,6 +217,8 @@ def plan(
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
+    c = c.for_gpu(cluster.gpu.memory_bytes)
+    c.dtypes(cluster)  # a dtype the GPU lacks: refused before the search
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
     work = search_work(spec, cluster, global_batch, c)
     subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
@@ -228,7 +230,8 @@ def plan(
     # the candidates the explanation reads besides the finalists: the best Megatron-style one at each depth, each
     # framework's best (--framework all), the best without context parallelism, and with --robust each family's best
     # (a rival)
-    groups: list[Callable[[Strategy], Hashable]] = [partial(_megatron_depth, max_tp), _framework, _without_cp]
+    groups: list[Callable[[Strategy], Hashable]] = [partial(_megatron_depth, max_tp), _framework]
+    groups += [partial(_without, name) for name in _FEATURES]
     groups += [plan_family] if robust else []
     outcome = search(
         spec, cluster, global_batch, c, objective=objective, top_k=top_k, des=des, milp=milp, splits=splits, jobs=jobs,
@@ -332,10 +335,35 @@ def _framework(s: Strategy) -> str:
     return s.framework
 
 
-def _without_cp(s: Strategy) -> Hashable:
-    """The group of the candidates without context parallelism (None for the others): what cp buys is read against
-    its best (``_cp_sentences``)."""
-    return "cp1" if s.cp == 1 else None
+@dataclass(frozen=True)
+class _Feature:
+    """A capability the explanation weighs where the winner uses it: what the plan would be without it (the best
+    candidate without it, which the search prices in full as a group of its own: ``_without``)."""
+
+    #: what it is called in the sentences, given the winner's strategy
+    title: Callable[[Strategy], str]
+    #: whether a strategy uses it
+    uses: Callable[[Strategy], bool]
+
+
+def _cp_title(s: Strategy) -> str:
+    return f"Context parallelism (cp={s.cp})"
+
+
+def _uses_cp(s: Strategy) -> bool:
+    return s.cp > 1
+
+
+#: What the explanation says each bought (issue 35: "the explanation says what cp, fp8 or offload bought"), by name.
+#: Module-level functions throughout: the search's groups travel to its worker processes.
+_FEATURES: dict[str, _Feature] = {
+    "cp": _Feature(_cp_title, _uses_cp),
+}
+
+
+def _without(name: str, s: Strategy) -> Hashable:
+    """The search group of the candidates without the feature ``name`` (None for the others)."""
+    return None if _FEATURES[name].uses(s) else "without"
 
 
 def _megatron_tp(model: ModelSpec, cluster: Cluster) -> int:
@@ -404,7 +432,7 @@ def _explain(r: PlanResult, excluded: tuple[Strategy, list[str]] | None = None) 
     else:
         text.append("No Megatron-style configuration (tp within a node, pp to fit, mb 1, selective) fits.")
     text += _overlap_sentences(r, best.priced)
-    text += _cp_sentences(r, best.priced)
+    text += [line for f in _FEATURES.values() for line in _feature_sentences(f, r, best.priced)]
     text += _framework_sentences(r, best.priced)
     text += _headroom_sentences(r, best.priced)
     return " ".join(text)
@@ -480,23 +508,22 @@ def _overlap_sentences(r: PlanResult, best: Priced) -> list[str]:
     ]
 
 
-def _cp_sentences(r: PlanResult, best: Priced) -> list[str]:
-    """What context parallelism bought where the winner runs it: the best candidate without it (the search prices it
-    in full: ``_without_cp``), by the analytic engine against the winner's analytic step, or that none fits without
-    it."""
+def _feature_sentences(f: _Feature, r: PlanResult, best: Priced) -> list[str]:
+    """What ``f`` bought where the winner uses it: the best candidate without it (priced in full: ``_without``), by
+    the analytic engine against the winner's analytic step, or that none fits without it."""
     s = best.strategy
-    if s.cp == 1:
+    if not f.uses(s):
         return []
     key = OBJECTIVES[r.objective]
-    plain = min((p for p in r.outcome.fitting if p.strategy.cp == 1), key=lambda p: key(p.result), default=None)
+    plain = min((p for p in r.outcome.fitting if not f.uses(p.strategy)), key=lambda p: key(p.result), default=None)
     if plain is None:
         return [
-            f"Context parallelism (cp={s.cp}) is what makes the plan fit: no candidate without it fits with "
+            f"{f.title(s)} is what makes the plan fit: no candidate without it fits with "
             f"{_percent(r.outcome.headroom)} of memory free."
         ]
     ours, theirs = best.result.step_time_s, plain.result.step_time_s
     return [
-        f"Context parallelism (cp={s.cp}) against the best candidate without it, {describe(plain.strategy)}, "
+        f"{f.title(s)} against the best candidate without it, {describe(plain.strategy)}, "
         f"{theirs:.3f} s and {plain.result.peak_memory_bytes / GB:.1f} GB by the analytic engine: that one "
         f"{pace(theirs, ours)} the winner's {ours:.3f} s."
     ]

@@ -25,6 +25,8 @@ space above its work bounds (``plansim.limits.WORK``, ``PLANSIM_MAX_CANDIDATES``
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -33,12 +35,13 @@ from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.errors import PlansimError, shown
 from plansim.hardware import Cluster
-from plansim.limits import number, whole
+from plansim.limits import LIMITS, number, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.strategy.mesh import degree_splits, grad_group_size, span
 from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, Strategy
+from plansim.units import GB, parse_bytes
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
 from plansim.workload.transformer import heads_swap_problems
@@ -83,14 +86,18 @@ class Constraints:
     #: prices them as what-ifs
     dp_algorithms: tuple[str, ...] | None = None
     allow_cross_node_tp: bool = False
-    dtype: str | None = None
+    #: the training dtypes to search (``"bf16,fp8"``, a list, or one); None: the GPU's default (bf16, else fp16).
+    #: FP8 only where asked: it changes the numerics, which is the user's call (``--dtype bf16,fp8``)
+    dtype: str | tuple[str, ...] | None = None
     #: the training framework whose rules the candidates follow (``strategy.frameworks``), or ``all`` to search each
     framework: str = "megatron"
     #: the fraction of the GPU's memory a plan must leave free at its peak (``Result.memory_margin``); a candidate
     #: that fits with less is rejected. Default ``THIN_MARGIN`` (5 %): what the memory model leaves out (the CUDA
     #: context's lazily loaded kernels, the framework's other communicators, fragmentation) is of that order on an
     #: 80 GB GPU (``plansim.step.result``)
-    headroom: float = THIN_MARGIN
+    headroom: float | str = THIN_MARGIN
+    #: a headroom given in bytes (``--headroom 4GB``), made a fraction of the GPU's memory by ``for_gpu``
+    headroom_bytes: float | None = None
 
     def __post_init__(self) -> None:
         """Check every field at the boundary (``plansim.limits`` for the numbers); a single string is accepted
@@ -104,7 +111,14 @@ class Constraints:
         if self.schedule is not None:
             choice(self.schedule, SCHEDULES, "--schedule")
         if self.dtype is not None:
-            choice(self.dtype, DTYPES, "--dtype")
+            text = self.dtype
+            parts = tuple(d.strip() for d in text.split(",") if d.strip()) if isinstance(text, str) else text
+            wanted = names(parts, "--dtype")
+            if not wanted:
+                raise PlansimError(f"--dtype (none): choose among {', '.join(DTYPES)}, comma-separated")
+            for d in wanted:
+                choice(d, DTYPES, "--dtype")
+            object.__setattr__(self, "dtype", tuple(dict.fromkeys(wanted)))
         if self.cp_algorithm is not None:
             choice(self.cp_algorithm, CP_ALGORITHMS, "--cp-algorithm")
         choice(self.framework, [*framework_names(), "all"], "--framework")
@@ -137,7 +151,54 @@ class Constraints:
         if self.dp_algorithms is not None:
             object.__setattr__(self, "dp_algorithms", names(self.dp_algorithms, "constraints.dp_algorithms"))
             self._check_algorithms(self.dp_algorithms)
-        object.__setattr__(self, "headroom", number(self.headroom, "headroom", "--headroom"))
+        self._check_headroom()
+
+    def _check_headroom(self) -> None:
+        """``headroom`` as a fraction: a number, a percentage (``5%``) or a size (``4GB``, kept in ``headroom_bytes``
+        until ``for_gpu`` knows the GPU's memory)."""
+        value = self.headroom
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                if text.endswith("%"):
+                    value = float(text[:-1]) / 100
+                elif re.fullmatch(r"[0-9.eE+-]+", text):
+                    value = float(text)
+                else:
+                    object.__setattr__(self, "headroom_bytes", parse_bytes(text))
+                    value = 0.0
+            except ValueError:
+                raise PlansimError(
+                    f"--headroom {shown(self.headroom)}: write a fraction (0.05), a percentage (5%) or a size (4GB)"
+                ) from None
+        if self.headroom_bytes is not None:
+            object.__setattr__(self, "headroom_bytes", number(self.headroom_bytes, "headroom_bytes", "--headroom"))
+        object.__setattr__(self, "headroom", number(value, "headroom", "--headroom"))
+
+    def for_gpu(self, memory_bytes: float) -> Constraints:
+        """These constraints with a headroom given in bytes made the fraction of ``memory_bytes`` it is."""
+        if self.headroom_bytes is None:
+            return self
+        if self.headroom_bytes >= memory_bytes * LIMITS["headroom"].high:
+            raise PlansimError(
+                f"--headroom {self.headroom_bytes / GB:g}GB: at most {LIMITS['headroom'].high:.0%} of the GPU's "
+                f"{memory_bytes / GB:.1f} GB"
+            )
+        return dataclasses.replace(self, headroom=self.headroom_bytes / memory_bytes, headroom_bytes=None)
+
+    def dtypes(self, cluster: Cluster) -> tuple[str | None, ...]:
+        """The training dtypes searched on ``cluster``: ``dtype``, or (None) the GPU's default; a dtype the GPU has
+        no peak for is refused in one line."""
+        if self.dtype is None:
+            return (None,)
+        lacking = [d for d in self.dtype if not cluster.gpu.supports(d)]
+        if lacking:
+            has = [d for d in DTYPES if cluster.gpu.supports(d)]
+            raise PlansimError(
+                f"--dtype {lacking[0]}: the {cluster.gpu.name} has no {lacking[0]} tensor cores (its profile gives no "
+                f"peak): choose among {', '.join(has)}"
+            )
+        return tuple(self.dtype)
 
     def _check_remat(self, wanted: tuple[str, ...]) -> None:
         """Each requested remat policy is a registry entry, not ``scheduled``, that some searched framework runs."""
@@ -257,6 +318,7 @@ def candidates(
 def _candidates(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints, framework: str
 ) -> Iterator[Strategy]:
+    dtypes = c.dtypes(cluster)
     for tp, cp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         cp_runs = _cp_algorithms(model, tp, cp, c, framework)
         if not cp_runs:
@@ -266,7 +328,7 @@ def _candidates(
             for zero, shard in _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, cp, c, framework, model):
                     for remat in c.remats(framework):
-                        for algorithm in _algorithms(grads, zero, c, framework):
+                        for algorithm, dtype in itertools.product(_algorithms(grads, zero, c, framework), dtypes):
                             yield Strategy(
                                 dp=dp,
                                 tp=tp,
@@ -283,7 +345,7 @@ def _candidates(
                                 tp_comm_overlap=overlap,
                                 remat=remat,
                                 dp_algorithm=algorithm,
-                                dtype=c.dtype,
+                                dtype=dtype,
                                 framework=framework,
                             )
 
@@ -341,7 +403,7 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
             per_schedule = sum(len(_algorithms(grads, zero, c, framework)) for zero, _ in zeros)
             sp = len(_sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
-            count = len(runs) * per_schedule * sp * len(c.remats(framework))
+            count = len(runs) * per_schedule * sp * len(c.remats(framework)) * len(c.dtypes(cluster))
             total += count
             blocks += count * -(-model.layers // pp)
             m = global_batch // (dp * mb)
