@@ -167,6 +167,9 @@ LIMITS: dict[str, Limit] = {
         0, 0.9, "", "a fraction of the GPU's memory left free at the peak: 0.05 for 5%; 0 lets a plan fill it", False
     ),
     "curve_points": Limit(0, 100, "budgets", "each budget is a MILP solve; 0 writes the schedule alone"),
+    "offload_layers": Limit(0, 10_000, "blocks", "as layers: Megatron-LM offloads fewer than the model's blocks"),
+    "host_memory_bytes": Limit(1, 2**50, "bytes", "a node's host memory: DGX H100 holds 2 TB; 1 PiB exceeds any"),
+    "gpus_per_uplink": Limit(1, 1_024, "GPUs", "GPUs behind one host uplink: at most the node's GPUs"),
 }
 
 
