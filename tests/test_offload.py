@@ -274,9 +274,7 @@ def test_a_host_section_whose_uplink_share_does_not_divide_the_node_is_refused()
     node = load_hardware("dgx-h100").node
     assert node.host is not None
     with pytest.raises(ValueError, match="gpus_per_uplink"):
-        type(node).model_validate(
-            {**node.model_dump(), "host": {**node.host.model_dump(), "gpus_per_uplink": 3}}
-        )
+        type(node).model_validate({**node.model_dump(), "host": {**node.host.model_dump(), "gpus_per_uplink": 3}})
     assert HostSection.model_fields.keys() >= {"link_bandwidth_Bps", "memory_bytes", "cpu_adam_params_per_s"}
 
 

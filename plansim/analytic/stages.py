@@ -30,6 +30,7 @@ from plansim.step.layers import (
     rerun_host_s,
     rerun_sync_s,
 )
+from plansim.step.offload import OffloadLayer
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of

@@ -58,8 +58,8 @@ from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.result import Result
 from plansim.step.comm import Comm, GroupEnds, Shift, Standalone, WholeGroup
-from plansim.step.prepare import beside, kernel_model
 from plansim.step.offload import OFFLOAD_PARTS, host_tier
+from plansim.step.prepare import beside, kernel_model
 from plansim.step.result import TIME_PARTS, host_no_fit_reason, overlap_figures, step_result
 from plansim.strategy.mesh import AXIS_ORDER, COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy

@@ -588,9 +588,7 @@ class _StageLowering:
         Returns the last."""
         ctx, s = self.ctx, self.s
         layers = sorted(x for c in self.chunk_layers for x in c)
-        times = offload_times(
-            ctx.cluster, s, params, [offload_layer(ctx.programs[x], ctx.is_block(x)) for x in layers]
-        )
+        times = offload_times(ctx.cluster, s, params, [offload_layer(ctx.programs[x], ctx.is_block(x)) for x in layers])
         last = after
         for name, seconds in times.parts().items():
             last = self._compute(Task(name, "compute", name, seconds, deps=((self.stage, last),)))

@@ -189,9 +189,9 @@ class HostSection(_Strict):
     ``link_bandwidth_Bps`` the line rate per direction of one uplink to the CPU (a GPU's own x16 link is as
     fast) and ``link_efficiency`` the fraction a pinned ``cudaMemcpyAsync`` achieves; ``link_latency_s`` one copy's
     fixed cost; ``gpus_per_uplink`` how many GPUs share one uplink (a PCIe switch's x16 port, a Grace's C2C; 1: each
-    GPU has its own), whose bandwidth they share when they copy at once, as every rank of a step does; ``memory_bytes`` the node's host memory; ``cpu_adam_params_per_s`` the parameters per second the
-    node's CPUs step with Adam (DeepSpeed's CPU-Adam), shared by its GPUs. Every number carries its source in the
-    profile."""
+    GPU has its own), whose bandwidth they share when they copy at once, as every rank of a step does;
+    ``memory_bytes`` the node's host memory; ``cpu_adam_params_per_s`` the parameters per second the node's CPUs
+    step with Adam (DeepSpeed's CPU-Adam), shared by its GPUs. Every number carries its source in the profile."""
 
     link: Literal["pcie_gen4", "pcie_gen5", "nvlink_c2c"]
     link_bandwidth_Bps: PositiveFloat

@@ -114,7 +114,9 @@ def _breakdown(title: str, values: dict[str, float], unit: str, scale: float) ->
 def _host_tier(host: dict) -> Table:
     """The memory's second tier where the strategy offloads (``Result.host_memory``): one GPU's host bytes by
     category, then the node's against its host memory."""
-    t = _breakdown("host memory (offloaded), per GPU", {k: float(v) for k, v in host["per_gpu_bytes"].items()}, "GB", GB)
+    t = _breakdown(
+        "host memory (offloaded), per GPU", {k: float(v) for k, v in host["per_gpu_bytes"].items()}, "GB", GB
+    )
     t.add_row("per node / capacity", f"{host['per_node_bytes'] / GB:,.1f} / {host['capacity_bytes'] / GB:,.1f}")
     t.add_row("fits", "yes" if host["fits"] else "no")
     return t

@@ -49,9 +49,6 @@ from plansim.workload.traced import Workload
 
 __all__ = [
     "FIXED_CATEGORIES",
-    "host_states",
-    "offload_activations",
-    "offloaded_activations",
     "LayerBytes",
     "LayerMemory",
     "PassProfile",
@@ -63,8 +60,11 @@ __all__ = [
     "dp_all_reduces",
     "ends_saved",
     "fixed_bytes",
+    "host_states",
     "layer_memory",
     "model_states",
+    "offload_activations",
+    "offloaded_activations",
     "pass_profiles",
     "pipeline_wraps",
     "stage_params",

@@ -51,10 +51,10 @@ if TYPE_CHECKING:
     from plansim.hardware import Cluster
 
 __all__ = [
-    "OFFLOAD_KINDS",
-    "OffloadKind",
     "CP_ALGORITHMS",
     "DTYPES",
+    "OFFLOAD_KINDS",
+    "OffloadKind",
     "Strategy",
     "StrategyInput",
     "StrategyProjection",
