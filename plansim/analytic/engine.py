@@ -99,12 +99,11 @@ def _stages_held(
         sums = priced.sums(layers, model)
         params = sums.params + (tied if idx == s.pp - 1 else 0)
         own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
-        offload: tuple = ()
-        host_activations = 0.0
-        if s.offload:  # what offloading reads of the stage's layers; the offloaded blocks' activations off the GPU
-            offload = tuple(offload_layer(priced.costs[i], 0 <= i < model.layers) for i in layers if i in priced.costs)
-            host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
-            own = tuple(offload_activations(s, c, model.layers) for c in own)
+        # what offloading reads of the stage's layers (whatever the strategy offloads: strategies that differ only
+        # there share what is held); the offloaded blocks' activations off the GPU, into host memory
+        offload = tuple(offload_layer(priced.costs[i], 0 <= i < model.layers) for i in layers if i in priced.costs)
+        host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
+        own = tuple(offload_activations(s, c, model.layers) for c in own)
         if any(per_param):
             extra = {model.layers: float(tied)} if idx == s.pp - 1 else {}
             held = {i: priced.costs[i].params + extra.get(i, 0.0) for c in own for i, _ in c}

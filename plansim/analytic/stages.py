@@ -209,8 +209,8 @@ class StageHeld(NamedTuple):
     sums: StageSums
     params: int
     peak: tuple[float, float, float]
-    #: with offloading (``Strategy.offload``): its layers as ``step.offload`` reads them, forward order, and the
-    #: saved bytes of one micro-batch its offloaded blocks keep in host memory
+    #: what offloading (``Strategy.offload``) reads: its layers as ``step.offload`` reads them, forward order, and
+    #: the saved bytes of one micro-batch its offloaded blocks keep in host memory
     offload: tuple[OffloadLayer, ...] = ()
     host_activations: float = 0.0
 
