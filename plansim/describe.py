@@ -50,6 +50,10 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp32 tp2 pp1 mb1 zero3/hsdp4 remat=none nccl under fsdp'
     >>> describe(Strategy(dp=2, tp=8, cp=16, pp=16, sequence_parallel=True, zero=1))  # context parallelism
     'dp2 tp8+sp cp16 pp16 mb1 1f1b zero1 remat=none nccl'
+    >>> describe(Strategy(dp=8, zero=3, offload=("optimizer", "params"), framework="deepspeed"))  # ZeRO-Infinity
+    'dp8 tp1 pp1 mb1 zero3 remat=none offload=optimizer/params nccl under deepspeed'
+    >>> describe(Strategy(dp=8, offload=("activations",), offload_activation_layers=4))  # Megatron-LM, 4 blocks
+    'dp8 tp1 pp1 mb1 zero0 remat=none offload=activations(4) nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
@@ -63,6 +67,9 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     parts += [f"zero{s.zero}" + (f"/hsdp{s.dp_shard}" if s.hybrid_shard else ""), f"remat={s.remat}"]
     if s.attention != "flash":  # the default is left unsaid
         parts.append(f"attention={s.attention}")
+    if s.offload:  # what lives in host memory, and how many blocks' activations
+        blocks = f"({s.offload_activation_layers})" if s.offload_activation_layers is not None else ""
+        parts.append("offload=" + "/".join(s.offload) + blocks)
     if (s.dp or 1) > 1:
         parts.append(s.dp_algorithm)
     if framework or s.framework != "megatron":

@@ -168,6 +168,9 @@ LIMITS: dict[str, Limit] = {
     ),
     "headroom_bytes": Limit(0, 1e15, "bytes", "a size left free of each GPU's memory at the peak: 4GB", False),
     "curve_points": Limit(0, 100, "budgets", "each budget is a MILP solve; 0 writes the schedule alone"),
+    "offload_layers": Limit(0, 10_000, "blocks", "as layers: Megatron-LM offloads fewer than the model's blocks"),
+    "host_memory_bytes": Limit(1, 2**50, "bytes", "a node's host memory: DGX H100 holds 2 TB; 1 PiB exceeds any"),
+    "gpus_per_uplink": Limit(1, 1_024, "GPUs", "GPUs behind one host uplink: at most the node's GPUs"),
 }
 
 

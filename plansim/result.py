@@ -69,6 +69,11 @@ class Result:
     memory_margin: float = 0.0
     #: What the caller should know about this result (a thin memory margin: ``plansim.step.result.THIN_MARGIN``).
     warnings: list[str] = field(default_factory=list)
+    #: The host memory tier where the strategy offloads (``Strategy.offload``; empty otherwise): one GPU's host bytes
+    #: by category (``per_gpu_bytes``: weights, gradients, optimizer, activations) and in all
+    #: (``per_gpu_total_bytes``), the node's (``per_node_bytes``), its host memory (``capacity_bytes``) and whether
+    #: they fit (``fits``; ``Result.fits`` is false where they do not) - ``plansim.step.offload.host_tier``.
+    host_memory: dict[str, Any] = field(default_factory=dict)
     #: What ``mfu`` and ``hfu`` count (``FLOPS_CONVENTION``).
     flops_convention: dict[str, str] = field(default_factory=lambda: dict(FLOPS_CONVENTION))
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.des.timeline.Timeline``); not

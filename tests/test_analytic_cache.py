@@ -48,6 +48,8 @@ ALTERNATES: dict[str, list[Any]] = {
     "overlap_param_gather": [False, True],
     "tp_comm_overlap": [True],  # with sequence parallelism, which it needs
     "dp_shard": [2, 4],  # hybrid sharding: valid under the fsdp bases
+    "offload": [("optimizer",), ("optimizer", "params")],  # per framework rule: refused where it does not run
+    "offload_activation_layers": [2, 5],  # with offload=activations (Megatron-LM, pp=1, no recompute)
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.
@@ -103,6 +105,8 @@ def _variants(layers: int) -> list[Strategy]:
                     update["remat"] = "milp"
                 if name == "tp_comm_overlap":
                     update["sequence_parallel"] = True
+                if name == "offload_activation_layers":
+                    update["offload"] = ("activations",)
                 try:
                     out.append(Strategy.model_validate({**base.model_dump(), **update}))
                 except ValueError:

@@ -18,9 +18,10 @@ from plansim.costs.remat_policies import REMAT_POLICIES
 from plansim.costs.stragglers import straggler_wait_s
 from plansim.hardware import Cluster
 from plansim.result import Result
-from plansim.step.memory import static_bytes
+from plansim.step.memory import host_states, static_bytes
+from plansim.step.offload import OffloadTimes, host_tier, offload_times
 from plansim.step.optimizer import optimizer_step_s
-from plansim.step.result import overlap_figures, step_flops, step_result
+from plansim.step.result import host_no_fit_reason, overlap_figures, step_flops, step_result
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
@@ -118,6 +119,8 @@ class StepFrame:
     group_of: list[int]
     fixed: list[dict[str, float]]
     peaks: list[float]
+    #: with offloading: each stage's host bytes by category (``step.memory.host_states``), else empty
+    host: list[dict[str, float]]
 
     @classmethod
     def of(
@@ -149,8 +152,9 @@ class StepFrame:
             totals[g] + round(st.peak[0]) + round(st.peak[1] - st.peak[0]) + sum(fixed[i].values())
             for i, (g, st) in enumerate(zip(group_of, held, strict=True))
         ]
+        host = [host_states(s, st.params, st.host_activations) for st in held] if s.offload else []
         return cls(model, cluster, s, micro_batch_flops, kernels, held, build, shared, executed_flops, static,
-                   group_of, fixed, peaks)  # fmt: skip
+                   group_of, fixed, peaks, host)  # fmt: skip
 
     @cached_property
     def pipe(self) -> Pipeline:
@@ -169,8 +173,23 @@ class StepFrame:
 
     @property
     def fits(self) -> bool:
-        """Whether the worst stage's peak fits in the device's memory (``Result.fits``)."""
-        return self.peaks[self.worst] <= self.cluster.gpu.memory_bytes
+        """Whether the worst stage's peak fits in the device's memory and, with offloading, its host tier in the
+        node's host memory (``Result.fits``)."""
+        gpu = self.peaks[self.worst] <= self.cluster.gpu.memory_bytes
+        return gpu and (not self.host or bool(self.host_memory()["fits"]))
+
+    def host_memory(self) -> dict[str, object]:
+        """``Result.host_memory``: the host tier of the stage that keeps the most there (empty without offloading)."""
+        if not self.host:
+            return {}
+        return host_tier(self.cluster, max(self.host, key=lambda h: sum(h.values())))
+
+    def offload(self) -> OffloadTimes:
+        """What offloading adds to the step: the stage whose waits for the host are longest (none without it)."""
+        if not self.s.offload:
+            return OffloadTimes()
+        times = [offload_times(self.cluster, self.s, st.params, st.offload) for st in self.held]
+        return max(times, key=lambda t: t.transfer_s + t.cpu_adam_s)
 
     @property
     def memory_margin(self) -> float:
@@ -212,7 +231,11 @@ class StepFrame:
         sum to this plus what the data-parallel plan adds (its exposed tail and lead, the tied embeddings' sync, the
         interference beside the reduction), each at least zero."""
         optimizer = [_optimizer_s(self.kernels, self.s, st.params) for st in self.pipe.memory_groups]
-        return self.pipe.pipe_s + max(optimizer) + _slowest_gpu_s(self.cluster, self.s, self.pipe, optimizer)
+        bound = self.pipe.pipe_s + max(optimizer) + _slowest_gpu_s(self.cluster, self.s, self.pipe, optimizer)
+        if self.s.offload:
+            waits = self.offload()
+            bound += waits.transfer_s + waits.cpu_adam_s
+        return bound
 
 
 def assemble_result(frame: StepFrame) -> Result:
@@ -220,11 +243,14 @@ def assemble_result(frame: StepFrame) -> Result:
     model, cluster, s, kernels, pipe = frame.model, frame.cluster, frame.s, frame.kernels, frame.pipe
     m = s.num_microbatches
     breakdown, dpc, emb_bytes = _time_breakdown(model, cluster, s, kernels, pipe, frame.shared)
+    if s.offload:  # after the step's own parts: the host link's exposed transfers and the CPU's Adam
+        breakdown |= frame.offload().parts()
     step = sum(breakdown.values())
     peaks = frame.peaks
     worst = frame.worst
     memory = frame.memory()
     fits = frame.fits
+    host = frame.host_memory()
     return step_result(
         model,
         cluster,
@@ -239,7 +265,7 @@ def assemble_result(frame: StepFrame) -> Result:
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
         time_breakdown_s=breakdown,
-        reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster),
+        reason="" if fits else _no_fit_reason(worst, memory, peaks[worst], cluster, host),
         num_microbatches=m,
         stage_peak_memory_bytes=[int(p) for p in peaks],
         overlap=overlap_figures(
@@ -247,10 +273,15 @@ def assemble_result(frame: StepFrame) -> Result:
             breakdown["interference"],
             interference_of(cluster, kernels).source,
         ),
+        host_memory=host,
     )
 
 
-def _no_fit_reason(stage: int, mem: dict[str, float], peak: float, cluster: Cluster) -> str:
+def _no_fit_reason(
+    stage: int, mem: dict[str, float], peak: float, cluster: Cluster, host: dict[str, object] | None = None
+) -> str:
+    if peak <= cluster.gpu.memory_bytes and host:  # the GPU holds it; the host tier does not fit
+        return host_no_fit_reason(cluster, host)
     parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in mem.items())
     return (
         f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "

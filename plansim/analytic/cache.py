@@ -36,6 +36,7 @@ from plansim.step.memory import (
     stage_params,
     static_bytes,
 )
+from plansim.step.offload import offloaded_blocks
 from plansim.step.prepare import (
     PreparedStep,
     build_step,
@@ -96,6 +97,8 @@ class PipelineKey(StrategyProjection):
     dp: int | None
     cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     framework: str  # the stages' sends (``SendsKey``): its pipeline_sends rule
+    #: the blocks whose activations go to the host (``step.offload``): off the stages' activation peaks
+    offloaded_blocks: int = read_with(offloaded_blocks)
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class StatesKey(StrategyProjection):
     compute_dtype: str
     fp32_grad_accum: bool
     framework: str  # whether its ZeRO-2 shards the weights (FSDP's SHARD_GRAD_OP), how far ahead its ZeRO-3 gathers
+    offload: tuple[str, ...]  # the model states that live in host memory (``step.offload.on_gpu``)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from plansim.pipeline.stages import uneven_chunks
 from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
 from plansim.step.data_parallel import grad_copy_in_bytes
-from plansim.step.memory import activation_peak, with_grad_buffers
+from plansim.step.memory import activation_peak, offload_activations, offloaded_activations, with_grad_buffers
+from plansim.step.offload import offload_layer
 from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
@@ -98,6 +99,11 @@ def _stages_held(
         sums = priced.sums(layers, model)
         params = sums.params + (tied if idx == s.pp - 1 else 0)
         own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
+        # what offloading reads of the stage's layers (whatever the strategy offloads: strategies that differ only
+        # there share what is held); the offloaded blocks' activations off the GPU, into host memory
+        offload = tuple(offload_layer(priced.costs[i], 0 <= i < model.layers) for i in layers if i in priced.costs)
+        host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
+        own = tuple(offload_activations(s, c, model.layers) for c in own)
         if any(per_param):
             extra = {model.layers: float(tied)} if idx == s.pp - 1 else {}
             held = {i: priced.costs[i].params + extra.get(i, 0.0) for c in own for i, _ in c}
@@ -109,7 +115,7 @@ def _stages_held(
         )
         peak = activation_peak(s.remat, s.schedule, idx, s.pp, s.num_microbatches, s.virtual_stages, own,
                                model.layers, sums.layer_input, milp)  # fmt: skip
-        out.append(StageHeld(sums, params, peak))
+        out.append(StageHeld(sums, params, peak, offload, host_activations))
     return tuple(out)
 
 
@@ -131,7 +137,7 @@ def _pipeline(
         stages = []
         chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
         for idx, (stage, p2p) in enumerate(zip(held, priced.p2p_of(cluster, s), strict=True)):
-            sums, params, peak = stage
+            sums, params, peak = stage.sums, stage.params, stage.peak
             # each model chunk's layers with a cost, in backward order (an uneven split's chunks differ)
             sizes = tuple(len(c) for c in reversed(priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)))
             if scheduled:

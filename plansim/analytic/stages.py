@@ -30,6 +30,7 @@ from plansim.step.layers import (
     rerun_host_s,
     rerun_sync_s,
 )
+from plansim.step.offload import OffloadLayer
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -208,6 +209,10 @@ class StageHeld(NamedTuple):
     sums: StageSums
     params: int
     peak: tuple[float, float, float]
+    #: what offloading (``Strategy.offload``) reads: its layers as ``step.offload`` reads them, forward order, and
+    #: the saved bytes of one micro-batch its offloaded blocks keep in host memory
+    offload: tuple[OffloadLayer, ...] = ()
+    host_activations: float = 0.0
 
 
 def stage_cost(

@@ -58,8 +58,9 @@ from plansim.gc_pause import gc_paused
 from plansim.hardware import Cluster
 from plansim.result import Result
 from plansim.step.comm import Comm, GroupEnds, Shift, Standalone, WholeGroup
+from plansim.step.offload import OFFLOAD_PARTS, host_tier
 from plansim.step.prepare import beside, kernel_model
-from plansim.step.result import TIME_PARTS, overlap_figures, step_result
+from plansim.step.result import TIME_PARTS, host_no_fit_reason, overlap_figures, step_result
 from plansim.strategy.mesh import AXIS_ORDER, COMM_KINDS, DP_AXES, DeviceMesh
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
@@ -724,6 +725,8 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     the analytic engine. What collectives beside compute added to its tasks is ``interference``."""
     tasks = dev.program.tasks
     out = dict.fromkeys(TIME_PARTS, 0.0)
+    if any(t.category in OFFLOAD_PARTS for t in tasks):  # offloading's parts, only where the strategy offloads
+        out |= dict.fromkeys(OFFLOAD_PARTS, 0.0)
     busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
     prev_end = 0.0
     for i, task in enumerate(tasks):
@@ -761,6 +764,8 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
             out["optimizer"] += elapsed
         elif task.category == "sync_wait":
             out["sync_wait"] += elapsed
+        elif task.category in OFFLOAD_PARTS:
+            out[task.category] += elapsed
         else:
             out["exposed_comm"] += elapsed
         prev_end = end
@@ -873,6 +878,10 @@ def _result(
     reason = (
         "" if fits else (ooms[0].message() if ooms else f"{worst.label} peaks at {worst.mem.peak_bytes / GB:.1f} GB")
     )
+    hosts = [p.host_memory for p in graph.stages if p.host_memory]
+    host = host_tier(cluster, max(hosts, key=lambda h: sum(h.values()))) if hosts else {}
+    if fits and host and not host["fits"]:
+        fits, reason = False, host_no_fit_reason(cluster, host)
     comm = [_comm_bytes(engine, d) for d in devices]
     horizon = step or 1.0
     link_bytes = {_link_name(k): v for k, v in engine.net.link_bytes.items() if v > 0}
@@ -919,6 +928,7 @@ def _result(
         },
         timeline=timeline,
         timings={"wall_s": wall_s},
+        host_memory=host,
     )
 
 

@@ -60,10 +60,14 @@ from plansim.step.memory import (
     Sized,
     chunk_memory,
     fixed_bytes,
+    host_states,
     model_states,
+    offload_activations,
+    offloaded_activations,
     stage_params,
     with_grad_buffers,
 )
+from plansim.step.offload import offload_layer, offload_times
 from plansim.step.optimizer import optimizer_step_s
 from plansim.step.p2p import PipelineSends, pipeline_sends, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
@@ -109,6 +113,8 @@ class _Ctx:
     # cross-stage dependencies by key, resolved once every stage is built
     sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
+    # with offloading: per stage, the saved bytes of one micro-batch its offloaded blocks keep in host memory
+    host_activations: dict[int, float] = field(default_factory=dict)
 
     def is_block(self, layer: int) -> bool:
         return 0 <= layer < self.model.layers
@@ -576,6 +582,18 @@ class _StageLowering:
             self._flush_bucket(mb)
             self.after_dp = self.last_dp
 
+    def _offload(self, model: Workload, params: float, after: int) -> int:
+        """Offloading's waits (``step.offload.offload_times`` of the stage's layers in model order), issued after the
+        optimizer step ``after`` as two compute-stream tasks: the host link's exposed transfers, then the CPU's Adam.
+        Returns the last."""
+        ctx, s = self.ctx, self.s
+        layers = sorted(x for c in self.chunk_layers for x in c)
+        times = offload_times(ctx.cluster, s, params, [offload_layer(ctx.programs[x], ctx.is_block(x)) for x in layers])
+        last = after
+        for name, seconds in times.parts().items():
+            last = self._compute(Task(name, "compute", name, seconds, deps=((self.stage, last),)))
+        return last
+
     def finish(self, model: Workload) -> None:
         """Last bucket, tied-embedding sync, optimizer step, ZeRO-1/2 weight all-gather; static memory."""
         s, ctx = self.s, self.ctx
@@ -592,10 +610,14 @@ class _StageLowering:
         opt = self._compute(
             Task("optimizer", "compute", "optimizer", optimizer_step_s(self.kernels, s, params), deps=tuple(deps))
         )
+        if s.offload:  # the host link's exposed transfers and the CPU's Adam, after the GPU's part of the step
+            opt = self._offload(model, params, opt)
         if self.plan is not None and self.plan.gather_after_step and not self.plan.gather_overlapped:
             comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
+        if s.offload:
+            self.prog.host_memory = host_states(s, params, ctx.host_activations.get(self.stage, 0.0))
         self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )
@@ -642,6 +664,12 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         ctx.grad_buffers[g] = {i: b for i, b in own if b.reduce_input > 0}
         # the rank's blocks in its earlier chunks (a policy checkpointing every n-th block counts over them)
         offset = sum(1 for h in range(g % s.pp, g, s.pp) for i in ctx.chunks[h] if ctx.is_block(i) and i in programs)
+        if s.offload:  # the offloaded blocks' activations: in host memory between forward and backward
+            stage = g % s.pp
+            ctx.host_activations[stage] = ctx.host_activations.get(stage, 0.0) + offloaded_activations(
+                s, own, model.layers
+            )
+            own = offload_activations(s, own, model.layers)
         rows = chunk_memory(s.remat, own, model.layers, layer_input, sched.split_backward, milp if ctx.milp else None,
                             offset)  # fmt: skip
         ctx.memory[g] = {i: mem for i, mem, _ in rows}

@@ -23,9 +23,10 @@ __all__ = ["NO_KERNEL", "STREAMS", "StageProgram", "Task", "TaskGraph"]
 #: collectives (NCCL runs them on their own stream, overlapping compute); tp: tensor-parallel collectives launched
 #: asynchronously beside a kernel (a linear layer's input re-gathered in backward under sequence parallelism).
 STREAMS = ("compute", "p2p", "dp", "tp")
-#: compute-stream categories that run no kernel: the wait for the job's slowest GPU, and the idle time after a blocking
-#: pipeline call until the host launches the next kernel (``plansim.step.p2p``)
-NO_KERNEL = frozenset({"sync_wait", "p2p_call"})
+#: compute-stream categories that run no kernel: the wait for the job's slowest GPU, the idle time after a blocking
+#: pipeline call until the host launches the next kernel (``plansim.step.p2p``), and offloading's waits for the host
+#: link and the CPU (``plansim.step.offload``: ``offload``, ``cpu_optimizer``)
+NO_KERNEL = frozenset({"sync_wait", "p2p_call", "offload", "cpu_optimizer"})
 
 
 @dataclass(slots=True)
@@ -34,7 +35,8 @@ class Task:
 
     ``category`` says what it is: forward, backward, weight_grad, recompute, tp_comm, send, p2p_call (the device's
     idle time after a blocking pipeline call, ``plansim.step.p2p``), grad_reduce, param_gather, embedding_sync,
-    optimizer, sync_wait (the wait for the job's slowest GPU). ``duration_s`` is the compute time from the cost model
+    optimizer, sync_wait (the wait for the job's slowest GPU), offload and cpu_optimizer (offloading's waits for the
+    host link and the CPU). ``duration_s`` is the compute time from the cost model
     (0 for communication, whose time the network decides). ``wait_s``: a blocking collective's expected wait for its
     slowest member before it starts (``plansim.costs.stragglers``); ``host_s`` the part of ``duration_s`` the GPU
     waits for the host's kernel launches. ``alloc`` tensors ``(name, bytes, memory
@@ -69,6 +71,8 @@ class StageProgram:
     tasks: list[Task] = field(default_factory=list)
     static_memory: dict[str, float] = field(default_factory=dict)
     params: float = 0.0
+    #: with offloading, what the stage's ranks keep in host memory by category (``plansim.step.memory.host_states``)
+    host_memory: dict[str, float] = field(default_factory=dict)
 
     def add(self, task: Task) -> int:
         """Append ``task``; returns its index."""

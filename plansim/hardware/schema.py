@@ -29,6 +29,7 @@ __all__ = [
     "FabricTier",
     "GPUSpec",
     "GPUUncertainty",
+    "HostSection",
     "IntraNode",
     "Nics",
     "NodeSpec",
@@ -180,6 +181,30 @@ class GPUUncertainty(_Strict):
     @classmethod
     def _ordered(cls, value: Range | None) -> Range | None:
         return _check_range(value)
+
+
+class HostSection(_Strict):
+    """The node's host: the second memory tier a strategy may offload to (``Strategy.offload``,
+    ``plansim.step.offload``). ``link``: how each GPU reaches its CPU (PCIe Gen4/Gen5 x16, or NVLink-C2C);
+    ``link_bandwidth_Bps`` the line rate per direction of one uplink to the CPU (a GPU's own x16 link is as
+    fast) and ``link_efficiency`` the fraction a pinned ``cudaMemcpyAsync`` achieves; ``link_latency_s`` one copy's
+    fixed cost; ``gpus_per_uplink`` how many GPUs share one uplink (a PCIe switch's x16 port, a Grace's C2C; 1: each
+    GPU has its own), whose bandwidth they share when they copy at once, as every rank of a step does;
+    ``memory_bytes`` the node's host memory; ``cpu_adam_params_per_s`` the parameters per second the node's CPUs
+    step with Adam (DeepSpeed's CPU-Adam), shared by its GPUs. Every number carries its source in the profile."""
+
+    link: Literal["pcie_gen4", "pcie_gen5", "nvlink_c2c"]
+    link_bandwidth_Bps: PositiveFloat
+    link_efficiency: Fraction
+    link_latency_s: PositiveFloat
+    gpus_per_uplink: int = field("gpus_per_uplink", default=1)
+    memory_bytes: int = field("host_memory_bytes")
+    cpu_adam_params_per_s: PositiveFloat
+
+    @property
+    def achieved_Bps(self) -> float:
+        """What one uplink moves per direction: its line rate times the achieved fraction."""
+        return self.link_bandwidth_Bps * self.link_efficiency
 
 
 class NodeUncertainty(_Strict):
@@ -524,9 +549,15 @@ class NodeSpec(_Strict):
     nccl: NcclSection | None = None
     #: The ranges of the uncertain inputs (None: none given, held at the profile's values).
     uncertainty: NodeUncertainty | None = None
+    #: The host memory tier and the link to it (None: not described; offloading is refused on this node).
+    host: HostSection | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeSpec:
+        if self.host is not None and self.gpus_per_node % self.host.gpus_per_uplink:
+            raise ValueError(
+                f"host.gpus_per_uplink ({self.host.gpus_per_uplink}) must divide gpus_per_node ({self.gpus_per_node})"
+            )
         if self.uncertainty is not None:
             bounds = self.uncertainty.inter_node_efficiency
             _check_within("inter_node_efficiency", self.nics.efficiency, bounds)

@@ -111,6 +111,17 @@ def _breakdown(title: str, values: dict[str, float], unit: str, scale: float) ->
     return t
 
 
+def _host_tier(host: dict) -> Table:
+    """The memory's second tier where the strategy offloads (``Result.host_memory``): one GPU's host bytes by
+    category, then the node's against its host memory."""
+    t = _breakdown(
+        "host memory (offloaded), per GPU", {k: float(v) for k, v in host["per_gpu_bytes"].items()}, "GB", GB
+    )
+    t.add_row("per node / capacity", f"{host['per_node_bytes'] / GB:,.1f} / {host['capacity_bytes'] / GB:,.1f}")
+    t.add_row("fits", "yes" if host["fits"] else "no")
+    return t
+
+
 def print_result(r: Result, console: Console | None = None) -> None:
     """Print a result's headline figures and its time, memory and communication breakdowns."""
     console = console or Console()
@@ -119,6 +130,8 @@ def print_result(r: Result, console: Console | None = None) -> None:
     console.print(
         _breakdown("memory on the worst GPU", {k: float(v) for k, v in r.memory_breakdown_bytes.items()}, "GB", GB)
     )
+    if r.host_memory:
+        console.print(_host_tier(r.host_memory))
     console.print(_breakdown("bytes sent per GPU per step", r.comm_bytes_per_gpu, "GB", GB))
     if r.stage_time_breakdown_s:
         console.print(_stages(r))

@@ -38,6 +38,7 @@ from plansim.step.data_parallel import (
     weights_kept_through_step,
 )
 from plansim.step.layers import LayerCost, LayerProgram
+from plansim.step.offload import host_bytes, offloaded_blocks, on_gpu
 from plansim.step.prepare import tied_copy_params
 from plansim.step.tp_overlap import userbuffers_bytes
 from plansim.strategy.frameworks import ParamPrefetch
@@ -59,8 +60,11 @@ __all__ = [
     "dp_all_reduces",
     "ends_saved",
     "fixed_bytes",
+    "host_states",
     "layer_memory",
     "model_states",
+    "offload_activations",
+    "offloaded_activations",
     "pass_profiles",
     "pipeline_wraps",
     "stage_params",
@@ -198,9 +202,23 @@ def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) ->
 
 
 def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
-    """What a rank holding ``params`` keeps for the whole step, by memory category: its weights, gradients and
-    optimizer states under the strategy's ZeRO stage, and the device's workspace reserve. The DES holds these static
-    and allocates ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
+    """What a rank holding ``params`` keeps on its GPU for the whole step, by memory category: its weights,
+    gradients and optimizer states under the strategy's ZeRO stage, less what it offloads to the host
+    (``step.offload.on_gpu``), and the device's workspace reserve. The DES holds these static and allocates ZeRO-3's
+    gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
+    states = _states(s, params)
+    return {**(on_gpu(s, states) if s.offload else states), "workspace": float(cluster.gpu.workspace_reserve_bytes)}
+
+
+def host_states(s: Strategy, params: float, activations: float) -> dict[str, float]:
+    """What a rank holding ``params`` keeps in host memory (``step.offload.host_bytes``), ``activations`` the
+    offloaded blocks' saved bytes of one micro-batch (``offloaded_activations``)."""
+    return host_bytes(s, _states(s, params), params, activations)
+
+
+def _states(s: Strategy, params: float) -> dict[str, float]:
+    """The weights, gradients and optimizer states a rank holding ``params`` keeps under the strategy's ZeRO stage,
+    wherever they live."""
     states = model_state_bytes(
         params,
         s.shard_degree,
@@ -210,12 +228,40 @@ def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, floa
         weights_sharded=gathers_per_layer(s),
         master_in_weights=sharded_params_are_master(s),
     )
-    return {
-        "weights": states.weights,
-        "gradients": states.gradients,
-        "optimizer": states.optimizer,
-        "workspace": float(cluster.gpu.workspace_reserve_bytes),
-    }
+    return {"weights": states.weights, "gradients": states.gradients, "optimizer": states.optimizer}
+
+
+def offload_activations(s: Strategy, chunk: ChunkLayers, num_blocks: int) -> ChunkLayers:
+    """A chunk's layers with the first ``step.offload.offloaded_blocks`` blocks' saved activations off the GPU
+    between forward and backward: what each saves is live only while its forward runs (it is copied out as it is
+    made) and again while its backward runs (copied back into a buffer its backward frees): its ``transient`` and
+    its ``workspace``. Activation offloading runs without recomputation (the checks), where a block stores all it
+    saves. The chunk as it is without activation offloading."""
+    n = offloaded_blocks(s)
+    if n <= 0:
+        return chunk
+    return tuple((i, _off_gpu(b) if 0 <= i < min(n, num_blocks) else b) for i, b in chunk)
+
+
+def offloaded_activations(s: Strategy, chunk: ChunkLayers, num_blocks: int) -> float:
+    """The saved bytes per micro-batch of a chunk's blocks whose activations go to the host (``chunk`` as it is
+    before ``offload_activations``)."""
+    n = min(offloaded_blocks(s), num_blocks)
+    return sum(b.saved for i, b in chunk if 0 <= i < n)
+
+
+def _off_gpu(b: LayerBytes) -> LayerBytes:
+    moved = b.saved
+    return b._replace(
+        saved=0.0,
+        selective=0.0,
+        wgrad=0.0,
+        saved_reserved=0.0,
+        selective_reserved=0.0,
+        wgrad_reserved=0.0,
+        transient=b.transient + moved,
+        workspace=b.workspace + moved,
+    )
 
 
 @lru_cache(maxsize=4096)

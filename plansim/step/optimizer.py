@@ -10,7 +10,8 @@ multi_tensor_l2norm, then multi_tensor_scale; torch.nn.utils.get_total_norm, the
 all-reduce of one number is left out: a latency of microseconds.
 
 Each pass is a multi-tensor kernel the host launches once per ``MULTI_TENSOR_ELEMENTS`` elements, and takes at
-least those launches' host time (the framework's ``kernel_launch`` rule).
+least those launches' host time (the framework's ``kernel_launch`` rule). With the optimizer offloaded to the host
+(``Strategy.offload``) the GPU keeps only the clipping: the Adam step is the CPU's (``plansim.step.offload``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def optimizer_step_s(kernels: KernelCostModel, s: Strategy, params: float) -> fl
         return 0.0
     mixed = s.mixed_precision and not sharded_params_are_master(s)  # FSDP2 steps the fp32 shards: no bf16 copy
     grad = grad_bytes_per_param(s)
-    seconds = _multi_tensor_pass_s(kernels, local, (ADAM_BYTES_MIXED if mixed else ADAM_BYTES_FP32) + grad)
+    seconds = 0.0
+    if "optimizer" not in s.offload:  # offloaded, the CPU steps the shard (plansim.step.offload)
+        seconds = _multi_tensor_pass_s(kernels, local, (ADAM_BYTES_MIXED if mixed else ADAM_BYTES_FP32) + grad)
     if load_framework(s.framework).rules.grad_clip.value:  # the norm reads the gradients, the scaling rewrites them
         seconds += _multi_tensor_pass_s(kernels, local, grad) + _multi_tensor_pass_s(kernels, local, 2 * grad)
     return seconds

@@ -24,6 +24,7 @@ __all__ = [
     "MEMORY_CATEGORIES",
     "THIN_MARGIN",
     "TIME_PARTS",
+    "host_no_fit_reason",
     "margin_warning",
     "overlap_figures",
     "step_flops",
@@ -45,6 +46,9 @@ MEMORY_CATEGORIES = (
 TIME_PARTS = (
     "compute", "recompute", "exposed_comm", "bubble", "optimizer", "sync_wait", "interference", "host_wait"
 )  # fmt: skip
+#: With offloading to host memory (``Strategy.offload``) two more parts follow: the host link's transfers nothing hid
+#: (``offload``) and the CPU's optimizer step (``cpu_optimizer``), ``plansim.step.offload.OFFLOAD_PARTS``; a strategy
+#: that offloads nothing has neither key, as before offloading existed.
 
 #: Below this fraction of the GPU's memory left free at the peak, a strategy that fits is flagged as a thin margin.
 #: Why 5 %: what the memory model leaves out grows with the run and is of that order on an 80 GB GPU: kernels that
@@ -116,6 +120,17 @@ def step_result(
         memory_margin=margin,
         warnings=[warning] if warning else [],
         **figures,
+    )
+
+
+def host_no_fit_reason(cluster: Cluster, host: Mapping[str, Any]) -> str:
+    """Why a strategy whose GPUs hold it does not fit: its host tier (``Result.host_memory``) exceeds the node's
+    host memory; one line."""
+    per_gpu = host["per_gpu_bytes"]
+    parts = ", ".join(f"{k} {v / GB:.1f}" for k, v in per_gpu.items() if v)
+    return (
+        f"the host tier needs {host['per_node_bytes'] / GB:.1f} GB per node ({host['per_gpu_total_bytes'] / GB:.1f} "
+        f"GB per GPU: {parts}) but {cluster.node.name} has {host['capacity_bytes'] / GB:.1f} GB of host memory"
     )
 
 

@@ -53,6 +53,56 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         )
     if not cluster.gpu.supports(s.compute_dtype):
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
+    if s.offload:
+        problems += _offload_problems(s, model, cluster)
+    return problems
+
+
+def _offload_problems(s: Strategy, model: Workload, cluster: Cluster) -> list[str]:
+    """What is wrong with ``offload``: a node without host data, a combination or ZeRO stage the framework does not
+    offload (its ``offload`` rule), and Megatron-LM's limits on activation offloading (a layer count below the
+    model's blocks; no pipelining, no recomputation where the framework says so)."""
+    offload = "/".join(s.offload)
+    if cluster.node.host is None:
+        return [
+            f"offload={offload} on {cluster.node.name}: its node profile describes no host memory or host link "
+            "(hardware_profiles/nodes, host:): leave offload out or use a node with a host section (dgx-h100)"
+        ]
+    profile = load_framework(s.framework)
+    rule = profile.rules.offload.value
+    stages = rule.zero_stages(s.offload)
+    if not stages:
+        runs = " or ".join("/".join(f.kinds) for f in rule.forms) or "nothing"
+        return [
+            f"offload={offload} with framework={s.framework}: {profile.title} offloads {runs} "
+            f"(frameworks/{s.framework}.yaml): use offload={runs.split(' or ')[0]}"
+            if rule.forms
+            else f"offload={offload} with framework={s.framework}: {profile.title} offloads nothing "
+            f"(frameworks/{s.framework}.yaml): leave offload out"
+        ]
+    problems = []
+    if s.zero not in stages:
+        problems.append(
+            f"offload={offload} with zero={s.zero}: {profile.title} offloads it under ZeRO {_stages(stages)} "
+            f"(frameworks/{s.framework}.yaml): use zero={max(stages)}"
+        )
+    if "activations" in s.offload:
+        n, blocks = s.offload_activation_layers, model.layers
+        if n is None or not 0 < n < blocks:
+            problems.append(
+                f"offload_activation_layers={n} with offload=activations: give the blocks to offload, 1 to "
+                f"{blocks - 1} (fewer than the model's {blocks}; Megatron-LM's --cpu-offloading-num-layers)"
+            )
+        if s.pp > 1 and not rule.activations_with_pipeline:
+            problems.append(
+                f"offload=activations with pp={s.pp}: {profile.title} does not offload activations with pipelining "
+                f"(frameworks/{s.framework}.yaml): use pp=1 or drop activations from offload"
+            )
+        if s.remat != "none" and not rule.activations_with_remat:
+            problems.append(
+                f"offload=activations with remat={s.remat}: {profile.title} does not offload activations beside "
+                f"recomputation (frameworks/{s.framework}.yaml): use remat=none or drop activations from offload"
+            )
     return problems
 
 

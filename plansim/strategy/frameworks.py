@@ -36,6 +36,8 @@ __all__ = [
     "FrameworkRules",
     "GradBucket",
     "KernelLaunch",
+    "Offload",
+    "OffloadForm",
     "ParamPrefetch",
     "PipelineSends",
     "Rule",
@@ -221,6 +223,33 @@ class PipelineSends(_Strict):
     host_sync: bool
 
 
+class OffloadForm(_Strict):
+    """One combination of what a framework offloads to host memory (``kinds``, as ``Strategy.offload`` names them)
+    and the ZeRO stages it runs it under."""
+
+    kinds: tuple[Literal["optimizer", "params", "activations"], ...] = Field(min_length=1)
+    zero: list[ZeroStage] = Field(min_length=1)
+
+
+class Offload(_Strict):
+    """How a framework offloads to host memory (``plansim.step.offload``): the combinations it runs (``forms``;
+    empty: none); whether the reduced gradient shard then lives in host memory, off the GPU (``grads_on_host``;
+    else the GPU keeps its gradients and a host copy is made for the CPU's step); whether the gradients' copy to
+    the host runs beside backward, bucket by bucket (``grads_copied_in_backward``; else after backward, before the
+    CPU's step); and, where it offloads activations, whether it does so beside pipelining and beside
+    recomputation."""
+
+    forms: tuple[OffloadForm, ...] = ()
+    grads_on_host: bool = False
+    grads_copied_in_backward: bool = False
+    activations_with_pipeline: bool = False
+    activations_with_remat: bool = False
+
+    def zero_stages(self, kinds: tuple[str, ...]) -> list[int]:
+        """The ZeRO stages under which it offloads exactly ``kinds`` (empty: it does not)."""
+        return next((list(f.zero) for f in self.forms if set(f.kinds) == set(kinds)), [])
+
+
 class FrameworkRules(_Strict):
     """The behaviours plansim reads from a framework (docs/frameworks.md says where each is used)."""
 
@@ -261,6 +290,8 @@ class FrameworkRules(_Strict):
     remat_policies: Rule[tuple[str, ...]]
     #: the forms of context parallelism it runs (``cp_algorithm``), its default first
     context_parallel: Rule[ContextParallel]
+    #: what it offloads to host memory, under which ZeRO stages, and how (``Strategy.offload``)
+    offload: Rule[Offload]
 
     @model_validator(mode="after")
     def _registered_policies(self) -> FrameworkRules:

@@ -23,7 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from plansim.arguments import type_name
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
@@ -43,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CP_ALGORITHMS",
     "DTYPES",
+    "OFFLOAD_KINDS",
+    "OffloadKind",
     "Strategy",
     "StrategyInput",
     "StrategyProjection",
@@ -86,6 +98,10 @@ def _registered(field: str, registry: Mapping[str, object]) -> Callable[[object]
 #: swapped by all-to-all.
 CPAlgorithm = Literal["ring", "all_to_all"]
 CP_ALGORITHMS: tuple[str, ...] = get_args(CPAlgorithm)
+
+#: What a strategy may keep in host memory (``Strategy.offload``; ``plansim.step.offload`` prices each).
+OffloadKind = Literal["optimizer", "params", "activations"]
+OFFLOAD_KINDS: tuple[str, ...] = get_args(OffloadKind)
 
 
 class Strategy(BaseModel):
@@ -191,6 +207,21 @@ class Strategy(BaseModel):
         "reduce-scatters, chunk by chunk (Megatron-LM's --tp-comm-overlap on Transformer Engine; needs sequence "
         "parallelism)",
     )
+    offload: tuple[OffloadKind, ...] = Field(
+        default=(),
+        max_length=3,
+        description="what lives in host memory (inline: offload=optimizer/params; YAML: a list): optimizer (the "
+        "optimizer states and the Adam step on the CPU: ZeRO-Offload, Megatron-LM's --optimizer-cpu-offload), "
+        "params (the parameter shards, fetched before each gather: ZeRO-Infinity, FSDP2's CPUOffloadPolicy), "
+        "activations (each offloaded layer's saved activations, copied out and back: Megatron-LM's --cpu-offloading); "
+        "default: none",
+    )
+    offload_activation_layers: int | None = field(
+        "offload_layers",
+        default=None,
+        description="offload=activations: the transformer blocks whose activations are offloaded, the first ones "
+        "(Megatron-LM's --cpu-offloading-num-layers, fewer than the model's blocks)",
+    )
     dp_shard: int | None = field(
         "dp_shard",
         default=None,
@@ -244,6 +275,48 @@ class Strategy(BaseModel):
         if isinstance(value, list | tuple):
             return tuple(integral(part) for part in value)
         return value
+
+    @field_validator("offload", mode="before")
+    @classmethod
+    def _offload_text(cls, value: object) -> object:
+        """Inline strategies write ``offload=optimizer/params``; a YAML list or one name is read as it is; each kind
+        once, in ``OFFLOAD_KINDS`` order (so equal sets compare equal)."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split("/")] if value.strip() else []
+        if isinstance(value, list | tuple):
+            wrong = [v for v in value if v not in OFFLOAD_KINDS]
+            if wrong:
+                raise ValueError(f"'{shown(str(wrong[0]))}' is not offloadable: name {', '.join(OFFLOAD_KINDS)}")
+            if len(set(value)) != len(value):
+                raise ValueError("a kind is named twice: name each once")
+            return tuple(k for k in OFFLOAD_KINDS if k in value)
+        return value
+
+    @field_validator("offload_activation_layers", mode="before")
+    @classmethod
+    def _whole_layers(cls, value: object) -> object:
+        return integral(value)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The fields, the offload ones only where the strategy offloads (a strategy without offloading dumps as it
+        did before they existed, so every stored result keeps its keys)."""
+        out = handler(self)
+        if not self.offload and self.offload_activation_layers is None:
+            out.pop("offload", None)
+            out.pop("offload_activation_layers", None)
+        elif "offload" in out:
+            out["offload"] = list(self.offload)
+        return out
+
+    @model_validator(mode="after")
+    def _offload_layers(self) -> Strategy:
+        if self.offload_activation_layers is not None and "activations" not in self.offload:
+            raise ValueError(
+                f"offload_activation_layers={self.offload_activation_layers} needs offload=activations: add "
+                "activations to offload or drop offload_activation_layers"
+            )
+        return self
 
     @field_validator("remat_budget", mode="before")
     @classmethod
