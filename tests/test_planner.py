@@ -577,3 +577,43 @@ def test_dtypes_searched_multiply_the_space_and_a_missing_one_is_refused() -> No
     with pytest.raises(PlansimError, match=r"^--dtype bf16: the V100-SXM2-32GB has no bf16 tensor cores") as err:
         plan("gpt3-125m", v100, global_batch=16, constraints=Constraints(dtype="fp16,bf16"), des=False)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp"])
+def test_offload_is_searched_as_the_framework_runs_it(framework: str) -> None:
+    """``--offload all`` adds, beside each candidate without offloading, the combinations the framework's ``offload``
+    rule runs at that ZeRO stage (counted as enumerated), every one of them runnable (``check_strategy``); without
+    ``--offload`` nothing is offloaded."""
+    from plansim.planner.space import count_candidates
+    from plansim.strategy.frameworks import load_framework
+
+    m, cl = load_model("gpt3-125m"), load_hardware("dgx-h100", gpus=8)
+    c = Constraints(offload="all", framework=framework)
+    found = list(candidates(m, cl, 16, c))
+    assert len(found) == count_candidates(m, cl, 16, c)
+    plain = [s for s in found if not s.offload]
+    assert set(plain) == set(candidates(m, cl, 16, Constraints(framework=framework)))
+    offloaded = [s for s in found if s.offload]
+    rule = load_framework(framework).rules.offload.value
+    assert {frozenset(s.offload) for s in offloaded} == {frozenset(f.kinds) for f in rule.forms}
+    for s in offloaded:
+        assert s.zero in rule.zero_stages(s.offload)
+        assert not check_strategy(s, m, cl), (s, check_strategy(s, m, cl))
+
+
+def test_offload_on_one_gpu_searches_the_zero_stages_it_needs_and_says_what_it_bought() -> None:
+    """One GPU: ZeRO shards nothing, but DeepSpeed offloads only under ZeRO (1-3), so those stages are searched with
+    offloading alone; Llama 3 8B's states need ~130 GB, so only an offloading plan fits, and the explanation says
+    so. A node without host data refuses ``--offload`` in one line."""
+    from plansim.errors import PlansimError
+
+    h100 = load_hardware("dgx-h100", gpus=1)
+    r = plan("llama3-8b", h100, global_batch=8, seq_len=4096, des=False, milp=False,
+             constraints=Constraints(offload="optimizer,params", framework="deepspeed"))  # fmt: skip
+    assert r.winner is not None and "optimizer" in r.winner.offload and r.winner.zero >= 1
+    assert all(p.strategy.offload for p in r.outcome.fitting)
+    assert "Offloading to host memory (" in r.explanation and "is what makes the plan fit" in r.explanation
+    with pytest.raises(PlansimError, match=r"^--offload optimizer on dgx-1: its node profile describes no host") as e:
+        plan("gpt3-125m", load_hardware("dgx-1", gpus=8), global_batch=16, des=False,
+             constraints=Constraints(offload="optimizer"))  # fmt: skip
+    assert "\n" not in str(e.value)

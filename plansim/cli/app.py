@@ -342,6 +342,14 @@ def plan(
             "them; default: bf16, or fp16 on a GPU without it)",
         ),
     ] = None,
+    offload: Annotated[
+        str | None,
+        typer.Option(
+            "--offload",
+            help="also search offloading to host memory: optimizer, params, activations (comma-separated) or all, in "
+            "the combinations the framework runs (default: none)",
+        ),
+    ] = None,
     dp_algorithms: Annotated[
         str | None,
         typer.Option(
@@ -372,6 +380,7 @@ def plan(
         schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
         dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom, dtype=dtype,
+        offload=offload,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")

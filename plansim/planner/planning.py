@@ -219,6 +219,11 @@ def plan(
     cluster = as_cluster(hardware, gpus)
     c = c.for_gpu(cluster.gpu.memory_bytes)
     c.dtypes(cluster)  # a dtype the GPU lacks: refused before the search
+    if c.offload and cluster.node.host is None:
+        raise PlansimError(
+            f"--offload {','.join(c.offload)} on {cluster.node.name}: its node profile describes no host memory or "
+            "host link (hardware_profiles/nodes, host:): leave --offload out or use a node with a host section"
+        )
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
     work = search_work(spec, cluster, global_batch, c)
     subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
@@ -354,10 +359,20 @@ def _uses_cp(s: Strategy) -> bool:
     return s.cp > 1
 
 
+def _offload_title(s: Strategy) -> str:
+    layers = f", {s.offload_activation_layers} blocks' activations" if s.offload_activation_layers else ""
+    return f"Offloading to host memory ({'/'.join(s.offload)}{layers})"
+
+
+def _uses_offload(s: Strategy) -> bool:
+    return bool(s.offload)
+
+
 #: What the explanation says each bought (issue 35: "the explanation says what cp, fp8 or offload bought"), by name.
 #: Module-level functions throughout: the search's groups travel to its worker processes.
 _FEATURES: dict[str, _Feature] = {
     "cp": _Feature(_cp_title, _uses_cp),
+    "offload": _Feature(_offload_title, _uses_offload),
 }
 
 

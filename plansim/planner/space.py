@@ -40,7 +40,7 @@ from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.strategy.mesh import degree_splits, grad_group_size, span
-from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, Strategy
+from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, OFFLOAD_KINDS, Strategy
 from plansim.units import GB, parse_bytes
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems, family_of
@@ -98,6 +98,10 @@ class Constraints:
     headroom: float | str = THIN_MARGIN
     #: a headroom given in bytes (``--headroom 4GB``), made a fraction of the GPU's memory by ``for_gpu``
     headroom_bytes: float | None = None
+    #: what the candidates may offload to host memory (``"optimizer,activations"``, a list, or ``all``); each is
+    #: searched beside no offloading in the combinations the framework runs (its ``offload`` rule). None: nothing
+    #: is offloaded (it trades step time for memory: the user's call, ``--offload``)
+    offload: str | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         """Check every field at the boundary (``plansim.limits`` for the numbers); a single string is accepted
@@ -121,6 +125,8 @@ class Constraints:
             object.__setattr__(self, "dtype", tuple(dict.fromkeys(wanted)))
         if self.cp_algorithm is not None:
             choice(self.cp_algorithm, CP_ALGORITHMS, "--cp-algorithm")
+        if self.offload is not None:
+            self._check_offload()
         choice(self.framework, [*framework_names(), "all"], "--framework")
         if self.schedule is not None and not any(
             self.schedule in load_framework(n).rules.schedules.value for n in self.frameworks
@@ -174,6 +180,21 @@ class Constraints:
         if self.headroom_bytes is not None:
             object.__setattr__(self, "headroom_bytes", number(self.headroom_bytes, "headroom_bytes", "--headroom"))
         object.__setattr__(self, "headroom", number(value, "headroom", "--headroom"))
+
+    def _check_offload(self) -> None:
+        """``offload`` as a tuple of kinds (``all``: every kind)."""
+        text = self.offload
+        parts = tuple(k.strip() for k in text.split(",") if k.strip()) if isinstance(text, str) else text
+        wanted = names(parts, "--offload")
+        if wanted == ("all",):
+            wanted = OFFLOAD_KINDS
+        wrong = [k for k in wanted if k not in OFFLOAD_KINDS]
+        if wrong or not wanted:
+            raise PlansimError(
+                f"--offload {shown(wrong[0]) if wrong else '(none)'}: choose among {', '.join(OFFLOAD_KINDS)}, "
+                "comma-separated, or all"
+            )
+        object.__setattr__(self, "offload", tuple(dict.fromkeys(wanted)))
 
     def for_gpu(self, memory_bytes: float) -> Constraints:
         """These constraints with a headroom given in bytes made the fraction of ``memory_bytes`` it is."""
@@ -328,7 +349,11 @@ def _candidates(
             for zero, shard in _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, cp, c, framework, model):
                     for remat in c.remats(framework):
-                        for algorithm, dtype in itertools.product(_algorithms(grads, zero, c, framework), dtypes):
+                        for (offload, layers), algorithm, dtype in itertools.product(
+                            _offloads(c, framework, zero, pp, remat, model.layers, grads),
+                            _algorithms(grads, zero, c, framework),
+                            dtypes,
+                        ):
                             yield Strategy(
                                 dp=dp,
                                 tp=tp,
@@ -346,6 +371,8 @@ def _candidates(
                                 remat=remat,
                                 dp_algorithm=algorithm,
                                 dtype=dtype,
+                                offload=offload,
+                                offload_activation_layers=layers,
                                 framework=framework,
                             )
 
@@ -400,10 +427,14 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
                 continue
             grads = grad_group_size({"dp": dp, "cp": cp})
             zeros = _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster)
-            per_schedule = sum(len(_algorithms(grads, zero, c, framework)) for zero, _ in zeros)
+            per_schedule = sum(
+                len(_algorithms(grads, zero, c, framework))
+                * sum(len(_offloads(c, framework, zero, pp, r, model.layers, grads)) for r in c.remats(framework))
+                for zero, _ in zeros
+            )
             sp = len(_sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
-            count = len(runs) * per_schedule * sp * len(c.remats(framework)) * len(c.dtypes(cluster))
+            count = len(runs) * per_schedule * sp * len(c.dtypes(cluster))
             total += count
             blocks += count * -(-model.layers // pp)
             m = global_batch // (dp * mb)
@@ -523,8 +554,10 @@ def _run_by(framework: str, pp: int, schedules: list[tuple[str, int]]) -> list[t
 
 def _zero_values(grads: int, pp: int, c: Constraints, framework: str) -> list[int]:
     """The ZeRO stages searched where the gradients are reduced over ``grads`` ranks (dp x cp)."""
-    if grads == 1:  # nothing to shard: every stage is ZeRO-0
-        return [0] if c.zero in (None, 0) else []
+    if grads == 1:  # nothing to shard: every stage is ZeRO-0, but for what a framework offloads only under ZeRO
+        offloaded = {z for form in load_framework(framework).rules.offload.value.forms for z in form.zero}
+        stages = [0, *sorted(offloaded)] if c.offload else [0]
+        return [z for z in stages if c.zero is None or z == c.zero]
     values = modelled_zero_stages(framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
 
@@ -563,6 +596,36 @@ def _sp_values(tp: int, cp: int, c: Constraints, framework: str, model: ModelSpe
         for sp, overlap in values
         if (c.sequence_parallel is None or sp == c.sequence_parallel) and overlap == bool(c.tp_comm_overlap)
     ]
+
+
+#: The shares of a model's blocks whose activations the planner tries offloading (``offload=activations``; Megatron-LM
+#: offloads the first ``--cpu-offloading-num-layers`` blocks, fewer than all): a quarter to all but one.
+OFFLOAD_LAYER_SHARES = (0.25, 0.5, 0.75)
+
+
+def _offloads(
+    c: Constraints, framework: str, zero: int, pp: int, remat: str, layers: int, grads: int
+) -> list[tuple[tuple[str, ...], int | None]]:
+    """(offload, offload_activation_layers) pairs searched: none (but where ZeRO > 0 shards nothing, over ``grads``
+    = 1 rank: there only to offload), and each combination of the kinds ``c.offload`` allows that ``framework`` runs
+    at ``zero`` (its ``offload`` rule), activations where it offloads them beside ``pp`` stages and ``remat``, over a
+    few block counts (``OFFLOAD_LAYER_SHARES``, and all blocks but one)."""
+    out: list[tuple[tuple[str, ...], int | None]] = [((), None)] if zero == 0 or grads > 1 else []
+    if not c.offload:
+        return out
+    rule = load_framework(framework).rules.offload.value
+    for form in rule.forms:
+        kinds = tuple(k for k in OFFLOAD_KINDS if k in form.kinds)  # one order: the schema's
+        if zero not in form.zero or not set(kinds) <= set(c.offload):
+            continue
+        if "activations" not in kinds:
+            out.append((kinds, None))
+            continue
+        if (pp > 1 and not rule.activations_with_pipeline) or (remat != "none" and not rule.activations_with_remat):
+            continue
+        counts = sorted({max(1, int(share * layers)) for share in OFFLOAD_LAYER_SHARES} | {layers - 1} - {0})
+        out += [(kinds, n) for n in counts if n < layers]
+    return out
 
 
 def _algorithms(dp: int, zero: int, c: Constraints, framework: str) -> list[str]:
