@@ -556,7 +556,8 @@ def _zero_values(grads: int, pp: int, c: Constraints, framework: str) -> list[in
     """The ZeRO stages searched where the gradients are reduced over ``grads`` ranks (dp x cp)."""
     if grads == 1:  # nothing to shard: every stage is ZeRO-0, but for what a framework offloads only under ZeRO
         offloaded = {z for form in load_framework(framework).rules.offload.value.forms for z in form.zero}
-        stages = [0, *sorted(offloaded)] if c.offload else [0]
+        runs = modelled_zero_stages(framework, pp)
+        stages = [0, *sorted(z for z in offloaded if z in runs)] if c.offload else [0]
         return [z for z in stages if c.zero is None or z == c.zero]
     values = modelled_zero_stages(framework, pp)  # what the framework runs and plansim models (check_strategy)
     return [z for z in values if c.zero is None or z == c.zero]
