@@ -295,6 +295,27 @@ def test_schedules_megatron_has_no_gpipe_or_zero_bubble_deepspeed_only_1f1b() ->
         assert searched == set(load_framework(name).rules.schedules.value)
 
 
+def test_layer_split_deepspeed_places_the_blocks_itself() -> None:
+    """deepspeed: PipelineModule partitions by its partition_method alone (deepspeed/runtime/pipe/module.py:396-420;
+    Megatron-DeepSpeed's GPT passes type:transformer, gpt_model.py:463), so a strategy's own split is refused and the
+    planner does not balance DeepSpeed's finalists; megatron (--decoder-first/last-pipeline-num-layers,
+    --pipeline-model-parallel-layout) and fsdp (torchtitan's module_fqns_per_model_part) take one."""
+    assert [load_framework(n).rules.layer_split.value for n in ("megatron", "deepspeed", "fsdp")] == [True, False, True]
+    (problem,) = _problems("dp=2,pp=4,tp=4,global_batch=16,layer_split=5/7/7/5,framework=deepspeed")
+    assert problem == (
+        "layer_split with framework=deepspeed: DeepSpeed places the blocks over the stages by its own partition "
+        "(frameworks/deepspeed.yaml: layer_split): leave layer_split out, or framework=fsdp or megatron"
+    )
+    assert not _problems("dp=2,pp=4,tp=4,global_batch=16,layer_split=5/7/7/5")
+    assert not _problems("dp=2,pp=4,tp=4,global_batch=16,layer_split=5/7/7/5,framework=fsdp")
+    splits = {}
+    for name in ("megatron", "deepspeed"):
+        r = plansim.plan("gpt3-1.3b", _cluster(16), global_batch=32, des=False, milp=False,
+                         constraints=Constraints(framework=name, pp=4))  # fmt: skip
+        splits[name] = [f.priced.strategy.layer_split for f in r.outcome.finalists]
+    assert any(splits["megatron"]) and not any(splits["deepspeed"])
+
+
 # ---- where the rules are read -------------------------------------------------------------------------------------
 def test_the_planner_searches_what_the_framework_runs_and_plansim_models() -> None:
     model, cluster = load_model("gpt3-1.3b"), _cluster(16)

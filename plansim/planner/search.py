@@ -794,8 +794,8 @@ def _with_balanced_splits(
     seen = {p.strategy for p in chosen}
     for p in chosen:
         s = p.strategy
-        if s.pp == 1 or s.layer_split is not None:
-            continue
+        if s.pp == 1 or s.layer_split is not None or not load_framework(s.framework).rules.layer_split.value:
+            continue  # a framework placing the blocks itself runs the even split only (its layer_split rule)
         split = _balanced(model, pricing.caches[0], s)
         if split is None:
             continue

@@ -123,6 +123,12 @@ def _check_framework(given: Strategy, s: Strategy) -> list[str]:
     profile = load_framework(s.framework)
     rules, title = profile.rules, profile.title
     problems: list[str] = []
+    if s.layer_split is not None and s.pp > 1 and not rules.layer_split.value:
+        problems.append(
+            f"layer_split with framework={s.framework}: {title} places the blocks over the stages by its own partition "
+            f"(frameworks/{s.framework}.yaml: layer_split): leave layer_split out"
+            + _others(s, lambda n: load_framework(n).rules.layer_split.value)
+        )
     if s.zero not in rules.zero_stages.value:
         problems.append(
             f"zero={s.zero} with framework={s.framework}: {title} runs ZeRO {_stages(rules.zero_stages.value)} "

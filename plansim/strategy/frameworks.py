@@ -292,6 +292,9 @@ class FrameworkRules(_Strict):
     context_parallel: Rule[ContextParallel]
     #: what it offloads to host memory, under which ZeRO stages, and how (``Strategy.offload``)
     offload: Rule[Offload]
+    #: whether a strategy may place the blocks over the pipeline stages itself (``Strategy.layer_split``; else the
+    #: framework's own partition runs, the even split)
+    layer_split: Rule[bool]
 
     @model_validator(mode="after")
     def _registered_policies(self) -> FrameworkRules:
