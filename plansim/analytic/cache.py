@@ -23,7 +23,7 @@ from plansim.analytic.data_parallel import (
 )
 from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
-from plansim.costs.kernels import KernelCostModel
+from plansim.costs.kernels import FP8Casts, KernelCostModel
 from plansim.hardware import Cluster
 from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, grad_copy_in_bytes
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
@@ -40,6 +40,7 @@ from plansim.step.prepare import (
     PreparedStep,
     build_step,
     comm_pricer,
+    fp8_casts,
     kernel_model,
     kernel_rules,
     rate_beside,
@@ -64,6 +65,8 @@ class LayerKey(StrategyProjection):
     #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
     #: host's time to launch a kernel
     kernel_rules: tuple[object, ...] = read_with(kernel_rules)
+    #: under dtype fp8, the FP8 layers' casts (recipe, weight casts per forward: ``step.prepare.fp8_casts``)
+    fp8: FP8Casts | None = read_with(fp8_casts)
     #: what the op graph is built from (micro-batch, each sharded axis's degree, sequence parallelism, attention):
     #: ``step.prepare.sharding_of``, so a new sharded axis enters the key with its ``Sharding`` field
     sharding: Sharding = read_with(sharding_of)
@@ -80,6 +83,8 @@ class KernelKey(StrategyProjection):
     #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
     #: host's time to launch a kernel
     kernel_rules: tuple[object, ...] = read_with(kernel_rules)
+    #: under dtype fp8, the FP8 layers' casts (``step.prepare.fp8_casts``)
+    fp8: FP8Casts | None = read_with(fp8_casts)
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
     embedding, so ``params`` is 0 there).
     """
     if op["kind"] in MATMUL_KINDS and op["params"] > 0:
-        return kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+        return kernels.weight_gradient(op)
     return 0.0
 
 
