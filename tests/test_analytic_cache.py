@@ -48,6 +48,9 @@ ALTERNATES: dict[str, list[Any]] = {
     "overlap_param_gather": [False, True],
     "tp_comm_overlap": [True],  # with sequence parallelism, which it needs
     "dp_shard": [2, 4],  # hybrid sharding: valid under the fsdp bases
+    # FP8 needs an FP8 GPU (these A100 bases refuse it): tests/test_fp8.py varies them through one cache on H100s
+    "fp8_recipe": [None],
+    "fp8_param_gather": [None],
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.

@@ -25,7 +25,13 @@ from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
 from plansim.costs.kernels import FP8Casts, KernelCostModel
 from plansim.hardware import Cluster
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, grad_copy_in_bytes
+from plansim.step.data_parallel import (
+    DataParallelPlan,
+    GroupCollective,
+    data_parallel_plan,
+    gathered_weight_bytes,
+    grad_copy_in_bytes,
+)
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
 from plansim.step.memory import (
     ChunkLayers,
@@ -33,6 +39,7 @@ from plansim.step.memory import (
     dp_all_reduces,
     fixed_bytes,
     pipeline_wraps,
+    stage_fp8,
     stage_params,
     static_bytes,
 )
@@ -140,6 +147,9 @@ class StatesKey(StrategyProjection):
     compute_dtype: str
     fp32_grad_accum: bool
     framework: str  # whether its ZeRO-2 shards the weights (FSDP's SHARD_GRAD_OP), how far ahead its ZeRO-3 gathers
+    dtype: str | None  # fp8: the FP8 weight copies and scaling state (``step.memory.fp8_bytes``)
+    fp8_recipe: str | None
+    fp8_param_gather: bool | None
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,8 @@ class DataParallelKey(StrategyProjection):
     overlap_grad_reduce: bool
     framework: str  # its rules: whether sharded gradients are reduced every micro-batch
     overlap_param_gather: bool
+    #: bytes per parameter its all-gathers move (1 under fp8_param_gather: ``step.data_parallel.gathered_weight_bytes``)
+    weight_bytes: int = read_with(gathered_weight_bytes)
 
 
 def _layer_input_read(s: Strategy) -> LayerKey | None:
@@ -342,7 +354,7 @@ class AnalyticCache:
                 sum(
                     static_bytes(
                         self.cluster, s, stage_params(layers, costs, s, self.model, idx),
-                        [costs[i].params for i in layers if i in costs],
+                        [costs[i].params for i in layers if i in costs], stage_fp8(layers, costs),
                     ).values()
                 )
                 for idx, layers in enumerate(stage_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))

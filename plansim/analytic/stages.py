@@ -30,6 +30,7 @@ from plansim.step.layers import (
     rerun_host_s,
     rerun_sync_s,
 )
+from plansim.step.memory import stage_fp8
 from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
@@ -168,6 +169,8 @@ class StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
+        #: its FP8 linear layers' weight elements and count (``step.memory.stage_fp8``)
+        self.fp8 = stage_fp8(layers, costs)
         # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs (one tuple per
         # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)

@@ -331,7 +331,7 @@ class KernelCostModel:
     def _fp8_shape(self, op: Mapping[str, Any]) -> tuple[int, int, int, bool] | None:
         """The GEMM shape of an op this model runs in FP8, else None."""
         shape = op.get("fp8") if self.fp8 is not None else None
-        return tuple(shape) if shape else None  # type: ignore[return-value]
+        return tuple(shape) if shape else None
 
     def _casts_s(self, casts: list[float]) -> float:
         return sum(self.kernel_time("cast", 0.0, b) for b in casts)
@@ -430,7 +430,9 @@ class KernelCostModel:
             return self.kernel_time(kind, op["bwd_flops"] * executed_share(op), 2 * op["bytes"], "bwd")
         if self._fp8_shape(op) is not None:  # the output gradient's casts, then the FP8 pair
             pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd", "fp8")
-            gemms = pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"], dtype="fp8")
+            gemms = (
+                pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"], dtype="fp8")
+            )
             return gemms + self.cast_s(op, "bwd")
         if kind in MATMUL_KINDS:
             pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")

@@ -61,6 +61,7 @@ from plansim.step.memory import (
     chunk_memory,
     fixed_bytes,
     model_states,
+    stage_fp8,
     stage_params,
     with_grad_buffers,
 )
@@ -596,7 +597,8 @@ class _StageLowering:
             comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
-        self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
+        fp8 = stage_fp8(layers, ctx.programs)
+        self.prog.static_memory = model_states(ctx.cluster, s, params, fp8) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )
 

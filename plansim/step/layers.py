@@ -110,6 +110,9 @@ class LayerProgram:
     wgrad_s: float = 0.0
     selective_s: float = 0.0
     params: float = 0.0
+    #: the weight elements of its FP8 linear layers (``dtype: fp8``) and how many there are
+    fp8_params: float = 0.0
+    fp8_linears: int = 0
     saved: float = 0.0
     selective_saved: float = 0.0
     wgrad_saved: float = 0.0
@@ -422,6 +425,10 @@ def layer_programs(
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
         r.host_fwd += kernels.host_s * launches
         lp.params += op["params"]
+        if op.get("fp8"):  # an FP8 linear layer: its weight's elements (its FP8 copies, ``step.memory.fp8_bytes``)
+            _, n, k, _ = op["fp8"]
+            lp.fp8_params += k * n
+            lp.fp8_linears += 1
         lp.saved += op["saved_bytes"]
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
         lp.transient += op.get("transient_bytes", 0)
@@ -553,6 +560,9 @@ class LayerCost:
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
+    #: the weight elements of its FP8 linear layers and how many there are (``LayerProgram``)
+    fp8_params: float = 0.0
+    fp8_linears: int = 0
     saved_bytes: float = 0.0
     selective_saved_bytes: float = 0.0
     saved_reserved_bytes: float = 0.0
@@ -648,6 +658,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         fwd_matmul_flops=lp.fwd_matmul_flops,
         selective_matmul_flops=lp.selective_matmul_flops,
         params=lp.params,
+        fp8_params=lp.fp8_params,
+        fp8_linears=lp.fp8_linears,
         saved_bytes=lp.saved,
         selective_saved_bytes=lp.selective_saved,
         saved_reserved_bytes=lp.saved_reserved,

@@ -57,10 +57,10 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         problems.append(
             f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
         )
-    if not cluster.gpu.supports(s.compute_dtype):
-        problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
-    elif s.fp8:
+    if s.fp8:
         problems += _fp8_problems(s, model, cluster)
+    elif not cluster.gpu.supports(s.compute_dtype):
+        problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
     return problems
 
 
@@ -81,9 +81,12 @@ def _fp8_problems(s: Strategy, model: Workload, cluster: Cluster) -> list[str]:
     if gpu.vendor != "nvidia":
         return [f"dtype=fp8 on {gpu.name}: plansim models FP8 training on NVIDIA GPUs (Transformer Engine, torchao) "
                 "only: use dtype=bf16"]  # fmt: skip
-    if isinstance(model, TracedModel):
-        return [f"dtype=fp8 with traced model '{model.name}': plansim prices FP8 for the transformer blocks' linear "
-                "layers of a model it builds: use dtype=bf16 or a preset/config model"]  # fmt: skip
+    if isinstance(model, TracedModel) or not family_of(model).transformer:
+        return [f"dtype=fp8 with model '{model.name}': plansim prices FP8 for the linear layers of the transformer "
+                "blocks it builds (gpt, llama families): use dtype=bf16"]  # fmt: skip
+    if gpu.efficiency.matmul_fp8 is None:
+        return [f"dtype=fp8: {gpu.name}'s profile has no efficiency.matmul_fp8 curve: add one "
+                "(docs/hardware-profiles.md) or use dtype=bf16"]  # fmt: skip
     recipe = s.fp8_recipe or fp8.default
     problems: list[str] = []
     if recipe not in fp8.recipes:
@@ -98,6 +101,9 @@ def _fp8_problems(s: Strategy, model: Workload, cluster: Cluster) -> list[str]:
             f"fp8_recipe={recipe} on {gpu.name} ({gpu.architecture}): Transformer Engine runs it on "
             f"{', '.join(RECIPE_ARCHITECTURES[str(recipe)])} GPUs: {fix}"
         )
+    if s.tp_comm_overlap:  # its chunked GEMMs (step.layers) are priced at the model's dtype, without FP8's casts
+        problems.append("tp_comm_overlap=true with dtype=fp8: plansim does not model Transformer Engine's FP8 "
+                        "userbuffers overlap yet: leave tp_comm_overlap out or use dtype=bf16")  # fmt: skip
     if s.fp8_param_gather and s.zero == 0:
         problems.append("fp8_param_gather=true with zero=0: FP8 parameter all-gather needs sharded weights or a "
                         "distributed optimizer: set zero=1 or higher, or leave fp8_param_gather out")  # fmt: skip

@@ -30,6 +30,7 @@ from plansim.files.yamlfile import read_mapping, validated
 from plansim.hardware.schema import Architecture, AttentionKernel
 
 __all__ = [
+    "RECIPE_ARCHITECTURES",
     "AttentionKernels",
     "ContextParallel",
     "FP8Training",
@@ -39,7 +40,6 @@ __all__ = [
     "KernelLaunch",
     "ParamPrefetch",
     "PipelineSends",
-    "RECIPE_ARCHITECTURES",
     "Rule",
     "TPCommOverlap",
     "framework_names",
@@ -226,6 +226,9 @@ class FP8Training(_Strict):
     #: whether the FP8 copy of each weight is cast once per step and reused by the later micro-batches (Transformer
     #: Engine's weight cache under ``is_first_microbatch``), else cast at every forward
     weight_cast_once_per_step: bool = False
+    #: delayed scaling's amax history per tensor (Transformer Engine's DelayedScaling default 1024,
+    #: transformer_engine/common/recipe/__init__.py:255 at d0067d0d, unless the framework sets it)
+    amax_history_len: int = Field(default=1024, ge=1, le=1_000_000)
 
     @property
     def default(self) -> str | None:

@@ -131,7 +131,7 @@ class Dims:
     fp8: bool = False  # the block's linear layers run in FP8 (``Sharding.fp8_linears``)
 
     @property
-    def Ein(self) -> int:  # noqa: N802 (E's sibling)
+    def Ein(self) -> int:
         """Bytes per element of a block linear layer's input kept for its backward: 1 under FP8, where Transformer
         Engine saves the quantized input (module/linear.py:602-617 at NVIDIA/TransformerEngine d0067d0d: the FP8
         input, its row-wise data dropped unless the backward re-gathers it; layernorm_linear.py keeps its FP8
