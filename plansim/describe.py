@@ -50,6 +50,8 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp32 tp2 pp1 mb1 zero3/hsdp4 remat=none nccl under fsdp'
     >>> describe(Strategy(dp=2, tp=8, cp=16, pp=16, sequence_parallel=True, zero=1))  # context parallelism
     'dp2 tp8+sp cp16 pp16 mb1 1f1b zero1 remat=none nccl'
+    >>> describe(Strategy(dp=8, tp=4, zero=1, dtype="fp8", fp8_recipe="current", fp8_param_gather=True))
+    'dp8 tp4 pp1 mb1 zero1 remat=none fp8(current)+pg nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
@@ -63,6 +65,8 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     parts += [f"zero{s.zero}" + (f"/hsdp{s.dp_shard}" if s.hybrid_shard else ""), f"remat={s.remat}"]
     if s.attention != "flash":  # the default is left unsaid
         parts.append(f"attention={s.attention}")
+    if s.fp8:  # FP8 linear layers: the recipe (where resolved or given), "+pg" with the FP8 parameter gather
+        parts.append("fp8" + (f"({s.fp8_recipe})" if s.fp8_recipe else "") + ("+pg" if s.fp8_param_gather else ""))
     if (s.dp or 1) > 1:
         parts.append(s.dp_algorithm)
     if framework or s.framework != "megatron":
