@@ -246,3 +246,30 @@ def test_kernel_model_spreads_the_weight_cast_over_the_micro_batches() -> None:
     assert mega.fp8 == FP8Casts("delayed", 1 / 4)
     assert fsdp.fp8 == FP8Casts("current", 1.0)
     assert math.isclose(mega.fp8.weight_casts * 4, 1.0)
+
+
+def test_a_measured_profiles_fp8_gemms_price_the_fp8_layers() -> None:
+    """``plansim profile`` records scaled FP8 GEMMs as gemm points of dtype fp8: the measured table prices an FP8
+    linear layer's GEMMs from them (forward and the backward pair), and the bf16 GEMMs from the bf16 points."""
+    from plansim.costs.kernels import KernelTable
+    from plansim.profiling.schema import Environment, KernelPoint, KernelProfile
+
+    env = Environment(device="cuda", device_name="Test GPU", torch="2.13.0", python="3.11", platform="test",
+                      date="2026-11-29T00:00:00+00:00", command="test")  # fmt: skip
+    rows = [("fwd", "fp8", 1e12, 1e-3), ("fwd", "fp8", 1e13, 8e-3), ("bwd", "fp8", 2e12, 2.5e-3),
+            ("bwd", "fp8", 2e13, 17e-3), ("fwd", "bf16", 1e12, 2e-3), ("fwd", "bf16", 1e13, 16e-3)]  # fmt: skip
+    points = [KernelPoint(op="gemm", direction=d, dtype=dt, shape=(1,), flops=f, bytes=1.0, time_s=t, repeats=3)  # type: ignore[arg-type]
+              for d, dt, f, t in rows]  # fmt: skip
+    table = KernelTable.from_profile(KernelProfile(environment=env, points=points), "test")
+    k = KernelCostModel(H100, "bf16", table, fp8=FP8Casts("delayed", 0.0))
+    op = {"kind": "matmul", "flops": 1e12, "bwd_flops": 2e12, "bytes": 1e6, "fp8": (1024, 1024, 1024, True)}
+    assert k.forward(op) == pytest.approx(1e-3)  # delayed, after a norm, the weight cast spread to nothing
+    assert k.backward(op) == pytest.approx(2.5e-3 + _memory_s(4.0 * 1024 * 1024))
+    assert k.forward({**op, "fp8": False}) == pytest.approx(2e-3)
+
+
+def test_the_profiler_times_fp8_only_where_the_device_runs_it() -> None:
+    torch = pytest.importorskip("torch")
+    from plansim.profiling.profiler import fp8_gemm_available
+
+    assert fp8_gemm_available(torch.device("cpu")) is False
