@@ -273,3 +273,18 @@ def test_the_profiler_times_fp8_only_where_the_device_runs_it() -> None:
     from plansim.profiling.profiler import fp8_gemm_available
 
     assert fp8_gemm_available(torch.device("cpu")) is False
+
+
+def test_the_text_report_names_fp8_only_under_it() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from plansim.report.text import print_result
+
+    model = load_model("gpt3-125m")
+    for dtype, shown in (("fp8", True), ("bf16", False)):
+        out = StringIO()
+        r = simulate(model, "dgx-h100", f"dp=8,global_batch=16,dtype={dtype}", gpus=8)
+        print_result(r, Console(file=out, width=120))
+        assert ("fp8 (delayed)" in out.getvalue()) is shown
