@@ -288,3 +288,18 @@ def test_the_text_report_names_fp8_only_under_it() -> None:
         r = simulate(model, "dgx-h100", f"dp=8,global_batch=16,dtype={dtype}", gpus=8)
         print_result(r, Console(file=out, width=120))
         assert ("fp8 (delayed)" in out.getvalue()) is shown
+
+
+def test_sequence_parallel_gathers_the_fp8_input() -> None:
+    """With sequence parallelism Transformer Engine all-gathers the quantized input of the QKV and FC1 layers: the
+    forward all-gather (and the backward's re-gather) moves 1 B an element, the input gradient's reduce-scatter
+    stays bf16; the output layer's gather stays bf16 too. Per block and micro-batch the tp bytes fall by the two
+    gathers' halves: 2 x 2 x (t-1)/t x rows x h x 1 B on a ring."""
+    model = load_model("gpt3-125m")
+    base = "dp=2,tp=4,micro_batch=1,global_batch=2,sequence_parallel=true"
+    fp8 = simulate(model, "dgx-h100", base + ",dtype=fp8", gpus=8).comm_bytes_per_gpu["tp"]
+    bf16 = simulate(model, "dgx-h100", base + ",dtype=bf16", gpus=8).comm_bytes_per_gpu["tp"]
+    rows, h, t = model.seq_len, model.hidden, 4
+    assert bf16 - fp8 == pytest.approx(model.layers * 2 * 2 * (t - 1) / t * rows * h, rel=1e-9)
+    g = build_sharded(model, sharding_of(Strategy(dp=2, tp=4, sequence_parallel=True, dtype="fp8")))
+    assert g.nodes["L0.attn_in"]["fp8_comm_bytes"] == rows * h and "fp8_comm_bytes" not in g.nodes["out.logits_in"]

@@ -44,6 +44,7 @@ __all__ = [
     "LayerProgram",
     "RateBeside",
     "Segment",
+    "forward_bytes",
     "layer_activations",
     "layer_algorithm",
     "layer_costs",
@@ -291,7 +292,7 @@ def _regathered(graph: nx.DiGraph, name: str, mesh: DeviceMesh) -> Comm | None:
     for pred in graph.predecessors(name):
         c = graph.nodes[pred]
         if c["kind"] == "collective" and c["collective"] == "all_gather" and mesh.size(c["group"]) > 1:
-            return Comm("all_gather", "ring", c["group"], c["comm_bytes"], c["group"])
+            return Comm("all_gather", "ring", c["group"], forward_bytes(c), c["group"])
     return None
 
 
@@ -341,6 +342,13 @@ def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) 
     return Comm(collective, layer_algorithm(collective), op["group"], n, op["group"])
 
 
+def forward_bytes(op: Mapping[str, Any]) -> float:
+    """The bytes of a collective op's forward call: ``comm_bytes``, or an all-gather's FP8 message where it gathers
+    a linear layer's FP8 input (``fp8_comm_bytes``: ``plansim.workload.transformer.tp_enter``), which its backward's
+    re-gather moves too (``_regathered``)."""
+    return float(op.get("fp8_comm_bytes", op["comm_bytes"]))
+
+
 def layer_programs(
     graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh, overlap: TPOverlap = _BLOCKING
 ) -> dict[int, LayerProgram]:
@@ -373,9 +381,9 @@ def layer_programs(
             members = mesh.size(op["group"])
             if members > 1 and op["collective"] != "none":
                 if name not in taken:
-                    r.close_fwd(_comm(op, op["collective"]), members)
+                    r.close_fwd(_comm(op, op["collective"], forward_bytes(op)), members)
                 if rerunnable and op.get("sac_rerun", 1.0) > 0:  # a per-op policy reruns it, blocking,
-                    r.close_sac(_comm(op, op["collective"]), members)
+                    r.close_sac(_comm(op, op["collective"], forward_bytes(op)), members)
                 elif rerunnable:  # or keeps its output
                     lp.sac_kept += op.get("sac_kept", 0)
                     lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))

@@ -270,13 +270,21 @@ def _check_context_parallel(spec: ModelShape, sh: Sharding) -> None:
         raise PlansimError(problems[0])
 
 
-def tp_enter(d: Dims, name: str) -> list[Node]:
+def tp_enter(d: Dims, name: str, *, linear: bool = False) -> list[Node]:
     """The collective before a column-parallel GEMM: Megatron ``f`` (none / all-reduce), or with sequence
-    parallelism ``g`` (all-gather / reduce-scatter). Empty when ``t = 1``."""
+    parallelism ``g`` (all-gather / reduce-scatter). Empty when ``t = 1``. Before a block's linear layer
+    (``linear``) under FP8 with sequence parallelism the all-gather moves the FP8 input, 1 B an element
+    (``fp8_comm_bytes``, its forward and its backward's re-gather): Transformer Engine quantizes the local norm
+    output and gathers it with the quantizer (module/layernorm_linear.py:294-313 at NVIDIA/TransformerEngine
+    d0067d0d, ``gather_along_first_dim(ln_out, tp_group, quantizer=...)``); the reduce-scatter of the input gradient
+    stays bf16."""
     if d.t == 1:
         return []
     fwd, bwd = ("all_gather", "reduce_scatter") if d.sp else ("none", "all_reduce")
-    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis))]
+    attrs = collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis)
+    if d.sp and d.fp8 and linear:
+        attrs["fp8_comm_bytes"] = d.rows * d.h
+    return [Node(name, attrs)]
 
 
 def tp_exit(d: Dims, name: str) -> list[Node]:
@@ -416,7 +424,7 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
     kept = d.rows * (d.kv_l if rotary else qkv)  # Q, K, V, or only V when the rotary op keeps Q and K
     return [
         Node("ln1", _norm(d, rms=False)),
-        *tp_enter(d, "attn_in"),
+        *tp_enter(d, "attn_in", linear=True),
         Node("qkv", d.linear(d.rows, qkv, d.h, bias=qkv, saved=d.Ein * x + E * kept, after_norm=True)),
         *([_rope(d)] if rotary else []),
         *_attention(d, dropout=True, qk_input="rope" if rotary else "qkv"),
@@ -425,7 +433,7 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
         Node("proj_drop", _dropout(d, x)),
         Node("res1", residual_add(d), (PREV, IN)),
         Node("ln2", _norm(d, rms=False)),
-        *tp_enter(d, "mlp_in"),
+        *tp_enter(d, "mlp_in", linear=True),
         Node("fc1", d.linear(d.rows, d.f_l, d.h, bias=d.f_l, saved=d.Ein * x, after_norm=True)),
         Node("gelu", pointwise("elementwise", mlp, GELU_FLOPS, E, saved=E * mlp)),
         Node("fc2", d.linear(d.rows, d.h, d.f_l, bias=d.h, saved=d.Ein * mlp)),
@@ -441,7 +449,7 @@ def llama_block(d: Dims) -> list[Node]:
     qkv = d.q_l + 2 * d.kv_l
     return [
         Node("norm1", _norm(d, rms=True)),
-        *tp_enter(d, "attn_in"),
+        *tp_enter(d, "attn_in", linear=True),
         # torchtitan's wq, wk, wv: the block's mm 1-3, of which its per-op policy keeps 1 and 3 (docstring)
         Node(
             "qkv",
@@ -457,7 +465,7 @@ def llama_block(d: Dims) -> list[Node]:
         *tp_exit(d, "attn_out"),
         Node("res1", residual_add(d), (PREV, IN)),
         Node("norm2", _norm(d, rms=True)),
-        *tp_enter(d, "mlp_in"),
+        *tp_enter(d, "mlp_in", linear=True),
         # w1 and w3, mm 5 (kept) and 6 (rerun); w2, mm 7 (kept); wo, mm 4, reruns
         Node(
             "gate_up",
