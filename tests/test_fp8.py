@@ -61,7 +61,7 @@ def test_one_linear_layers_casts_by_hand(recipe: str) -> None:
     and each cast a micro-batch (the weight's once a step, not counted)."""
     m, n, k = 2048, 2048, 8192
     op = {"kind": "matmul", "flops": 2 * m * n * k, "bwd_flops": 4 * m * n * k, "bytes": 2 * (m * k + k * n + m * n)}
-    op["fp8"] = (m, n, k, False)
+    op["fp8"] = (m, n, k, False, 1)
     casts = FP8Casts(recipe, weight_casts=1 / 8)
     model = KernelCostModel(H100, "bf16", fp8=casts)
     per = 4 + (2 * 4 / 128 if recipe == "block" else 0.0)
@@ -82,7 +82,7 @@ def test_one_linear_layers_casts_by_hand(recipe: str) -> None:
 def test_a_norm_fed_layer_casts_as_transformer_engine_fuses() -> None:
     """After a norm: delayed scaling's norm writes FP8 itself (no input cast, only the weight's); current scaling's
     norm computes the amax (a cast, no amax pass); block scaling's norm writes bf16 for a cast."""
-    shape = (2048, 6144, 2048, True)
+    shape = (2048, 6144, 2048, True, 1)
     assert FP8Casts("delayed", 0.5).forward_casts(shape) == [0.5 * 4 * 6144 * 2048]
     assert FP8Casts("current", 1.0).forward_casts(shape) == [4.0 * 2048 * 2048, (2 + 4) * 6144 * 2048]
     assert len(FP8Casts("block", 1.0).forward_casts(shape)) == 2
@@ -262,7 +262,7 @@ def test_a_measured_profiles_fp8_gemms_price_the_fp8_layers() -> None:
               for d, dt, f, t in rows]  # fmt: skip
     table = KernelTable.from_profile(KernelProfile(environment=env, points=points), "test")
     k = KernelCostModel(H100, "bf16", table, fp8=FP8Casts("delayed", 0.0))
-    op = {"kind": "matmul", "flops": 1e12, "bwd_flops": 2e12, "bytes": 1e6, "fp8": (1024, 1024, 1024, True)}
+    op = {"kind": "matmul", "flops": 1e12, "bwd_flops": 2e12, "bytes": 1e6, "fp8": (1024, 1024, 1024, True, 1)}
     assert k.forward(op) == pytest.approx(1e-3)  # delayed, after a norm, the weight cast spread to nothing
     assert k.backward(op) == pytest.approx(2.5e-3 + _memory_s(4.0 * 1024 * 1024))
     assert k.forward({**op, "fp8": False}) == pytest.approx(2e-3)
@@ -303,3 +303,18 @@ def test_sequence_parallel_gathers_the_fp8_input() -> None:
     assert bf16 - fp8 == pytest.approx(model.layers * 2 * 2 * (t - 1) / t * rows * h, rel=1e-9)
     g = build_sharded(model, sharding_of(Strategy(dp=2, tp=4, sequence_parallel=True, dtype="fp8")))
     assert g.nodes["L0.attn_in"]["fp8_comm_bytes"] == rows * h and "fp8_comm_bytes" not in g.nodes["out.logits_in"]
+
+
+def test_a_gathered_input_is_cast_on_the_local_rows_and_transposed_after_the_regather() -> None:
+    """Sequence parallelism, tp 4, QKV after its norm under block scaling: the forward casts this rank's quarter of
+    the rows row-wise (2 B read, 1 B and the half of the block scales written an element) and the weight; the
+    backward casts the output gradient and makes the re-gathered input's column-wise copy (1 B read, 1 B and the
+    scales written, all rows). Under delayed scaling the norm writes the local FP8 rows itself."""
+    m, n, k = 2048, 3 * 1024, 1024
+    block = FP8Casts("block", 1.0)
+    scale = 2 * 4 / 128
+    assert block.forward_casts((m, n, k, True, 4)) == [(3 + scale / 2) * m / 4 * k, (4 + scale) * k * n]
+    assert block.backward_casts((m, n, k, True, 4)) == [(4 + scale) * m * n, (2 + scale / 2) * m * k]
+    assert FP8Casts("delayed", 0.0).forward_casts((m, n, k, True, 4)) == [0.0]
+    g = build_sharded(load_model(MODEL), sharding_of(Strategy(dp=2, tp=4, sequence_parallel=True, dtype="fp8")))
+    assert g.nodes["L0.qkv"]["fp8"][4] == 4 and g.nodes["L0.fc1"]["fp8"][4] == 4 and g.nodes["L0.fc2"]["fp8"][4] == 1

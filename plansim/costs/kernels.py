@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FP8Casts",
+    "FP8Shape",
     "KernelCostModel",
     "KernelTable",
     "cost_provenance",
@@ -80,6 +81,12 @@ _COMPUTE_GROUPS = ("gemm", "bmm", "attention")
 _BLOCK_SCALE_BYTES = {"delayed": 0.0, "current": 0.0, "block": 2 * 4 / 128, "mxfp8": 2 * 1 / 32}
 
 
+#: An FP8 linear layer's GEMM as its op's ``fp8`` attribute gives it (``plansim.workload.transformer.Dims.linear``):
+#: ``[m, k] @ [k, n]``, whether a norm feeds it, and how many ranks its input is gathered from (sequence parallelism;
+#: 1: not gathered).
+FP8Shape = tuple[int, int, int, bool, int]
+
+
 @dataclass(frozen=True)
 class FP8Casts:
     """How the FP8 linear layers' tensors are cast (``dtype: fp8``), as Transformer Engine issues the kernels
@@ -98,7 +105,12 @@ class FP8Casts:
       where the framework casts once per step and reuses it: TE's workspace updated only on the first micro-batch,
       linear.py:479-488; else 1);
     * backward, the output gradient (``[m, n]``) cast row-wise and column-wise (dgrad and wgrad operands,
-      linear.py:900-925), with its amax pass under ``current``.
+      linear.py:900-925), with its amax pass under ``current``;
+    * under sequence parallelism a layer whose input is all-gathered (``shards`` > 1: QKV and FC1) casts its local
+      ``m / shards`` rows row-wise only (3 B an element) before the FP8 all-gather, since the per-tensor quantizers
+      gather no column-wise data (linear.py:381-392, layernorm_linear.py:294-301); its backward re-gathers the FP8
+      input and makes the column-wise copy of all ``m`` rows (1 B read, 1 B written an element; linear.py:602-610
+      keeps only the row-wise data for a re-gathered input). Block recipes are taken alike (ASSUMPTION).
 
     Delayed scaling's amax reduction (a few KB all-reduced over the data- and tensor-parallel ranks at each autocast
     exit) is left out: microseconds a micro-batch, below the step's resolution (docs/strategies.md)."""
@@ -115,22 +127,27 @@ class FP8Casts:
         """Bytes one row- and column-wise cast of ``elements`` bf16 elements moves (its scales included)."""
         return elements * (2 + 2 + _BLOCK_SCALE_BYTES[self.recipe])
 
-    def forward_casts(self, shape: tuple[int, int, int, bool]) -> list[float]:
+    def forward_casts(self, shape: FP8Shape) -> list[float]:
         """Bytes of each cast kernel a forward launches per micro-batch (the weight's pro rata), in order."""
-        m, n, k, after_norm = shape
+        m, n, k, after_norm, shards = shape
+        scale = _BLOCK_SCALE_BYTES[self.recipe]
+        # a gathered input is cast row-wise on this rank's rows; else row- and column-wise on all of them
+        rows, per = (m / shards, 2 + 1 + scale / 2) if shards > 1 else (m, 2 + 2 + scale)
         casts: list[float] = []
         if not after_norm:
-            casts += [2.0 * m * k] if self.amax_pass else []
-            casts.append(self.cast_bytes(m * k))
+            casts += [2.0 * rows * k] if self.amax_pass else []
+            casts.append(per * rows * k)
         elif self.recipe != "delayed":  # the norm writes bf16 (with its amax under current scaling), then the cast
-            casts.append(self.cast_bytes(m * k))
+            casts.append(per * rows * k)
         weight = self.weight_casts * ((2.0 * k * n if self.amax_pass else 0.0) + self.cast_bytes(k * n))
         return [*casts, weight]
 
-    def backward_casts(self, shape: tuple[int, int, int, bool]) -> list[float]:
-        """Bytes of each cast kernel a backward launches (the output gradient's, with its amax pass), in order."""
-        m, n, _, _ = shape
-        return [*([2.0 * m * n] if self.amax_pass else []), self.cast_bytes(m * n)]
+    def backward_casts(self, shape: FP8Shape) -> list[float]:
+        """Bytes of each cast kernel a backward launches (the output gradient's, with its amax pass; a re-gathered
+        input's column-wise copy), in order."""
+        m, n, k, _, shards = shape
+        transpose = [(2 + _BLOCK_SCALE_BYTES[self.recipe] / 2) * m * k] if shards > 1 else []
+        return [*([2.0 * m * n] if self.amax_pass else []), self.cast_bytes(m * n), *transpose]
 
 
 def executed_share(op: Mapping[str, Any]) -> float:
@@ -328,7 +345,7 @@ class KernelCostModel:
             hit = self._memo[key] = self._kernel_time(kind, flops, nbytes, direction, gemm_dtype)
         return hit
 
-    def _fp8_shape(self, op: Mapping[str, Any]) -> tuple[int, int, int, bool] | None:
+    def _fp8_shape(self, op: Mapping[str, Any]) -> FP8Shape | None:
         """The GEMM shape of an op this model runs in FP8, else None."""
         shape = op.get("fp8") if self.fp8 is not None else None
         return tuple(shape) if shape else None

@@ -434,7 +434,7 @@ def layer_programs(
         r.host_fwd += kernels.host_s * launches
         lp.params += op["params"]
         if op.get("fp8"):  # an FP8 linear layer: its weight's elements (its FP8 copies, ``step.memory.fp8_bytes``)
-            _, n, k, _ = op["fp8"]
+            n, k = op["fp8"][1:3]
             lp.fp8_params += k * n
             lp.fp8_linears += 1
         lp.saved += op["saved_bytes"]

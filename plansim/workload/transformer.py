@@ -147,12 +147,14 @@ class Dims:
         return (self.Ein + extra) * self.rows * self.q_l
 
     def linear(self, m: int, n: int, k: int, *, bias: int = 0, saved: int = 0, after_norm: bool = False) -> Attrs:
-        """A block linear layer's GEMM ``[m, k] @ [k, n]`` (``gemm``), marked under FP8 with ``fp8``: its shape and
-        whether a norm feeds it (``after_norm``: Transformer Engine's LayerNormLinear and LayerNormMLP, whose norm
-        writes the FP8 input itself), which ``plansim.costs.kernels`` prices at the fp8 rate with its casts."""
+        """A block linear layer's GEMM ``[m, k] @ [k, n]`` (``gemm``), marked under FP8 with ``fp8``: its shape,
+        whether a norm feeds it (``after_norm``: Transformer Engine's LayerNormLinear, whose norm writes the FP8
+        input itself; the column-parallel layers after ``tp_enter``) and from how many ranks its input is gathered
+        (``t`` under sequence parallelism for those, else 1), which ``plansim.costs.kernels`` prices at the fp8 rate
+        with its casts (``FP8Casts``)."""
         attrs = gemm(m, n, k, self.E, bias=bias, saved=saved)
         if self.fp8:
-            attrs["fp8"] = (m, n, k, after_norm)
+            attrs["fp8"] = (m, n, k, after_norm, self.t if after_norm and self.sp else 1)
         return attrs
 
     @property
