@@ -297,7 +297,8 @@ def test_sequence_parallel_gathers_the_fp8_input() -> None:
     gathers' halves: 2 x 2 x (t-1)/t x rows x h x 1 B on a ring."""
     model = load_model("gpt3-125m")
     base = "dp=2,tp=4,micro_batch=1,global_batch=2,sequence_parallel=true"
-    fp8 = simulate(model, "dgx-h100", base + ",dtype=fp8", gpus=8).comm_bytes_per_gpu["tp"]
+    # current scaling: no amax all-reduce (delayed scaling's few bytes would count as tp traffic too)
+    fp8 = simulate(model, "dgx-h100", base + ",dtype=fp8,fp8_recipe=current", gpus=8).comm_bytes_per_gpu["tp"]
     bf16 = simulate(model, "dgx-h100", base + ",dtype=bf16", gpus=8).comm_bytes_per_gpu["tp"]
     rows, h, t = model.seq_len, model.hidden, 4
     assert bf16 - fp8 == pytest.approx(model.layers * 2 * 2 * (t - 1) / t * rows * h, rel=1e-9)
@@ -318,3 +319,30 @@ def test_a_gathered_input_is_cast_on_the_local_rows_and_transposed_after_the_reg
     assert FP8Casts("delayed", 0.0).forward_casts((m, n, k, True, 4)) == [0.0]
     g = build_sharded(load_model(MODEL), sharding_of(Strategy(dp=2, tp=4, sequence_parallel=True, dtype="fp8")))
     assert g.nodes["L0.qkv"]["fp8"][4] == 4 and g.nodes["L0.fc1"]["fp8"][4] == 4 and g.nodes["L0.fc2"]["fp8"][4] == 1
+
+
+def test_delayed_scaling_all_reduces_each_chunks_amaxes() -> None:
+    """Megatron-LM under delayed scaling: after each model chunk's forward and backward pass one blocking all-reduce
+    of its amaxes (4 B x 3 forward or 2 backward tensors a linear layer) over every rank of the stage; per
+    micro-batch a stage pays it for each of its chunks, priced by the layer collectives' pricer on the stage's
+    group. Current scaling has none; a stage of one rank neither."""
+    from plansim.analytic.stages import stage_sends
+    from plansim.costs.interference import interference_model
+    from plansim.step.p2p import amax_reduction
+    from plansim.step.prepare import comm_pricer, prepare_step
+
+    model, cluster = load_model("gpt3-125m"), load_hardware("dgx-h100", gpus=16)
+    s = Strategy(dp=2, tp=2, pp=4, virtual_stages=3, schedule="interleaved", micro_batch=1, global_batch=8,
+                 dtype="fp8").resolve(cluster)  # fmt: skip
+    prep = prepare_step(model, cluster, s)
+    price = comm_pricer(cluster, s)
+    linears = 4  # 12 blocks over 4 x 3 chunks: one block, four linear layers a chunk
+    one = price("stage", "all_reduce", 4.0 * 3 * linears)[0] + price("stage", "all_reduce", 4.0 * 2 * linears)[0]
+    model_ = interference_model(cluster.gpu, None)
+    seconds = stage_sends(cluster, s, 1, prep.graph, model_, price)[0]
+    current = s.model_copy(update={"fp8_recipe": "current"})
+    assert seconds - stage_sends(cluster, current, 1, prep.graph, model_, price)[0] == pytest.approx(3 * one)
+    assert amax_reduction(current, linears, True) is None
+    assert amax_reduction(Strategy(dp=1, dtype="fp8", fp8_recipe="delayed"), linears, True) is None
+    comm = amax_reduction(s, linears, False)
+    assert comm is not None and comm.n_bytes == 32.0 and comm.axis == "stage"

@@ -130,6 +130,7 @@ class SendsKey(StrategyProjection):
     dp: int | None
     cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     framework: str  # its pipeline_sends rule: which schedules' sends block, and how (``step.p2p.pipeline_sends``)
+    layer_split: tuple[int, ...] | None  # under FP8 delayed scaling, each chunk's amax reduction (``step.p2p``)
 
 
 @dataclass(frozen=True)

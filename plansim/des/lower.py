@@ -66,7 +66,7 @@ from plansim.step.memory import (
     with_grad_buffers,
 )
 from plansim.step.optimizer import optimizer_step_s
-from plansim.step.p2p import PipelineSends, pipeline_sends, regather
+from plansim.step.p2p import PipelineSends, amax_reduction, pipeline_sends, regather
 from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
 from plansim.step.tp_overlap import tp_overlap
@@ -318,8 +318,18 @@ class _StageLowering:
             self._run(
                 lp.fwd, f"F{mb}.L{layer}", "forward", mb, first_deps=deps, alloc=tuple(alloc), free=free, wait_key=wait
             )
+        self._amax(mb, g, forward=True)
         if g < len(ctx.chunks) - 1:
             self._send("F", mb, g, +1)
+
+    def _amax(self, mb: int, g: int, *, forward: bool) -> None:
+        """FP8 delayed scaling's amax all-reduce at the end of chunk ``g``'s pass (``plansim.step.p2p.amax_reduction``),
+        blocking on the compute stream."""
+        ctx = self.ctx
+        linears = sum(ctx.programs[i].fp8_linears for i in ctx.chunks[g] if i in ctx.programs)
+        comm = amax_reduction(self.s, linears, forward)
+        if comm is not None:
+            self._run([Segment(comm=comm)], f"amax{'F' if forward else 'B'}{mb}.c{g}", "tp_comm", mb)
 
     def backward(self, mb: int, g: int, *, input_only: bool) -> None:
         ctx = self.ctx
@@ -367,6 +377,7 @@ class _StageLowering:
                 if buffers is not None:
                     self._copy_in(mb, layer, buffers, last, "backward", layer == self._last_copied(g))
                 self._grads_ready(mb, layer, lp, last)
+        self._amax(mb, g, forward=False)
         if g > 0:
             self._send("B", mb, g, -1)
 
