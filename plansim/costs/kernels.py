@@ -112,8 +112,8 @@ class FP8Casts:
       input and makes the column-wise copy of all ``m`` rows (1 B read, 1 B written an element; linear.py:602-610
       keeps only the row-wise data for a re-gathered input). Block recipes are taken alike (ASSUMPTION).
 
-    Delayed scaling's amax reduction (a few KB all-reduced over the data- and tensor-parallel ranks at each autocast
-    exit) is left out: microseconds a micro-batch, below the step's resolution (docs/strategies.md)."""
+    Delayed scaling's amax all-reduce after each model chunk's pass is a collective, not a kernel
+    (``plansim.step.p2p.amax_reduction``)."""
 
     recipe: str
     weight_casts: float = 1.0
