@@ -32,7 +32,7 @@ from plansim.step.layers import (
     rerun_sync_s,
 )
 from plansim.step.memory import stage_fp8
-from plansim.step.p2p import OverlappedSends, amax_reduction, pipeline_sends, regather
+from plansim.step.p2p import OverlappedSends, amax_reduction_s, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
@@ -119,10 +119,10 @@ def stage_sends(
     scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds, priced by
     ``price`` (``step.prepare.comm_pricer`` of ``s`` by default; the stages of a pipeline may share one)."""
     sched = get_schedule(s.schedule)
-    amax_s, amax_sent = _amax_reductions(s, stage, graph, price or comm_pricer(cluster, s)) if s.fp8 else (0.0, 0.0)
+    amax_s = _amax_reductions(s, stage, graph, price or comm_pricer(cluster, s)) if s.fp8 else 0.0
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
-        return amax_s, 0.0, amax_sent, (), OverlappedSends()
+        return amax_s, 0.0, 0.0, (), OverlappedSends()
     n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
@@ -143,30 +143,27 @@ def stage_sends(
     overlapped = OverlappedSends() if plan.blocking else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
     gather = regather(graph, s)
     if gather is None:
-        return seconds + amax_s, (fwd + bwd) * n_bytes, amax_sent, tuple(beside), overlapped
+        return seconds + amax_s, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
     gather_s, gather_sent = (price or comm_pricer(cluster, s))(gather.axis, gather.collective, gather.n_bytes)
     seconds += received * gather_s + amax_s
-    return seconds, (fwd + bwd) * n_bytes, received * gather_sent + amax_sent, tuple(beside), overlapped
+    return seconds, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
 
 
-def _amax_reductions(s: Strategy, stage: int, graph: nx.DiGraph, price: CommPricer) -> tuple[float, float]:
-    """(seconds, bytes sent) of one micro-batch's FP8 amax all-reduces on ``stage``: one after each of its model
-    chunks' forward and backward passes (``step.p2p.amax_reduction``), blocking on the compute stream as the
-    pipeline sends' calls are."""
+def _amax_reductions(s: Strategy, stage: int, graph: nx.DiGraph, price: CommPricer) -> float:
+    """Seconds of one micro-batch's FP8 amax all-reduces on ``stage``: one after each of its model chunks' forward
+    and backward passes (``step.p2p.amax_reduction_s``), blocking on the compute stream as the pipeline sends' calls
+    are."""
     linears: dict[int, int] = {}
     for _, op in graph.nodes(data=True):
         if op.get("fp8"):
             linears[op["layer"]] = linears.get(op["layer"], 0) + 1
     chunks = chunk_layers(graph.graph["spec"].layers, s.pp, s.virtual_stages, s.layer_split)[stage :: s.pp]
-    seconds = sent = 0.0
-    for chunk in chunks:
-        for forward in (True, False):
-            comm = amax_reduction(s, sum(linears.get(i, 0) for i in chunk), forward)
-            if comm is not None:
-                t, b = price(comm.axis, comm.collective, comm.n_bytes)
-                seconds, sent = seconds + t, sent + b
-    return seconds, sent
+    return sum(
+        amax_reduction_s(s, sum(linears.get(i, 0) for i in chunk), forward, price)
+        for chunk in chunks
+        for forward in (True, False)
+    )
 
 
 class StageSums:

@@ -66,8 +66,8 @@ from plansim.step.memory import (
     with_grad_buffers,
 )
 from plansim.step.optimizer import optimizer_step_s
-from plansim.step.p2p import PipelineSends, amax_reduction, pipeline_sends, regather
-from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
+from plansim.step.p2p import PipelineSends, amax_reduction_s, pipeline_sends, regather
+from plansim.step.prepare import comm_pricer, p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
 from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import DeviceMesh, mesh_of
@@ -110,6 +110,8 @@ class _Ctx:
     # cross-stage dependencies by key, resolved once every stage is built
     sends: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
+    # FP8 delayed scaling's amax all-reduce after each chunk's pass: (chunk, forward) -> seconds (plansim/step/p2p.py)
+    amax: dict[tuple[int, bool], float] = field(default_factory=dict)
 
     def is_block(self, layer: int) -> bool:
         return 0 <= layer < self.model.layers
@@ -323,13 +325,11 @@ class _StageLowering:
             self._send("F", mb, g, +1)
 
     def _amax(self, mb: int, g: int, *, forward: bool) -> None:
-        """FP8 delayed scaling's amax all-reduce at the end of chunk ``g``'s pass (``plansim.step.p2p.amax_reduction``),
-        blocking on the compute stream."""
-        ctx = self.ctx
-        linears = sum(ctx.programs[i].fp8_linears for i in ctx.chunks[g] if i in ctx.programs)
-        comm = amax_reduction(self.s, linears, forward)
-        if comm is not None:
-            self._run([Segment(comm=comm)], f"amax{'F' if forward else 'B'}{mb}.c{g}", "tp_comm", mb)
+        """FP8 delayed scaling's amax all-reduce at the end of chunk ``g``'s pass, the compute stream held for it
+        (``plansim.step.p2p.amax_reduction_s``)."""
+        seconds = self.ctx.amax.get((g, forward), 0.0)
+        if seconds > 0:
+            self._run([Segment(seconds)], f"amax{'F' if forward else 'B'}{mb}.c{g}", "tp_comm", mb)
 
     def backward(self, mb: int, g: int, *, input_only: bool) -> None:
         ctx = self.ctx
@@ -640,6 +640,12 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         regather=regather(graph, s),
         p2p=pipeline_sends(cluster.gpu, s),
     )
+    if s.fp8:
+        price = comm_pricer(cluster, s)
+        for g, chunk in enumerate(ctx.chunks):
+            linears = sum(programs[i].fp8_linears for i in chunk if i in programs)
+            for forward in (True, False):
+                ctx.amax[g, forward] = amax_reduction_s(s, linears, forward, price)
     milp_flops = 0.0
     if REMAT_POLICIES[s.remat].scheduled:
         for plan in milp_stage_plans(prep, cluster, model).values():

@@ -72,11 +72,12 @@ import networkx as nx
 
 from plansim.hardware import GPUSpec
 from plansim.step.comm import Comm
+from plansim.step.layers import CommPricer
 from plansim.strategy.frameworks import load_framework
 from plansim.strategy.mesh import STAGE_AXIS, mesh_of
 from plansim.strategy.schema import Strategy
 
-__all__ = ["OverlappedSends", "PipelineSends", "amax_reduction", "pipeline_sends", "regather"]
+__all__ = ["OverlappedSends", "PipelineSends", "amax_reduction", "amax_reduction_s", "pipeline_sends", "regather"]
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,18 @@ def pipeline_sends(gpu: GPUSpec, s: Strategy) -> PipelineSends:
 def amax_reduction(s: Strategy, linears: int, forward: bool) -> Comm | None:
     """The all-reduce of the amaxes a model chunk's pass recorded (module docstring) over its FP8 linear layers
     (``linears``), forward or backward; None without delayed FP8 scaling, without FP8 layers in the chunk or on a
-    stage of one rank. Filed under ``tp`` traffic (a few hundred bytes)."""
+    stage of one rank."""
     if not s.fp8 or s.fp8_recipe != "delayed" or linears <= 0 or mesh_of(s).size(STAGE_AXIS) <= 1:
         return None
     return Comm("all_reduce", "ring", STAGE_AXIS, 4.0 * (3 if forward else 2) * linears, "tp")
+
+
+def amax_reduction_s(s: Strategy, linears: int, forward: bool, price: CommPricer) -> float:
+    """Seconds the compute stream waits for ``amax_reduction`` (0 where there is none), as the layers' collectives
+    are priced (``price``: ``plansim.step.prepare.comm_pricer``). A call of a few hundred bytes is latency alone:
+    both engines hold the stream for it rather than simulating its flows, and its bytes are not counted."""
+    comm = amax_reduction(s, linears, forward)
+    return price(comm.axis, comm.collective, comm.n_bytes)[0] if comm is not None else 0.0
 
 
 def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:
