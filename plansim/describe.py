@@ -54,6 +54,8 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp8 tp1 pp1 mb1 zero3 remat=none offload=optimizer/params nccl under deepspeed'
     >>> describe(Strategy(dp=8, offload=("activations",), offload_activation_layers=4))  # Megatron-LM, 4 blocks
     'dp8 tp1 pp1 mb1 zero0 remat=none offload=activations(4) nccl'
+    >>> describe(Strategy(dp=8, tp=4, zero=1, dtype="fp8", fp8_recipe="current", fp8_param_gather=True))
+    'dp8 tp4 pp1 mb1 zero1 remat=none fp8(current)+pg nccl'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
@@ -70,6 +72,8 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     if s.offload:  # what lives in host memory, and how many blocks' activations
         blocks = f"({s.offload_activation_layers})" if s.offload_activation_layers is not None else ""
         parts.append("offload=" + "/".join(s.offload) + blocks)
+    if s.fp8:  # FP8 linear layers: the recipe (where resolved or given), "+pg" with the FP8 parameter gather
+        parts.append("fp8" + (f"({s.fp8_recipe})" if s.fp8_recipe else "") + ("+pg" if s.fp8_param_gather else ""))
     if (s.dp or 1) > 1:
         parts.append(s.dp_algorithm)
     if framework or s.framework != "megatron":

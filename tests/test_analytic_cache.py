@@ -50,6 +50,9 @@ ALTERNATES: dict[str, list[Any]] = {
     "dp_shard": [2, 4],  # hybrid sharding: valid under the fsdp bases
     "offload": [("optimizer",), ("optimizer", "params")],  # per framework rule: refused where it does not run
     "offload_activation_layers": [2, 5],  # with offload=activations (Megatron-LM, pp=1, no recompute)
+    # FP8 needs an FP8 GPU (these A100 bases refuse it): tests/test_fp8.py varies them through one cache on H100s
+    "fp8_recipe": [None],
+    "fp8_param_gather": [None],
 }
 
 #: Values that need a pipeline (interleaving, an uneven split) and remat=milp, which is priced uncached.

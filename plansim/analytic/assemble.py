@@ -138,13 +138,13 @@ class StepFrame:
         """Each stage's peak: its model states and workspace (priced once per group of stages that hold alike, as
         ``Pipeline.memory_groups``), its activations and the allocator's rounding of them, its fixed buffers (CUDA
         context, NCCL; ``plansim.step.memory``)."""
-        groups: dict[tuple[int, tuple[float, ...]], int] = {}
+        groups: dict[tuple[int, tuple[float, ...], tuple[float, int]], int] = {}
         static: list[dict[str, int]] = []
         group_of = []
         for st in held:
-            g = groups.setdefault((st.params, st.sums.layer_params), len(static))
+            g = groups.setdefault((st.params, st.sums.layer_params, st.sums.fp8), len(static))
             if g == len(static):
-                static.append(static_bytes(cluster, s, st.params, st.sums.layer_params))
+                static.append(static_bytes(cluster, s, st.params, st.sums.layer_params, st.sums.fp8))
             group_of.append(g)
         totals = [sum(x.values()) for x in static]
         fixed = shared.fixed(s)

@@ -23,9 +23,15 @@ from plansim.analytic.data_parallel import (
 )
 from plansim.analytic.pipeline import Pipeline, stage_layout
 from plansim.analytic.stages import StageCost, StageHeld, StageSends, StageSums, interference_of, stage_sends
-from plansim.costs.kernels import KernelCostModel
+from plansim.costs.kernels import FP8Casts, KernelCostModel
 from plansim.hardware import Cluster
-from plansim.step.data_parallel import DataParallelPlan, GroupCollective, data_parallel_plan, grad_copy_in_bytes
+from plansim.step.data_parallel import (
+    DataParallelPlan,
+    GroupCollective,
+    data_parallel_plan,
+    gathered_weight_bytes,
+    grad_copy_in_bytes,
+)
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
 from plansim.step.memory import (
     ChunkLayers,
@@ -33,6 +39,7 @@ from plansim.step.memory import (
     dp_all_reduces,
     fixed_bytes,
     pipeline_wraps,
+    stage_fp8,
     stage_params,
     static_bytes,
 )
@@ -41,6 +48,7 @@ from plansim.step.prepare import (
     PreparedStep,
     build_step,
     comm_pricer,
+    fp8_casts,
     kernel_model,
     kernel_rules,
     rate_beside,
@@ -65,6 +73,8 @@ class LayerKey(StrategyProjection):
     #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
     #: host's time to launch a kernel
     kernel_rules: tuple[object, ...] = read_with(kernel_rules)
+    #: under dtype fp8, the FP8 layers' casts (recipe, weight casts per forward: ``step.prepare.fp8_casts``)
+    fp8: FP8Casts | None = read_with(fp8_casts)
     #: what the op graph is built from (micro-batch, each sharded axis's degree, sequence parallelism, attention):
     #: ``step.prepare.sharding_of``, so a new sharded axis enters the key with its ``Sharding`` field
     sharding: Sharding = read_with(sharding_of)
@@ -81,6 +91,8 @@ class KernelKey(StrategyProjection):
     #: its framework's kernel rules: the fused attention kernel it calls, by the GPU's architecture, and the
     #: host's time to launch a kernel
     kernel_rules: tuple[object, ...] = read_with(kernel_rules)
+    #: under dtype fp8, the FP8 layers' casts (``step.prepare.fp8_casts``)
+    fp8: FP8Casts | None = read_with(fp8_casts)
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ class SendsKey(StrategyProjection):
     dp: int | None
     cp: int  # with dp and tp, the strides of the mesh's slower axes and the size of the gradients' group
     framework: str  # its pipeline_sends rule: which schedules' sends block, and how (``step.p2p.pipeline_sends``)
+    layer_split: tuple[int, ...] | None  # under FP8 delayed scaling, each chunk's amax reduction (``step.p2p``)
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,9 @@ class StatesKey(StrategyProjection):
     fp32_grad_accum: bool
     framework: str  # whether its ZeRO-2 shards the weights (FSDP's SHARD_GRAD_OP), how far ahead its ZeRO-3 gathers
     offload: tuple[str, ...]  # the model states that live in host memory (``step.offload.on_gpu``)
+    dtype: str | None  # fp8: the FP8 weight copies and scaling state (``step.memory.fp8_bytes``)
+    fp8_recipe: str | None
+    fp8_param_gather: bool | None
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,8 @@ class DataParallelKey(StrategyProjection):
     overlap_grad_reduce: bool
     framework: str  # its rules: whether sharded gradients are reduced every micro-batch
     overlap_param_gather: bool
+    #: bytes per parameter its all-gathers move (1 under fp8_param_gather: ``step.data_parallel.gathered_weight_bytes``)
+    weight_bytes: int = read_with(gathered_weight_bytes)
 
 
 def _layer_input_read(s: Strategy) -> LayerKey | None:
@@ -341,7 +359,7 @@ class AnalyticCache:
                 sum(
                     static_bytes(
                         self.cluster, s, stage_params(layers, costs, s, self.model, idx),
-                        [costs[i].params for i in layers if i in costs],
+                        [costs[i].params for i in layers if i in costs], stage_fp8(layers, costs),
                     ).values()
                 )
                 for idx, layers in enumerate(stage_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))

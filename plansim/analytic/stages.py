@@ -19,6 +19,7 @@ from plansim.costs.kernels import KernelCostModel
 from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import get_schedule
+from plansim.pipeline.stages import chunk_layers
 from plansim.remat.plan import StageRemat
 from plansim.step.data_parallel import LayerPass
 from plansim.step.layers import (
@@ -30,8 +31,9 @@ from plansim.step.layers import (
     rerun_host_s,
     rerun_sync_s,
 )
+from plansim.step.memory import stage_fp8
 from plansim.step.offload import OffloadLayer
-from plansim.step.p2p import OverlappedSends, pipeline_sends, regather
+from plansim.step.p2p import OverlappedSends, amax_reduction_s, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
 from plansim.strategy.mesh import mesh_of
 from plansim.strategy.schema import Strategy
@@ -118,9 +120,10 @@ def stage_sends(
     scatter/gather optimization is a tensor-parallel collective on the compute stream, in the seconds, priced by
     ``price`` (``step.prepare.comm_pricer`` of ``s`` by default; the stages of a pipeline may share one)."""
     sched = get_schedule(s.schedule)
+    amax_s = _amax_reductions(s, stage, graph, price or comm_pricer(cluster, s)) if s.fp8 else 0.0
     fwd, bwd = sched.sends_per_microbatch(stage, s.pp, s.virtual_stages)
     if not fwd + bwd:
-        return 0.0, 0.0, 0.0, (), OverlappedSends()
+        return amax_s, 0.0, 0.0, (), OverlappedSends()
     n_bytes = p2p_message_bytes(graph, s)
     mesh = mesh_of(s)
     first = mesh.rank(pp=stage)
@@ -141,10 +144,27 @@ def stage_sends(
     overlapped = OverlappedSends() if plan.blocking else OverlappedSends(fwd, transfers[+1], bwd, transfers[-1])
     gather = regather(graph, s)
     if gather is None:
-        return seconds, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
+        return seconds + amax_s, (fwd + bwd) * n_bytes, 0.0, tuple(beside), overlapped
     received = sum(sched.receives_per_microbatch(stage, s.pp, s.virtual_stages))
     gather_s, gather_sent = (price or comm_pricer(cluster, s))(gather.axis, gather.collective, gather.n_bytes)
-    return seconds + received * gather_s, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
+    seconds += received * gather_s + amax_s
+    return seconds, (fwd + bwd) * n_bytes, received * gather_sent, tuple(beside), overlapped
+
+
+def _amax_reductions(s: Strategy, stage: int, graph: nx.DiGraph, price: CommPricer) -> float:
+    """Seconds of one micro-batch's FP8 amax all-reduces on ``stage``: one after each of its model chunks' forward
+    and backward passes (``step.p2p.amax_reduction_s``), blocking on the compute stream as the pipeline sends' calls
+    are."""
+    linears: dict[int, int] = {}
+    for _, op in graph.nodes(data=True):
+        if op.get("fp8"):
+            linears[op["layer"]] = linears.get(op["layer"], 0) + 1
+    chunks = chunk_layers(graph.graph["spec"].layers, s.pp, s.virtual_stages, s.layer_split)[stage :: s.pp]
+    return sum(
+        amax_reduction_s(s, sum(linears.get(i, 0) for i in chunk), forward, price)
+        for chunk in chunks
+        for forward in (True, False)
+    )
 
 
 class StageSums:
@@ -169,6 +189,8 @@ class StageSums:
         self.tail_params = sum(costs[i].params for i in layers if i < 0 and i in costs)
         self.bwd_weight_s = sum(c.bwd_weight_s for c in every)
         self.params = round(sum(costs[i].params for i in layers if i in costs))
+        #: its FP8 linear layers' weight elements and count (``step.memory.stage_fp8``)
+        self.fp8 = stage_fp8(layers, costs)
         # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs (one tuple per
         # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)

@@ -367,6 +367,7 @@ def plan(
     from plansim.planner import Constraints
     from plansim.planner import plan as run_plan
     from plansim.planner.output import plan_summary, write_plan
+    from plansim.planner.space import headroom_of
     from plansim.step.result import THIN_MARGIN
 
     check_output_folder(out)  # before the search, not after it
@@ -375,12 +376,12 @@ def plan(
         raise PlansimError(f"--remat {shown(remat)}: choose among {', '.join(REMAT_POLICIES)}, comma-separated")
     searched = None if policies is None else tuple(p for p in policies if not REMAT_POLICIES[p].scheduled) or ("full",)
     algorithms = None if dp_algorithms is None else tuple(a.strip() for a in dp_algorithms.split(",") if a.strip())
+    room, room_bytes = (THIN_MARGIN, None) if headroom is None else headroom_of(headroom)
     constraints = Constraints(
         tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, max_pp=max_pp, zero=zero, micro_batch=micro_batch,
         schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
-        dp_algorithms=algorithms, headroom=THIN_MARGIN if headroom is None else headroom, dtype=dtype,
-        offload=offload,
+        dp_algorithms=algorithms, dtype=dtype, offload=offload, headroom=room, headroom_bytes=room_bytes,
     )  # fmt: skip
     with _progress("plan") as bar:
         bar.update(label="pricing candidates")

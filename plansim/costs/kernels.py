@@ -47,7 +47,16 @@ if TYPE_CHECKING:
     from plansim.hardware.schema import OverlapMeasurement
     from plansim.profiling.schema import KernelProfile
 
-__all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "executed_flops", "executed_share", "load_kernel_table"]
+__all__ = [
+    "FP8Casts",
+    "FP8Shape",
+    "KernelCostModel",
+    "KernelTable",
+    "cost_provenance",
+    "executed_flops",
+    "executed_share",
+    "load_kernel_table",
+]
 
 # Op kinds in MATMUL_KINDS run on tensor cores at the training dtype; everything else is priced as CUDA-core fp32 work.
 
@@ -55,6 +64,7 @@ __all__ = ["KernelCostModel", "KernelTable", "cost_provenance", "executed_flops"
 _GROUP_OF_KIND = {
     "matmul": "gemm", "bmm": "bmm", "norm": "norm", "softmax": "softmax", "elementwise": "elementwise",
     "dropout": "memory", "embedding": "memory", "loss": "memory", "pool": "memory", "attention": "attention",
+    "cast": "memory",
 }  # fmt: skip
 #: Profile op -> its group (adam and host transfers are measured but price nothing here yet).
 _GROUP_OF_OP = {
@@ -62,6 +72,82 @@ _GROUP_OF_OP = {
     "silu": "elementwise", "add": "elementwise", "copy": "memory", "sdpa": "attention",
 }  # fmt: skip
 _COMPUTE_GROUPS = ("gemm", "bmm", "attention")
+
+
+#: Bytes of scales per FP8 element a block-scaled cast writes beside its data, row-wise and column-wise copies
+#: together: Float8BlockScaling's 1x128 tiles, one fp32 scale each (4/128 B a copy), MXFP8's 32-element blocks, one
+#: E8M0 byte each (1/32 B a copy) (transformer_engine/common/recipe/__init__.py:337-420 at d0067d0d); per-tensor
+#: recipes keep one scale a tensor.
+_BLOCK_SCALE_BYTES = {"delayed": 0.0, "current": 0.0, "block": 2 * 4 / 128, "mxfp8": 2 * 1 / 32}
+
+
+#: An FP8 linear layer's GEMM as its op's ``fp8`` attribute gives it (``plansim.workload.transformer.Dims.linear``):
+#: ``[m, k] @ [k, n]``, whether a norm feeds it, and how many ranks its input is gathered from (sequence parallelism;
+#: 1: not gathered).
+FP8Shape = tuple[int, int, int, bool, int]
+
+
+@dataclass(frozen=True)
+class FP8Casts:
+    """How the FP8 linear layers' tensors are cast (``dtype: fp8``), as Transformer Engine issues the kernels
+    (module/linear.py, layernorm_linear.py at NVIDIA/TransformerEngine d0067d0d), each a memory-bound kernel priced by
+    its bytes on the memory curve:
+
+    * forward, the input (``[m, k]``, bf16) cast to FP8 row-wise and column-wise (the transposed copy Hopper's FP8
+      GEMM needs for the weight gradient): one kernel reading 2 B and writing 1 + 1 B an element, plus the scales of
+      a block recipe (``_BLOCK_SCALE_BYTES``); under ``current`` scaling the tensor's amax must be known first: an
+      amax pass reading the bf16 input (2 B an element) before the cast. Where a norm feeds the layer
+      (``after_norm``: LayerNormLinear hands the norm its quantizer, layernorm_linear.py:244-263) the norm kernel
+      writes FP8 itself under delayed scaling (no cast), computes the amax beside its bf16 output under current
+      scaling (the cast, no amax pass), and writes bf16 for a separate cast under block and MXFP8 scaling
+      (csrc/extensions/normalization.cpp:95-130: FULLY_FUSED, FUSED_NORM_AMAX_FP8, UNFUSED);
+    * the weight (``[k, n]``) cast alike, ``weight_casts`` times per micro-batch's forward (``1 / micro-batches``
+      where the framework casts once per step and reuses it: TE's workspace updated only on the first micro-batch,
+      linear.py:479-488; else 1);
+    * backward, the output gradient (``[m, n]``) cast row-wise and column-wise (dgrad and wgrad operands,
+      linear.py:900-925), with its amax pass under ``current``;
+    * under sequence parallelism a layer whose input is all-gathered (``shards`` > 1: QKV and FC1) casts its local
+      ``m / shards`` rows row-wise only (3 B an element) before the FP8 all-gather, since the per-tensor quantizers
+      gather no column-wise data (linear.py:381-392, layernorm_linear.py:294-301); its backward re-gathers the FP8
+      input and makes the column-wise copy of all ``m`` rows (1 B read, 1 B written an element; linear.py:602-610
+      keeps only the row-wise data for a re-gathered input). Block recipes are taken alike (ASSUMPTION).
+
+    Delayed scaling's amax all-reduce after each model chunk's pass is a collective, not a kernel
+    (``plansim.step.p2p.amax_reduction``)."""
+
+    recipe: str
+    weight_casts: float = 1.0
+
+    @property
+    def amax_pass(self) -> bool:
+        """Whether a cast first reads its tensor for the amax (current per-tensor scaling)."""
+        return self.recipe == "current"
+
+    def cast_bytes(self, elements: float) -> float:
+        """Bytes one row- and column-wise cast of ``elements`` bf16 elements moves (its scales included)."""
+        return elements * (2 + 2 + _BLOCK_SCALE_BYTES[self.recipe])
+
+    def forward_casts(self, shape: FP8Shape) -> list[float]:
+        """Bytes of each cast kernel a forward launches per micro-batch (the weight's pro rata), in order."""
+        m, n, k, after_norm, shards = shape
+        scale = _BLOCK_SCALE_BYTES[self.recipe]
+        # a gathered input is cast row-wise on this rank's rows; else row- and column-wise on all of them
+        rows, per = (m / shards, 2 + 1 + scale / 2) if shards > 1 else (m, 2 + 2 + scale)
+        casts: list[float] = []
+        if not after_norm:
+            casts += [2.0 * rows * k] if self.amax_pass else []
+            casts.append(per * rows * k)
+        elif self.recipe != "delayed":  # the norm writes bf16 (with its amax under current scaling), then the cast
+            casts.append(per * rows * k)
+        weight = self.weight_casts * ((2.0 * k * n if self.amax_pass else 0.0) + self.cast_bytes(k * n))
+        return [*casts, weight]
+
+    def backward_casts(self, shape: FP8Shape) -> list[float]:
+        """Bytes of each cast kernel a backward launches (the output gradient's, with its amax pass; a re-gathered
+        input's column-wise copy), in order."""
+        m, n, k, _, shards = shape
+        transpose = [(2 + _BLOCK_SCALE_BYTES[self.recipe] / 2) * m * k] if shards > 1 else []
+        return [*([2.0 * m * n] if self.amax_pass else []), self.cast_bytes(m * n), *transpose]
 
 
 def executed_share(op: Mapping[str, Any]) -> float:
@@ -202,7 +288,7 @@ def cost_provenance(gpu: GPUSpec, table: KernelTable | None, attention_kernel: s
 
 
 class KernelCostModel:
-    """Prices ops of a workload graph on one GPU at one training dtype.
+    """Prices ops of a workload graph on one GPU at one training dtype (FP8 linear layers at fp8: ``fp8``).
 
     Parameters
     ----------
@@ -218,6 +304,10 @@ class KernelCostModel:
     host_s : float, optional
         The host's time to issue one kernel (the framework's ``kernel_launch`` rule; 0: never the bottleneck). A run
         of ``n`` kernels takes at least ``n * host_s`` (``launches`` counts an op's kernels).
+    fp8 : FP8Casts, optional
+        Under ``dtype: fp8``, how the FP8 linear layers cast: an op marked ``fp8`` (a block's linear layer,
+        ``plansim.workload.transformer.Dims.linear``) runs its GEMMs at the fp8 peak on the ``matmul_fp8`` curve (or
+        the measured table's fp8 points) and its casts as memory-bound kernels; None: every GEMM at ``dtype``.
     """
 
     def __init__(
@@ -228,27 +318,55 @@ class KernelCostModel:
         *,
         attention_kernel: str | None = None,
         host_s: float = 0.0,
+        fp8: FP8Casts | None = None,
     ) -> None:
         self.gpu = gpu
         self.dtype = dtype
         self.table = table
         self.attention_kernel = attention_kernel
         self.host_s = host_s
-        self._memo: dict[tuple[str, str, float, float], float] = {}  # a stage's blocks repeat the same kernels
+        self.fp8 = fp8
+        self._memo: dict[tuple[str, str, float, float, str], float] = {}  # a stage's blocks repeat the same kernels
 
     @property
     def provenance(self) -> str:
         """Where this model's kernel times come from (``cost_provenance``)."""
         return cost_provenance(self.gpu, self.table, self.attention_kernel)
 
-    def kernel_time(self, kind: str, flops: float, nbytes: float, direction: str = "fwd") -> float:
+    def kernel_time(
+        self, kind: str, flops: float, nbytes: float, direction: str = "fwd", dtype: str | None = None
+    ) -> float:
         """Seconds for one kernel of ``flops`` FLOPs moving ``nbytes`` bytes (``direction``: which pass's
-        measurements price it)."""
-        key = (kind, direction, flops, nbytes)
+        measurements price it; ``dtype``: a GEMM's, the model's by default)."""
+        gemm_dtype = dtype or self.dtype
+        key = (kind, direction, flops, nbytes, gemm_dtype)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = self._kernel_time(kind, flops, nbytes, direction)
+            hit = self._memo[key] = self._kernel_time(kind, flops, nbytes, direction, gemm_dtype)
         return hit
+
+    def _fp8_shape(self, op: Mapping[str, Any]) -> FP8Shape | None:
+        """The GEMM shape of an op this model runs in FP8, else None."""
+        shape = op.get("fp8") if self.fp8 is not None else None
+        return tuple(shape) if shape else None
+
+    def _casts_s(self, casts: list[float]) -> float:
+        return sum(self.kernel_time("cast", 0.0, b) for b in casts)
+
+    def cast_s(self, op: Mapping[str, Any], direction: str = "fwd") -> float:
+        """Seconds of an FP8 linear layer's cast kernels in a pass (``FP8Casts``); 0 for every other op."""
+        shape = self._fp8_shape(op)
+        if shape is None:
+            return 0.0
+        assert self.fp8 is not None
+        casts = self.fp8.forward_casts(shape) if direction == "fwd" else self.fp8.backward_casts(shape)
+        return self._casts_s(casts)
+
+    def weight_gradient(self, op: Mapping[str, Any]) -> float:
+        """The weight-gradient kernel of a GEMM-like op's backward (half its ``bwd_flops``), in FP8 where the op
+        runs in FP8."""
+        dtype = "fp8" if self._fp8_shape(op) is not None else None
+        return self.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"], dtype=dtype)
 
     def time_cv(self, kind: str, direction: str = "fwd") -> float:
         """Run-to-run coefficient of variation of one kernel of ``kind`` (``direction``: the pass): the measured
@@ -262,18 +380,20 @@ class KernelCostModel:
                 return cv
         return self.gpu.kernel_time_cv
 
-    def _measured(self, kind: str, flops: float, nbytes: float, direction: str) -> float | None:
+    def _measured(
+        self, kind: str, flops: float, nbytes: float, direction: str, gemm_dtype: str | None = None
+    ) -> float | None:
         group = _GROUP_OF_KIND.get(kind)
         if self.table is None or group is None:
             return None
-        size, dtype = (flops, self.dtype) if group in _COMPUTE_GROUPS else (nbytes, "any")
+        size, dtype = (flops, gemm_dtype or self.dtype) if group in _COMPUTE_GROUPS else (nbytes, "any")
         rate = self.table.rate(group, direction, dtype, size) if size > 0 else None
         return size / rate if rate else None
 
-    def _kernel_time(self, kind: str, flops: float, nbytes: float, direction: str) -> float:
+    def _kernel_time(self, kind: str, flops: float, nbytes: float, direction: str, dtype: str) -> float:
         if flops <= 0 and nbytes <= 0:
             return 0.0
-        measured = self._measured(kind, flops, nbytes, direction)
+        measured = self._measured(kind, flops, nbytes, direction, dtype)
         if measured is not None:
             return measured
         fused = (
@@ -283,7 +403,9 @@ class KernelCostModel:
         )
         if fused is not None:  # the cited kernel benchmark's rate (its times include the launch)
             return flops / (self.gpu.peak_flops(self.dtype) * fused)
-        if kind in MATMUL_KINDS:  # tensor cores at the training dtype, ramping up with the GEMM's size
+        if kind in MATMUL_KINDS and dtype == "fp8":  # an FP8 GEMM: the fp8 peak on its own curve
+            compute = flops / (self.gpu.peak_flops("fp8") * self.gpu.fp8_matmul_efficiency(flops)) if flops > 0 else 0
+        elif kind in MATMUL_KINDS:  # tensor cores at the training dtype, ramping up with the GEMM's size
             compute = flops / (self.gpu.peak_flops(self.dtype) * self.gpu.matmul_efficiency(flops)) if flops > 0 else 0
         else:  # point-wise kernels on the fp32 vector units: the roofline's flat compute ceiling (Williams et al.
             # 2009); their ramp-up and tail are the memory curve's, as they are memory-bound
@@ -291,17 +413,28 @@ class KernelCostModel:
         memory = nbytes / (self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)) if nbytes > 0 else 0.0
         return max(compute, memory) + self.gpu.kernel_launch_s
 
-    @staticmethod
-    def launches(op: Mapping[str, Any], direction: str = "fwd") -> int:
+    def launches(self, op: Mapping[str, Any], direction: str = "fwd") -> int:
         """Kernels the host launches for one op in a pass (``direction`` fwd or bwd): one in forward; in backward two
         for a GEMM-like op (``backward``'s input- and weight-gradient kernels) and one for the rest, a fused attention
-        kernel included (each op of the graph being one kernel, as a fused implementation runs it)."""
-        if direction == "bwd" and op["kind"] in MATMUL_KINDS and op["kind"] != "attention":
-            return 2
-        return 1
+        kernel included (each op of the graph being one kernel, as a fused implementation runs it). An FP8 linear
+        layer adds its cast kernels (``FP8Casts``), the weight's only where it is cast at every forward (once a step
+        it is one launch a layer, left out)."""
+        gemm = direction == "bwd" and op["kind"] in MATMUL_KINDS and op["kind"] != "attention"
+        kernels = 2 if gemm else 1
+        shape = self._fp8_shape(op)
+        if shape is not None:
+            assert self.fp8 is not None
+            if direction == "fwd":
+                kernels += len(self.fp8.forward_casts(shape)) - (1 if self.fp8.weight_casts < 1 else 0)
+            else:
+                kernels += len(self.fp8.backward_casts(shape))
+        return kernels
 
     def forward(self, op: Mapping[str, Any]) -> float:
-        """Forward time of a graph op (its ``kind``, the ``flops`` it executes and ``bytes``)."""
+        """Forward time of a graph op (its ``kind``, the ``flops`` it executes and ``bytes``); an FP8 linear layer's
+        GEMM in FP8 and its casts (``FP8Casts``)."""
+        if self._fp8_shape(op) is not None:
+            return self.kernel_time(op["kind"], op["flops"], op["bytes"], dtype="fp8") + self.cast_s(op)
         return self.kernel_time(op["kind"], op["flops"] * executed_share(op), op["bytes"])
 
     def backward(self, op: Mapping[str, Any]) -> float:
@@ -312,6 +445,12 @@ class KernelCostModel:
         kind = op["kind"]
         if kind == "attention":
             return self.kernel_time(kind, op["bwd_flops"] * executed_share(op), 2 * op["bytes"], "bwd")
+        if self._fp8_shape(op) is not None:  # the output gradient's casts, then the FP8 pair
+            pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd", "fp8")
+            gemms = (
+                pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"], dtype="fp8")
+            )
+            return gemms + self.cast_s(op, "bwd")
         if kind in MATMUL_KINDS:
             pair = self._measured(kind, op["bwd_flops"], 2 * op["bytes"], "bwd")
             return pair if pair is not None else 2 * self.kernel_time(kind, op["bwd_flops"] / 2, op["bytes"])

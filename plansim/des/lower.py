@@ -64,13 +64,14 @@ from plansim.step.memory import (
     model_states,
     offload_activations,
     offloaded_activations,
+    stage_fp8,
     stage_params,
     with_grad_buffers,
 )
 from plansim.step.offload import offload_layer, offload_times
 from plansim.step.optimizer import optimizer_step_s
-from plansim.step.p2p import PipelineSends, pipeline_sends, regather
-from plansim.step.prepare import p2p_message_bytes, prepare_step, tied_copy_params
+from plansim.step.p2p import PipelineSends, amax_reduction_s, pipeline_sends, regather
+from plansim.step.prepare import comm_pricer, p2p_message_bytes, prepare_step, tied_copy_params
 from plansim.step.result import step_flops
 from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import DeviceMesh, mesh_of
@@ -115,6 +116,8 @@ class _Ctx:
     waits: list[tuple[int, int, tuple[str, int, int]]] = field(default_factory=list)
     # with offloading: per stage, the saved bytes of one micro-batch its offloaded blocks keep in host memory
     host_activations: dict[int, float] = field(default_factory=dict)
+    # FP8 delayed scaling's amax all-reduce after each chunk's pass: (chunk, forward) -> seconds (plansim/step/p2p.py)
+    amax: dict[tuple[int, bool], float] = field(default_factory=dict)
 
     def is_block(self, layer: int) -> bool:
         return 0 <= layer < self.model.layers
@@ -323,8 +326,16 @@ class _StageLowering:
             self._run(
                 lp.fwd, f"F{mb}.L{layer}", "forward", mb, first_deps=deps, alloc=tuple(alloc), free=free, wait_key=wait
             )
+        self._amax(mb, g, forward=True)
         if g < len(ctx.chunks) - 1:
             self._send("F", mb, g, +1)
+
+    def _amax(self, mb: int, g: int, *, forward: bool) -> None:
+        """FP8 delayed scaling's amax all-reduce at the end of chunk ``g``'s pass, the compute stream held for it
+        (``plansim.step.p2p.amax_reduction_s``)."""
+        seconds = self.ctx.amax.get((g, forward), 0.0)
+        if seconds > 0:
+            self._run([Segment(seconds)], f"amax{'F' if forward else 'B'}{mb}.c{g}", "tp_comm", mb)
 
     def backward(self, mb: int, g: int, *, input_only: bool) -> None:
         ctx = self.ctx
@@ -372,6 +383,7 @@ class _StageLowering:
                 if buffers is not None:
                     self._copy_in(mb, layer, buffers, last, "backward", layer == self._last_copied(g))
                 self._grads_ready(mb, layer, lp, last)
+        self._amax(mb, g, forward=False)
         if g > 0:
             self._send("B", mb, g, -1)
 
@@ -618,7 +630,8 @@ class _StageLowering:
         self.prog.params = params
         if s.offload:
             self.prog.host_memory = host_states(s, params, ctx.host_activations.get(self.stage, 0.0))
-        self.prog.static_memory = model_states(ctx.cluster, s, params) | fixed_bytes(
+        fp8 = stage_fp8(layers, ctx.programs)
+        self.prog.static_memory = model_states(ctx.cluster, s, params, fp8) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )
 
@@ -649,6 +662,12 @@ def lower(model: Workload, cluster: Cluster, strategy: Strategy) -> TaskGraph:
         regather=regather(graph, s),
         p2p=pipeline_sends(cluster.gpu, s),
     )
+    if s.fp8:
+        price = comm_pricer(cluster, s)
+        for g, chunk in enumerate(ctx.chunks):
+            linears = sum(programs[i].fp8_linears for i in chunk if i in programs)
+            for forward in (True, False):
+                ctx.amax[g, forward] = amax_reduction_s(s, linears, forward, price)
     milp_flops = 0.0
     if REMAT_POLICIES[s.remat].scheduled:
         for plan in milp_stage_plans(prep, cluster, model).values():

@@ -67,6 +67,8 @@ class EfficiencyCurves(_Strict):
 
     matmul: tuple[CurvePoint, ...] = Field(min_length=1)
     memory: tuple[CurvePoint, ...] = Field(min_length=1)
+    #: one FP8 GEMM's fraction of the fp8 peak by its FLOPs (GPUs with an fp8 peak; ``dtype: fp8`` needs it)
+    matmul_fp8: tuple[CurvePoint, ...] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -79,10 +81,10 @@ class EfficiencyCurves(_Strict):
             )
         return data
 
-    @field_validator("matmul", "memory")
+    @field_validator("matmul", "memory", "matmul_fp8")
     @classmethod
-    def _sizes_increase(cls, points: tuple[CurvePoint, ...]) -> tuple[CurvePoint, ...]:
-        return _increasing(points)
+    def _sizes_increase(cls, points: tuple[CurvePoint, ...] | None) -> tuple[CurvePoint, ...] | None:
+        return None if points is None else _increasing(points)
 
 
 #: GPU architectures, as their vendors name them: NVIDIA's, and AMD's CDNA 3 (Instinct MI300X).
@@ -351,6 +353,22 @@ class GPUSpec(_Strict):
         0.78
         """
         return _interpolate(self.efficiency.matmul, flops)
+
+    def fp8_matmul_efficiency(self, flops: float) -> float:
+        """Achievable fraction of the fp8 peak for one FP8 GEMM of ``flops`` FLOPs (``efficiency.matmul_fp8``).
+
+        >>> from plansim.hardware import load_gpu
+        >>> load_gpu("h100-sxm5-80gb").fp8_matmul_efficiency(8.796e12)
+        0.696
+
+        Raises
+        ------
+        PlansimError
+            If the profile has no ``matmul_fp8`` curve.
+        """
+        if self.efficiency.matmul_fp8 is None:
+            raise PlansimError(f"{self.name} has no efficiency.matmul_fp8 curve: add one (docs/hardware-profiles.md)")
+        return _interpolate(self.efficiency.matmul_fp8, flops)
 
     def attention_efficiency(self, kernel: str | None, direction: str, flops: float) -> float | None:
         """Achieved fraction of peak of fused attention kernel ``kernel``'s ``direction`` (``fwd`` or ``bwd``) pass

@@ -37,6 +37,7 @@ from plansim.planner.search import (
 from plansim.planner.search import TIE as TIE_REL
 from plansim.planner.space import Constraints, candidates, divisors, search_work
 from plansim.result import Result
+from plansim.strategy.checks import fp8_problems
 from plansim.strategy.schema import Strategy
 from plansim.uncertainty import perturbed, worst_corners
 from plansim.units import GB
@@ -218,7 +219,10 @@ def plan(
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
     c = c.for_gpu(cluster.gpu.memory_bytes)
-    c.dtypes(cluster)  # a dtype the GPU lacks: refused before the search
+    if "fp8" in c.dtypes(cluster):  # a dtype the GPU lacks: refused before the search; fp8 no framework runs, too
+        said = [fp8_problems(Strategy(dtype="fp8", framework=n), spec, cluster) for n in c.frameworks]
+        if all(said):
+            raise PlansimError(f"--dtype fp8: {said[0][0]}")
     if c.offload and cluster.node.host is None:
         raise PlansimError(
             f"--offload {','.join(c.offload)} on {cluster.node.name}: its node profile describes no host memory or "
@@ -359,6 +363,14 @@ def _uses_cp(s: Strategy) -> bool:
     return s.cp > 1
 
 
+def _fp8_title(s: Strategy) -> str:
+    return f"FP8 ({s.fp8_recipe} scaling)" if s.fp8_recipe else "FP8"
+
+
+def _uses_fp8(s: Strategy) -> bool:
+    return s.dtype == "fp8"
+
+
 def _offload_title(s: Strategy) -> str:
     layers = f", {s.offload_activation_layers} blocks' activations" if s.offload_activation_layers else ""
     return f"Offloading to host memory ({'/'.join(s.offload)}{layers})"
@@ -372,6 +384,7 @@ def _uses_offload(s: Strategy) -> bool:
 #: Module-level functions throughout: the search's groups travel to its worker processes.
 _FEATURES: dict[str, _Feature] = {
     "cp": _Feature(_cp_title, _uses_cp),
+    "fp8": _Feature(_fp8_title, _uses_fp8),
     "offload": _Feature(_offload_title, _uses_offload),
 }
 

@@ -38,6 +38,7 @@ from plansim.hardware import Cluster
 from plansim.limits import LIMITS, number, whole
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.step.result import THIN_MARGIN
+from plansim.strategy.checks import fp8_problems
 from plansim.strategy.frameworks import framework_names, library_algorithms, load_framework, modelled_zero_stages
 from plansim.strategy.mesh import degree_splits, grad_group_size, span
 from plansim.strategy.schema import CP_ALGORITHMS, DTYPES, OFFLOAD_KINDS, Strategy
@@ -48,11 +49,13 @@ from plansim.workload.transformer import heads_swap_problems
 
 __all__ = [
     "INTERLEAVED_PER_BLOCK",
+    "OFFLOAD_LAYER_SHARES",
     "Constraints",
     "SearchWork",
     "candidates",
     "count_candidates",
     "divisors",
+    "headroom_of",
     "search_work",
 ]
 
@@ -95,7 +98,7 @@ class Constraints:
     #: that fits with less is rejected. Default ``THIN_MARGIN`` (5 %): what the memory model leaves out (the CUDA
     #: context's lazily loaded kernels, the framework's other communicators, fragmentation) is of that order on an
     #: 80 GB GPU (``plansim.step.result``)
-    headroom: float | str = THIN_MARGIN
+    headroom: float = THIN_MARGIN  # also read from text: "5%", "0.05" or a size, "4GB" (``headroom_of``)
     #: a headroom given in bytes (``--headroom 4GB``), made a fraction of the GPU's memory by ``for_gpu``
     headroom_bytes: float | None = None
     #: what the candidates may offload to host memory (``"optimizer,activations"``, a list, or ``all``); each is
@@ -160,23 +163,13 @@ class Constraints:
         self._check_headroom()
 
     def _check_headroom(self) -> None:
-        """``headroom`` as a fraction: a number, a percentage (``5%``) or a size (``4GB``, kept in ``headroom_bytes``
-        until ``for_gpu`` knows the GPU's memory)."""
-        value = self.headroom
+        """``headroom`` as a fraction (text read by ``headroom_of``); a size is kept in ``headroom_bytes`` until
+        ``for_gpu`` knows the GPU's memory."""
+        value: object = self.headroom
         if isinstance(value, str):
-            text = value.strip()
-            try:
-                if text.endswith("%"):
-                    value = float(text[:-1]) / 100
-                elif re.fullmatch(r"[0-9.eE+-]+", text):
-                    value = float(text)
-                else:
-                    object.__setattr__(self, "headroom_bytes", parse_bytes(text))
-                    value = 0.0
-            except ValueError:
-                raise PlansimError(
-                    f"--headroom {shown(self.headroom)}: write a fraction (0.05), a percentage (5%) or a size (4GB)"
-                ) from None
+            value, size = headroom_of(value)
+            if size is not None:
+                object.__setattr__(self, "headroom_bytes", size)
         if self.headroom_bytes is not None:
             object.__setattr__(self, "headroom_bytes", number(self.headroom_bytes, "headroom_bytes", "--headroom"))
         object.__setattr__(self, "headroom", number(value, "headroom", "--headroom"))
@@ -295,6 +288,26 @@ class Constraints:
         return cls(**value)
 
 
+def headroom_of(text: str) -> tuple[float, float | None]:
+    """A headroom as users write it: a fraction (``0.05``) or a percentage (``5%``), as (fraction, None); or a size
+    (``4GB``, ``512MiB``), as (0, bytes). Checked against its range by ``Constraints``.
+
+    >>> headroom_of("5%"), headroom_of("0.1"), headroom_of("4GB")
+    ((0.05, None), (0.1, None), (0.0, 4000000000.0))
+    """
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            return float(t[:-1]) / 100, None
+        if re.fullmatch(r"[0-9.eE+-]+", t):
+            return float(t), None
+        return 0.0, parse_bytes(t)
+    except ValueError:
+        raise PlansimError(
+            f"--headroom {shown(text)}: write a fraction (0.05), a percentage (5%) or a size (4GB)"
+        ) from None
+
+
 #: Constraint fields that are parallel degrees or batch sizes -> their range in ``plansim.limits``.
 _DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "max_pp": "pp", "micro_batch": "micro_batch",
             "max_micro_batch": "micro_batch"}  # fmt: skip
@@ -339,7 +352,7 @@ def candidates(
 def _candidates(
     model: ModelSpec, cluster: Cluster, global_batch: int, c: Constraints, framework: str
 ) -> Iterator[Strategy]:
-    dtypes = c.dtypes(cluster)
+    dtypes = _dtypes(model, cluster, c, framework)
     for tp, cp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
         cp_runs = _cp_algorithms(model, tp, cp, c, framework)
         if not cp_runs:
@@ -352,7 +365,7 @@ def _candidates(
                         for (offload, layers), algorithm, dtype in itertools.product(
                             _offloads(c, framework, zero, pp, remat, model.layers, grads),
                             _algorithms(grads, zero, c, framework),
-                            dtypes,
+                            _beside(dtypes, overlap),
                         ):
                             yield Strategy(
                                 dp=dp,
@@ -432,9 +445,10 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
                 * sum(len(_offloads(c, framework, zero, pp, r, model.layers, grads)) for r in c.remats(framework))
                 for zero, _ in zeros
             )
-            sp = len(_sp_values(tp, cp, c, framework, model))
+            dtypes = _dtypes(model, cluster, c, framework)
+            sp = sum(len(_beside(dtypes, overlap)) for _, overlap in _sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
-            count = len(runs) * per_schedule * sp * len(c.dtypes(cluster))
+            count = len(runs) * per_schedule * sp
             total += count
             blocks += count * -(-model.layers // pp)
             m = global_batch // (dp * mb)
@@ -597,6 +611,21 @@ def _sp_values(tp: int, cp: int, c: Constraints, framework: str, model: ModelSpe
         for sp, overlap in values
         if (c.sequence_parallel is None or sp == c.sequence_parallel) and overlap == bool(c.tp_comm_overlap)
     ]
+
+
+def _dtypes(model: ModelSpec, cluster: Cluster, c: Constraints, framework: str) -> tuple[str | None, ...]:
+    """The training dtypes searched under ``framework``: ``c.dtypes``, fp8 only where the framework trains in FP8 on
+    this GPU and model at its default recipe (``checks.fp8_problems``)."""
+    return tuple(
+        d
+        for d in c.dtypes(cluster)
+        if d != "fp8" or not fp8_problems(Strategy(dtype="fp8", framework=framework), model, cluster)
+    )
+
+
+def _beside(dtypes: tuple[str | None, ...], overlap: bool) -> tuple[str | None, ...]:
+    """The dtypes searched beside ``tp_comm_overlap``: not fp8 with it (its FP8 chunked GEMMs are not modelled)."""
+    return tuple(d for d in dtypes if not (overlap and d == "fp8"))
 
 
 #: The shares of a model's blocks whose activations the planner tries offloading (``offload=activations``; Megatron-LM

@@ -6,6 +6,9 @@ counts T (micro-batch x sequence) and tensor-parallel shards t:
 
 - GEMMs of a layer's linear maps: QKV (h -> 3h/t), attention projection (h/t -> h), MLP up (h -> f/t) and down
   (f/t -> h), logits (h -> V/t); backward is the input-gradient and the weight-gradient GEMM together (4mnk FLOPs);
+  where the torch build and the GPU run scaled FP8 matmuls (``fp8_gemm_available``: ``torch._scaled_mm`` and
+  ``float8_e4m3fn`` on CUDA compute capability 8.9 or above), the same GEMMs as FP8 (e4m3 operands, per-tensor
+  scales, bf16 output), recorded as dtype ``fp8``: the measured table then prices ``dtype: fp8``'s GEMMs;
 - batched matmuls QK^T and attention over V, and fused scaled-dot-product attention (causal), at several sequence
   lengths;
 - LayerNorm, RMSNorm, softmax, GELU, SiLU and the residual add over T x h elements, forward and backward;
@@ -48,6 +51,7 @@ __all__ = [
     "check_timing",
     "default_out",
     "environment",
+    "fp8_gemm_available",
     "measure_overlap",
     "pick_device",
     "profile_kernels",
@@ -315,12 +319,46 @@ def _layer_gemms(
     s: SweepSizes, m: int, t: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int
 ) -> Iterator[tuple]:
     """The five linear maps of a layer (QKV, attention projection, MLP up and down, logits) at ``m`` tokens and
-    tensor-parallel shard ``t``."""
+    tensor-parallel shard ``t``; as scaled FP8 GEMMs too where the device runs them (``fp8_gemm_available``)."""
+    fp8 = fp8_gemm_available(dev)
     for n, k in ((3 * s.hidden // t, s.hidden), (s.hidden, s.hidden // t), (s.ffn // t, s.hidden),
                  (s.hidden, s.ffn // t), (s.vocab // t, s.hidden)):  # fmt: skip
         if n < 1 or k < 1:
             continue
         yield from _gemm(m, n, k, dev, dt_, dtype, e)
+        if fp8 and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:  # cuBLASLt's FP8 layouts: multiples of 16
+            yield from _fp8_gemm(m, n, k, dev)
+
+
+def fp8_gemm_available(dev: torch.device) -> bool:
+    """Whether ``dev`` runs scaled FP8 matmuls in this torch build: ``torch._scaled_mm`` and ``float8_e4m3fn``
+    exist and the device is a CUDA GPU of compute capability 8.9 or above (Ada, Hopper, Blackwell: the FP8 tensor
+    cores, as Transformer Engine checks, transformer_engine/pytorch/quantization.py:148-158 at d0067d0d). False on
+    a CPU."""
+    if dev.type != "cuda" or not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return False
+    return tuple(torch.cuda.get_device_capability(dev)) >= (8, 9)
+
+
+def _fp8_gemm(m: int, n: int, k: int, dev: torch.device) -> Iterator[tuple]:
+    """A linear map as Transformer Engine runs it in FP8: forward ``[m, k] @ [k, n]`` and backward the input
+    gradient ``[m, n] @ [n, k]`` and weight gradient ``[k, m] @ [m, n]``, each a ``torch._scaled_mm`` of e4m3
+    operands with per-tensor fp32 scales and a bf16 output (cuBLASLt wants the second operand column-major: a
+    row-major tensor's transpose). Bytes: 1 an operand element, 2 an output one (backward: dY and W read, dX
+    written; X and dY read, dW written)."""
+    f8, scale = torch.float8_e4m3fn, torch.ones((), dtype=torch.float32, device=dev)
+
+    def mm(a: torch.Tensor, b_t: torch.Tensor) -> torch.Tensor:  # a [m, k] row-major, b_t [n, k] row-major
+        return torch._scaled_mm(a, b_t.t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+    x, w_t = torch.randn(m, k, device=dev).to(f8), torch.randn(n, k, device=dev).to(f8)  # X, W^T
+    g, w = torch.randn(m, n, device=dev).to(f8), torch.randn(k, n, device=dev).to(f8)  # dY, W (column-wise copy)
+    x_t, g_t = x.t().contiguous(), g.t().contiguous()
+    yield (lambda: mm(x, w_t)), _point("gemm", "fwd", "fp8", (m, n, k), 2.0 * m * n * k, m * k + k * n + 2.0 * m * n)
+    yield (
+        (lambda: (mm(g, w), mm(x_t, g_t))),  # dX = dY W^T (w's rows: k), dW = X^T dY
+        _point("gemm", "bwd", "fp8", (m, n, k), 4.0 * m * n * k, 2.0 * m * n + 3.0 * (m * k + k * n)),
+    )
 
 
 def _pointwise(s: SweepSizes, m: int, dev: torch.device, dt_: torch.dtype, dtype: str, e: int) -> Iterator[tuple]:

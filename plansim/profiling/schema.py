@@ -65,7 +65,8 @@ class KernelPoint(_Strict):
 
     op: Op
     direction: Literal["fwd", "bwd"] = Field(alias="pass")
-    dtype: Literal["fp32", "fp16", "bf16"]
+    #: fp8: a scaled FP8 GEMM (``torch._scaled_mm``, e4m3 operands, bf16 output), what ``dtype: fp8`` prices
+    dtype: Literal["fp32", "fp16", "bf16", "fp8"]
     shape: tuple[int, ...] = Field(description="the op's sizes: gemm (m, n, k), bmm (batch, m, n, k), ...")
     flops: float = Field(ge=0)
     bytes: float = Field(ge=0)

@@ -25,7 +25,14 @@ from plansim.remat.result import RematResult
 from plansim.remat.solve import solve_remat
 from plansim.remat.stage import stage_graph
 from plansim.step.layers import CommPricer, LayerCost, layer_costs, layer_programs
-from plansim.step.memory import backward_workspace, ends_saved, fixed_bytes, stage_params, static_bytes
+from plansim.step.memory import (
+    backward_workspace,
+    ends_saved,
+    fixed_bytes,
+    stage_fp8,
+    stage_params,
+    static_bytes,
+)
 from plansim.step.prepare import PreparedStep, comm_pricer, rate_beside, tied_copy_params
 from plansim.step.tp_overlap import tp_overlap
 from plansim.strategy.mesh import mesh_of
@@ -180,7 +187,8 @@ def milp_stage_plans(
     for idx, layers in enumerate(stage_layers(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         blocks = [i for i in layers if 0 <= i < model.layers]
         params = stage_params(layers, costs, s, model, idx)
-        static = sum(static_bytes(cluster, s, params, [costs[i].params for i in layers if i in costs]).values())
+        layer_params = [costs[i].params for i in layers if i in costs]
+        static = sum(static_bytes(cluster, s, params, layer_params, stage_fp8(layers, costs)).values())
         budget = s.remat_budget
         if budget is None:
             ends = sched.ends_in_flight(s.pp, s.num_microbatches, s.virtual_stages)

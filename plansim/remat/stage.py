@@ -34,7 +34,7 @@ from plansim.costs.kernels import KernelCostModel, executed_share
 from plansim.errors import PlansimError
 from plansim.remat.coarsen import contract, layer_parts
 from plansim.remat.graph import RematGraph, RematNode, training_graph
-from plansim.step.layers import CommPricer
+from plansim.step.layers import CommPricer, forward_bytes
 from plansim.workload.graph import MATMUL_KINDS
 
 __all__ = ["GRANULARITIES", "stage_graph"]
@@ -46,7 +46,7 @@ def _op_times(op: dict, kernels: KernelCostModel, comm: CommPricer) -> tuple[flo
     """(forward s, backward s, forward communication s) of one op."""
     if op["kind"] == "collective":
         axis, n_bytes = op["group"], op["comm_bytes"]
-        fwd = comm(axis, op["collective"], n_bytes)[0] if op["collective"] != "none" else 0.0
+        fwd = comm(axis, op["collective"], forward_bytes(op))[0] if op["collective"] != "none" else 0.0
         bwd = comm(axis, op["bwd_collective"], n_bytes)[0] if op["bwd_collective"] != "none" else 0.0
         return fwd, bwd, fwd
     return kernels.forward(op), kernels.backward(op), 0.0

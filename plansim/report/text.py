@@ -81,6 +81,13 @@ def results_table(
     return t
 
 
+def _fp8_rows(r: Result) -> list[tuple[str, str]]:
+    """Under ``dtype: fp8``, a row saying so (the recipe; MFU and HFU still over the bf16 peak); none otherwise."""
+    if r.strategy.get("dtype") != "fp8":
+        return []
+    return [("dtype (MFU: bf16 peak)", f"fp8 ({r.strategy.get('fp8_recipe')})")]
+
+
 def _headline(r: Result) -> Table:
     t = Table(title=f"{r.model} on {r.gpus} x {r.hardware} ({r.engine})", show_header=False)
     t.add_column("figure")
@@ -89,6 +96,7 @@ def _headline(r: Result) -> Table:
     rows = [
         ("step time", f"{r.step_time_s * 1e3:,.1f} ms"),
         ("tokens/s", f"{r.tokens_per_s:,.0f}"),
+        *_fp8_rows(r),
         ("model TFLOP/s per GPU (MFU)", f"{r.model_tflops_per_gpu:.1f} ({r.mfu:.1%})"),
         ("hardware TFLOP/s per GPU (HFU)", f"{r.hardware_tflops_per_gpu:.1f} ({r.hfu:.1%})"),
         ("micro-batches per step", str(r.num_microbatches)),

@@ -45,6 +45,7 @@ __all__ = [
     "bucket_launches",
     "bucketed_reduction",
     "data_parallel_plan",
+    "gathered_weight_bytes",
     "gathers_per_layer",
     "grad_copy_in_bytes",
     "param_prefetch",
@@ -560,6 +561,15 @@ def grad_copy_in_bytes(s: Strategy) -> tuple[int, int]:
     return (dtype_bytes(s.compute_dtype), s.grad_bytes)
 
 
+def gathered_weight_bytes(s: Strategy) -> int:
+    """Bytes per parameter ZeRO's all-gathers move and a gathered layer holds: the compute dtype's, or 1 under
+    ``fp8_param_gather`` (Megatron-LM's --fp8-param-gather, torchao's enable_fsdp_float8_all_gather: the weights
+    cast to FP8 before the gather, torchtitan docs/float8.md:17,47 at v0.2.2). ASSUMPTION: every gathered parameter
+    counted at 1 B; the bf16 ones (embedding, norms, output layer, biases) are a few percent of a stage's parameters
+    where pipelining splits the model, more without it."""
+    return 1 if s.fp8 and s.fp8_param_gather else dtype_bytes(s.compute_dtype)
+
+
 def param_prefetch(s: Strategy) -> ParamPrefetch:
     """How far ahead of a pass ZeRO-3's per-layer gathers are issued (the framework's rule ``param_prefetch``): the
     lowering's gathers (``DataParallelPlan.prefetch``) and the layers the memory model holds gathered at once
@@ -595,7 +605,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         regather_backward=s.zero >= 3,
         gather_after_step=kept or (s.zero in (1, 2) and not gathers_per_layer(s)),
         grad_bytes=s.grad_bytes,
-        weight_bytes=dtype_bytes(s.compute_dtype),
+        weight_bytes=gathered_weight_bytes(s),
         bucket_bytes=1.0 if kept else s.grad_bucket_bytes,  # each FSDP unit (a layer) reduces and gathers alone
         # the REDUCE_GRAD action after the stage's last backward: one reduction here, where torch issues one per layer
         # back to back (the same bytes, fewer launches)

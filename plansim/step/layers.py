@@ -44,6 +44,7 @@ __all__ = [
     "LayerProgram",
     "RateBeside",
     "Segment",
+    "forward_bytes",
     "layer_activations",
     "layer_algorithm",
     "layer_costs",
@@ -110,6 +111,9 @@ class LayerProgram:
     wgrad_s: float = 0.0
     selective_s: float = 0.0
     params: float = 0.0
+    #: the weight elements of its FP8 linear layers (``dtype: fp8``) and how many there are
+    fp8_params: float = 0.0
+    fp8_linears: int = 0
     saved: float = 0.0
     selective_saved: float = 0.0
     wgrad_saved: float = 0.0
@@ -139,7 +143,7 @@ def weight_gradient_s(op: Mapping[str, Any], kernels: KernelCostModel) -> float:
     embedding, so ``params`` is 0 there).
     """
     if op["kind"] in MATMUL_KINDS and op["params"] > 0:
-        return kernels.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"])
+        return kernels.weight_gradient(op)
     return 0.0
 
 
@@ -288,7 +292,7 @@ def _regathered(graph: nx.DiGraph, name: str, mesh: DeviceMesh) -> Comm | None:
     for pred in graph.predecessors(name):
         c = graph.nodes[pred]
         if c["kind"] == "collective" and c["collective"] == "all_gather" and mesh.size(c["group"]) > 1:
-            return Comm("all_gather", "ring", c["group"], c["comm_bytes"], c["group"])
+            return Comm("all_gather", "ring", c["group"], forward_bytes(c), c["group"])
     return None
 
 
@@ -338,6 +342,13 @@ def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) 
     return Comm(collective, layer_algorithm(collective), op["group"], n, op["group"])
 
 
+def forward_bytes(op: Mapping[str, Any]) -> float:
+    """The bytes of a collective op's forward call: ``comm_bytes``, or an all-gather's FP8 message where it gathers
+    a linear layer's FP8 input (``fp8_comm_bytes``: ``plansim.workload.transformer.tp_enter``), which its backward's
+    re-gather moves too (``_regathered``)."""
+    return float(op.get("fp8_comm_bytes", op["comm_bytes"]))
+
+
 def layer_programs(
     graph: nx.DiGraph, kernels: KernelCostModel, mesh: DeviceMesh, overlap: TPOverlap = _BLOCKING
 ) -> dict[int, LayerProgram]:
@@ -370,9 +381,9 @@ def layer_programs(
             members = mesh.size(op["group"])
             if members > 1 and op["collective"] != "none":
                 if name not in taken:
-                    r.close_fwd(_comm(op, op["collective"]), members)
+                    r.close_fwd(_comm(op, op["collective"], forward_bytes(op)), members)
                 if rerunnable and op.get("sac_rerun", 1.0) > 0:  # a per-op policy reruns it, blocking,
-                    r.close_sac(_comm(op, op["collective"]), members)
+                    r.close_sac(_comm(op, op["collective"], forward_bytes(op)), members)
                 elif rerunnable:  # or keeps its output
                     lp.sac_kept += op.get("sac_kept", 0)
                     lp.sac_kept_reserved += reserved_bytes(op.get("sac_kept", 0))
@@ -422,6 +433,10 @@ def layer_programs(
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
         r.host_fwd += kernels.host_s * launches
         lp.params += op["params"]
+        if op.get("fp8"):  # an FP8 linear layer: its weight's elements (its FP8 copies, ``step.memory.fp8_bytes``)
+            n, k = op["fp8"][1:3]
+            lp.fp8_params += k * n
+            lp.fp8_linears += 1
         lp.saved += op["saved_bytes"]
         lp.saved_reserved += reserved_bytes(op["saved_bytes"])
         lp.transient += op.get("transient_bytes", 0)
@@ -553,6 +568,9 @@ class LayerCost:
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
+    #: the weight elements of its FP8 linear layers and how many there are (``LayerProgram``)
+    fp8_params: float = 0.0
+    fp8_linears: int = 0
     saved_bytes: float = 0.0
     selective_saved_bytes: float = 0.0
     saved_reserved_bytes: float = 0.0
@@ -648,6 +666,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         fwd_matmul_flops=lp.fwd_matmul_flops,
         selective_matmul_flops=lp.selective_matmul_flops,
         params=lp.params,
+        fp8_params=lp.fp8_params,
+        fp8_linears=lp.fp8_linears,
         saved_bytes=lp.saved,
         selective_saved_bytes=lp.selective_saved,
         saved_reserved_bytes=lp.saved_reserved,

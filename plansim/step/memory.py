@@ -32,6 +32,7 @@ from plansim.hardware import Cluster
 from plansim.pipeline.runs import Node, order_runs
 from plansim.pipeline.schedules import get_schedule
 from plansim.step.data_parallel import (
+    gathered_weight_bytes,
     gathers_per_layer,
     param_prefetch,
     sharded_params_are_master,
@@ -41,14 +42,14 @@ from plansim.step.layers import LayerCost, LayerProgram
 from plansim.step.offload import host_bytes, offloaded_blocks, on_gpu
 from plansim.step.prepare import tied_copy_params
 from plansim.step.tp_overlap import userbuffers_bytes
-from plansim.strategy.frameworks import ParamPrefetch
+from plansim.strategy.frameworks import ParamPrefetch, load_framework
 from plansim.strategy.mesh import GRAD_AXES, mesh_of
 from plansim.strategy.schema import Strategy
-from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
 __all__ = [
     "FIXED_CATEGORIES",
+    "FP8_CATEGORIES",
     "LayerBytes",
     "LayerMemory",
     "PassProfile",
@@ -60,6 +61,8 @@ __all__ = [
     "dp_all_reduces",
     "ends_saved",
     "fixed_bytes",
+    "fp8_bytes",
+    "fp8_categories",
     "host_states",
     "layer_memory",
     "model_states",
@@ -67,6 +70,7 @@ __all__ = [
     "offloaded_activations",
     "pass_profiles",
     "pipeline_wraps",
+    "stage_fp8",
     "stage_params",
     "static_bytes",
     "with_grad_buffers",
@@ -80,6 +84,67 @@ FIXED_CATEGORIES = ("cuda_context", "nccl", "userbuffers")
 class _HasParams(Protocol):
     @property
     def params(self) -> float: ...
+
+
+class _HasFP8(Protocol):
+    @property
+    def fp8_params(self) -> float: ...
+    @property
+    def fp8_linears(self) -> int: ...
+
+
+#: The memory categories of FP8 training (``dtype: fp8``), in a Result only under it: the FP8 copies of the linear
+#: layers' weights and their scaling state (``fp8_bytes``).
+FP8_CATEGORIES = ("fp8_weights", "fp8_scaling")
+
+#: Bytes per element of the scales a block recipe keeps beside one FP8 copy of a weight: Float8BlockScaling's 128x128
+#: tiles (one fp32 each), MXFP8's 32-element blocks (one E8M0 byte each) (transformer_engine/common/recipe/
+#: __init__.py:337-420 at NVIDIA/TransformerEngine d0067d0d); one scale a tensor under the per-tensor recipes.
+_WEIGHT_SCALE_BYTES = {"delayed": 0.0, "current": 0.0, "block": 4 / (128 * 128), "mxfp8": 1 / 32}
+
+#: Scaling-state tensors one FP8 linear layer keeps: its forward's input, weight and output and its backward's output
+#: and input gradients (Transformer Engine's FP8 meta, module/base.py: ``num_fp8_tensors`` 3 forward, 2 backward).
+_FP8_META_TENSORS = 5
+
+
+def fp8_categories(s: Strategy) -> tuple[str, ...]:
+    """The FP8 memory categories a Result of ``s`` reports: ``FP8_CATEGORIES`` under ``dtype: fp8``, else none."""
+    return FP8_CATEGORIES if s.fp8 else ()
+
+
+def stage_fp8(layers: Sequence[int], costs: Mapping[int, _HasFP8]) -> tuple[float, int]:
+    """The weight elements of a stage's FP8 linear layers on one rank and how many there are (its layers'
+    ``LayerCost`` or ``LayerProgram``)."""
+    return (
+        sum(costs[i].fp8_params for i in layers if i in costs),
+        sum(costs[i].fp8_linears for i in layers if i in costs),
+    )
+
+
+def fp8_bytes(s: Strategy, fp8: tuple[float, int]) -> dict[str, float]:
+    """What FP8 training holds for the whole step beside the bf16 model states, for a stage whose FP8 linear layers
+    hold ``fp8`` (weight elements, layers; ``stage_fp8``); empty without ``dtype: fp8``:
+
+    * ``fp8_weights``: Transformer Engine's cached FP8 weight, row-wise (the forward GEMM's) and column-wise (the
+      transpose the input-gradient GEMM reads on Hopper), 1 B an element each with a block recipe's scales, kept
+      across micro-batches (module/linear.py:466-488 at d0067d0d: ``columnwise_usage`` when the input needs a
+      gradient, the workspace cached under ``is_first_microbatch``). Under ``fp8_param_gather`` the parameter itself
+      is the FP8 row-wise copy and its transpose takes the bf16 weight's other byte: nothing beside the weights.
+      Under ZeRO-3 the weights are gathered and cast layer by layer (torchao casts inside each forward,
+      torchtitan docs/float8.md:45-47): the FP8 copy lives with the gathered layer, not counted here.
+    * ``fp8_scaling``: each layer's scaling state, ``_FP8_META_TENSORS`` tensors of an amax history (the framework's
+      ``amax_history_len`` under delayed scaling, one amax otherwise) and a scale and its inverse, 4 B each.
+    """
+    if not s.fp8:
+        return {}
+    params, linears = fp8
+    recipe = load_framework(s.framework).rules.fp8.value
+    name = s.fp8_recipe or recipe.default or "delayed"
+    cached = not s.fp8_param_gather and s.zero < 3
+    weights = params * 2 * (1 + _WEIGHT_SCALE_BYTES[name]) if cached else 0.0
+    history = recipe.amax_history_len if name == "delayed" else 1
+    scaling = linears * _FP8_META_TENSORS * (history + 2) * 4.0
+    return {"fp8_weights": weights, "fp8_scaling": scaling}
 
 
 def stage_params(layers: Sequence[int], costs: Mapping[int, _HasParams], s: Strategy, model: Workload, idx: int) -> int:
@@ -201,13 +266,18 @@ def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) ->
     return max((costs[i].bwd_workspace_bytes for i in blocks if i in costs), default=0.0)
 
 
-def model_states(cluster: Cluster, s: Strategy, params: float) -> dict[str, float]:
+def model_states(cluster: Cluster, s: Strategy, params: float, fp8: tuple[float, int] = (0.0, 0)) -> dict[str, float]:
     """What a rank holding ``params`` keeps on its GPU for the whole step, by memory category: its weights,
     gradients and optimizer states under the strategy's ZeRO stage, less what it offloads to the host
-    (``step.offload.on_gpu``), and the device's workspace reserve. The DES holds these static and allocates ZeRO-3's
-    gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
+    (``step.offload.on_gpu``), and the device's workspace reserve; under ``dtype: fp8`` the FP8 weight copies and
+    scaling state of its FP8 linear layers (``fp8``: ``fp8_bytes``). The DES holds these static and allocates
+    ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
     states = _states(s, params)
-    return {**(on_gpu(s, states) if s.offload else states), "workspace": float(cluster.gpu.workspace_reserve_bytes)}
+    return {
+        **(on_gpu(s, states) if s.offload else states),
+        "workspace": float(cluster.gpu.workspace_reserve_bytes),
+        **fp8_bytes(s, fp8),
+    }
 
 
 def host_states(s: Strategy, params: float, activations: float) -> dict[str, float]:
@@ -282,24 +352,27 @@ def gathered_at_once(prefetch: ParamPrefetch, layer_params: tuple[float, ...]) -
     )
 
 
-def static_bytes(cluster: Cluster, s: Strategy, params: float, layer_params: Sequence[float]) -> dict[str, int]:
+def static_bytes(
+    cluster: Cluster, s: Strategy, params: float, layer_params: Sequence[float], fp8: tuple[float, int] = (0.0, 0)
+) -> dict[str, int]:
     """``model_states`` in whole bytes, ZeRO-3's weights with the gathered layers in flight (the one in use and those
     the framework prefetches, ``FrameworkRules.param_prefetch``, as the DES's gathers hold them: ``gathered_at_once``
     of ``layer_params``, the stage's layers' parameters in forward order); FSDP's SHARD_GRAD_OP keeps every layer it
     gathered in forward until that layer's backward, so at the end of forward, where the activations peak too, the
     stage's weights are all gathered."""
-    states = model_states(cluster, s, params)
+    states = model_states(cluster, s, params, fp8)
     gathering = gathers_per_layer(s) and s.shard_degree > 1
     held = params
     if s.zero >= 3:
         prefetch = param_prefetch(s)
         held = min(params, gathered_at_once(prefetch, tuple(layer_params)))
-    gathered = held * dtype_bytes(s.compute_dtype) if gathering else 0.0
+    gathered = held * gathered_weight_bytes(s) if gathering else 0.0
     return {
         "weights": round(states["weights"] + gathered),
         "gradients": round(states["gradients"]),
         "optimizer": round(states["optimizer"]),
         "workspace": int(states["workspace"]),
+        **{k: round(v) for k, v in states.items() if k in FP8_CATEGORIES},
     }
 
 

@@ -53,6 +53,15 @@ parallelism the activation is already split along the sequence and is sent as it
 (the same file skips the optimization ``if args.sequence_parallel``). Megatron-Core dropped the optimization when it
 moved the pipeline code into ``megatron/core`` (3c92fa93, March 2023): there every rank sends the whole activation.
 plansim prices the paper's scheme, as ``p2p_message_bytes`` does.
+
+FP8 amax reduction (``amax_reduction``). Under delayed scaling Megatron-LM wraps each model chunk's pass in one
+``fp8_autocast`` (NVIDIA/Megatron-LM d98e8a64, megatron/core/transformer/transformer_block.py:619-629) over the amax
+reduction group, every rank of the stage (fp8_utils.py:857-866: ``get_amax_reduction_group(with_context_parallel=
+True)``, data, tensor and context parallel); Transformer Engine all-reduces (MAX) the amaxes the pass recorded when
+it leaves the region, blocking (NVIDIA/TransformerEngine d0067d0d, transformer_engine/pytorch/quantization.py:
+645-690 and 772-782: ``reduce_and_update_fp8_tensors``, ``async_op=False``), and the backward's likewise: one small
+all-reduce on the compute stream after each chunk's forward and backward pass, 4 B for each of a linear layer's 3
+forward (input, weight, output) or 2 backward tensors. Current and block scaling reduce nothing across ranks.
 """
 
 from __future__ import annotations
@@ -63,10 +72,12 @@ import networkx as nx
 
 from plansim.hardware import GPUSpec
 from plansim.step.comm import Comm
+from plansim.step.layers import CommPricer
 from plansim.strategy.frameworks import load_framework
+from plansim.strategy.mesh import STAGE_AXIS, mesh_of
 from plansim.strategy.schema import Strategy
 
-__all__ = ["OverlappedSends", "PipelineSends", "pipeline_sends", "regather"]
+__all__ = ["OverlappedSends", "PipelineSends", "amax_reduction", "amax_reduction_s", "pipeline_sends", "regather"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,23 @@ def pipeline_sends(gpu: GPUSpec, s: Strategy) -> PipelineSends:
     blocking = s.schedule in rule.blocking
     launch = rules.kernel_launch.value.host_s + gpu.kernel_launch_s
     return PipelineSends(blocking, launch if blocking and rule.host_sync else 0.0)
+
+
+def amax_reduction(s: Strategy, linears: int, forward: bool) -> Comm | None:
+    """The all-reduce of the amaxes a model chunk's pass recorded (module docstring) over its FP8 linear layers
+    (``linears``), forward or backward; None without delayed FP8 scaling, without FP8 layers in the chunk or on a
+    stage of one rank."""
+    if not s.fp8 or s.fp8_recipe != "delayed" or linears <= 0 or mesh_of(s).size(STAGE_AXIS) <= 1:
+        return None
+    return Comm("all_reduce", "ring", STAGE_AXIS, 4.0 * (3 if forward else 2) * linears, "tp")
+
+
+def amax_reduction_s(s: Strategy, linears: int, forward: bool, price: CommPricer) -> float:
+    """Seconds the compute stream waits for ``amax_reduction`` (0 where there is none), as the layers' collectives
+    are priced (``price``: ``plansim.step.prepare.comm_pricer``). A call of a few hundred bytes is latency alone:
+    both engines hold the stream for it rather than simulating its flows, and its bytes are not counted."""
+    comm = amax_reduction(s, linears, forward)
+    return price(comm.axis, comm.collective, comm.n_bytes)[0] if comm is not None else 0.0
 
 
 def regather(graph: nx.DiGraph, s: Strategy) -> Comm | None:

@@ -19,7 +19,7 @@ import networkx as nx
 
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS, algorithm_entry, bytes_sent_per_rank, collective_time
 from plansim.costs.interference import Beside, Interference, engine_load, interference_model
-from plansim.costs.kernels import KernelCostModel, load_kernel_table
+from plansim.costs.kernels import FP8Casts, KernelCostModel, load_kernel_table
 from plansim.costs.nccl_groups import layer_call, ring_overhead_s, timed
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster, Link
@@ -40,6 +40,7 @@ __all__ = [
     "beside",
     "build_step",
     "comm_pricer",
+    "fp8_casts",
     "kernel_model",
     "kernel_rules",
     "p2p_message_bytes",
@@ -108,11 +109,24 @@ def _kernel_rules(framework: str) -> tuple[object, ...]:
     return (attention.default, *sorted(attention.by_architecture.items()), launch.mode, launch.host_s)
 
 
+def fp8_casts(s: Strategy) -> FP8Casts | None:
+    """How ``s``'s FP8 linear layers cast (``dtype: fp8``; None otherwise): its recipe and how often a forward casts
+    a weight, once a step (a ``1 / num_microbatches`` share of each micro-batch's forward) where its framework caches
+    the FP8 weight across micro-batches (its ``fp8`` rule's ``weight_cast_once_per_step``), else at every forward.
+    A strategy's cache key (``plansim.analytic.cache``): what the kernel model reads of it besides the dtype."""
+    if not s.fp8:
+        return None
+    rule = load_framework(s.framework).rules.fp8.value
+    recipe = s.fp8_recipe or rule.default
+    assert recipe is not None, "checked: the framework trains in FP8"
+    return FP8Casts(recipe, 1.0 / s.num_microbatches if rule.weight_cast_once_per_step else 1.0)
+
+
 def kernel_model(cluster: Cluster, s: Strategy) -> KernelCostModel:
     """The kernel cost model of ``s`` on ``cluster``: its GPU, its measured kernel table if any, the strategy's
     compute dtype and the fused attention kernel its framework calls on that GPU (its ``attention_kernel`` rule by the
-    GPU's architecture) and the host's time to launch a kernel (its ``kernel_launch`` rule): all it reads of the
-    strategy."""
+    GPU's architecture), the host's time to launch a kernel (its ``kernel_launch`` rule) and under ``dtype: fp8``
+    its FP8 casts (``fp8_casts``): all it reads of the strategy."""
     rules = load_framework(s.framework).rules
     kernel = rules.attention_kernel.value.kernel_for(cluster.gpu.architecture)
     return KernelCostModel(
@@ -121,6 +135,7 @@ def kernel_model(cluster: Cluster, s: Strategy) -> KernelCostModel:
         load_kernel_table(cluster.gpu.name),
         attention_kernel=kernel,
         host_s=rules.kernel_launch.value.host_s,
+        fp8=fp8_casts(s),
     )
 
 
@@ -140,6 +155,7 @@ def sharding_of(s: Strategy) -> Sharding:
         cp=degrees["cp"],
         cp_axis="cp",
         cp_algorithm=(s.cp_algorithm or "ring") if degrees["cp"] > 1 else "ring",
+        fp8_linears=s.fp8,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from plansim.hardware import Cluster
 from plansim.result import Result, step_rates
+from plansim.step.memory import fp8_categories
 from plansim.strategy.mesh import COMM_KINDS, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
@@ -103,7 +104,7 @@ def step_result(
         model=model.name,
         hardware=cluster.name,
         gpus=cluster.num_gpus,
-        strategy=s.model_dump(),
+        strategy=s.model_dump(exclude=None if s.fp8 else {"fp8_recipe", "fp8_param_gather"}),
         engine=engine,
         **step_rates(
             step_s=step_s,
@@ -113,7 +114,7 @@ def step_result(
             gpus=cluster.num_gpus,
             peak_flops=cluster.gpu.peak_flops(s.compute_dtype),
         ),
-        memory_breakdown_bytes={k: round(memory.get(k, 0)) for k in MEMORY_CATEGORIES},
+        memory_breakdown_bytes={k: round(memory.get(k, 0)) for k in (*MEMORY_CATEGORIES, *fp8_categories(s))},
         comm_bytes_per_gpu={k: comm.get(k, 0.0) for k in COMM_KINDS},
         cost_model=cost_model,
         bubble_fraction=bubble / step_s if step_s > 0 else 0.0,

@@ -11,7 +11,13 @@ from collections.abc import Callable, Sequence
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.hardware import Cluster
 from plansim.pipeline.schedules import SCHEDULES
-from plansim.strategy.frameworks import framework_names, load_framework, modelled_zero_stages, unmodelled
+from plansim.strategy.frameworks import (
+    RECIPE_ARCHITECTURES,
+    framework_names,
+    load_framework,
+    modelled_zero_stages,
+    unmodelled,
+)
 from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, degrees_of, mesh_of, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
@@ -21,7 +27,7 @@ from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
 from plansim.workload.transformer import heads_swap_problems
 
-__all__ = ["check_strategy"]
+__all__ = ["check_strategy", "fp8_problems"]
 
 
 def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> list[str]:
@@ -51,7 +57,9 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         problems.append(
             f"tp={s.tp} spans more than one node ({cluster.gpus_per_node} GPUs): use tp <= {cluster.gpus_per_node}"
         )
-    if not cluster.gpu.supports(s.compute_dtype):
+    if s.fp8:
+        problems += fp8_problems(s, model, cluster)
+    elif not cluster.gpu.supports(s.compute_dtype):
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
     if s.offload:
         problems += _offload_problems(s, model, cluster)
@@ -103,6 +111,58 @@ def _offload_problems(s: Strategy, model: Workload, cluster: Cluster) -> list[st
                 f"offload=activations with remat={s.remat}: {profile.title} does not offload activations beside "
                 f"recomputation (frameworks/{s.framework}.yaml): use remat=none or drop activations from offload"
             )
+    return problems
+
+
+def fp8_problems(s: Strategy, model: Workload, cluster: Cluster) -> list[str]:
+    """What keeps ``dtype=fp8`` from running: a framework that trains in no FP8, a GPU without FP8 tensor cores (no
+    ``fp8`` peak in its profile) or whose architecture does not run the recipe (``RECIPE_ARCHITECTURES``: Transformer
+    Engine's checks), an AMD GPU (its FP8 stack is not modelled), a recipe or an FP8 parameter gather the framework
+    does not run, a traced model (its layers are not the blocks' linear layers plansim prices in FP8)."""
+    profile = load_framework(s.framework)
+    fp8 = profile.rules.fp8.value
+    gpu = cluster.gpu
+    if not fp8.recipes:
+        fix = _others(s, lambda n: bool(load_framework(n).rules.fp8.value.recipes))
+        return [f"dtype=fp8 with framework={s.framework}: {profile.title} trains in no FP8 (frameworks/"
+                f"{s.framework}.yaml): use dtype=bf16{fix}"]  # fmt: skip
+    if not gpu.supports("fp8"):
+        return [f"dtype=fp8: {gpu.name} has no FP8 tensor cores: use dtype=bf16 or an FP8 GPU (H100, H200, B200)"]
+    if gpu.vendor != "nvidia":
+        return [f"dtype=fp8 on {gpu.name}: plansim models FP8 training on NVIDIA GPUs (Transformer Engine, torchao) "
+                "only: use dtype=bf16"]  # fmt: skip
+    if isinstance(model, TracedModel) or not family_of(model).transformer:
+        return [f"dtype=fp8 with model '{model.name}': plansim prices FP8 for the linear layers of the transformer "
+                "blocks it builds (gpt, llama families): use dtype=bf16"]  # fmt: skip
+    if gpu.efficiency.matmul_fp8 is None:
+        return [f"dtype=fp8: {gpu.name}'s profile has no efficiency.matmul_fp8 curve: add one "
+                "(docs/hardware-profiles.md) or use dtype=bf16"]  # fmt: skip
+    recipe = s.fp8_recipe or fp8.default
+    problems: list[str] = []
+    if recipe not in fp8.recipes:
+        problems.append(
+            f"fp8_recipe={recipe} with framework={s.framework}: {profile.title} runs {', '.join(fp8.recipes)} "
+            f"(frameworks/{s.framework}.yaml): use fp8_recipe={fp8.default}"
+        )
+    elif gpu.architecture not in RECIPE_ARCHITECTURES[str(recipe)]:
+        runs = [r for r in fp8.recipes if gpu.architecture in RECIPE_ARCHITECTURES[r]]
+        fix = f"use fp8_recipe={runs[0]}" if runs else "use dtype=bf16"
+        problems.append(
+            f"fp8_recipe={recipe} on {gpu.name} ({gpu.architecture}): Transformer Engine runs it on "
+            f"{', '.join(RECIPE_ARCHITECTURES[str(recipe)])} GPUs: {fix}"
+        )
+    if s.tp_comm_overlap:  # its chunked GEMMs (step.layers) are priced at the model's dtype, without FP8's casts
+        problems.append("tp_comm_overlap=true with dtype=fp8: plansim does not model Transformer Engine's FP8 "
+                        "userbuffers overlap yet: leave tp_comm_overlap out or use dtype=bf16")  # fmt: skip
+    if s.fp8_param_gather and s.zero == 0:
+        problems.append("fp8_param_gather=true with zero=0: FP8 parameter all-gather needs sharded weights or a "
+                        "distributed optimizer: set zero=1 or higher, or leave fp8_param_gather out")  # fmt: skip
+    elif s.fp8_param_gather and recipe not in fp8.param_gather:
+        can = ", ".join(fp8.param_gather) or "no recipe"
+        problems.append(
+            f"fp8_param_gather=true with fp8_recipe={recipe}: {profile.title} gathers parameters in FP8 under {can} "
+            f"(frameworks/{s.framework}.yaml): leave fp8_param_gather out"
+        )
     return problems
 
 

@@ -30,8 +30,10 @@ from plansim.files.yamlfile import read_mapping, validated
 from plansim.hardware.schema import Architecture, AttentionKernel
 
 __all__ = [
+    "RECIPE_ARCHITECTURES",
     "AttentionKernels",
     "ContextParallel",
+    "FP8Training",
     "FrameworkProfile",
     "FrameworkRules",
     "GradBucket",
@@ -213,6 +215,41 @@ class ContextParallel(_Strict):
         return self.algorithms[0] if self.algorithms else None
 
 
+class FP8Training(_Strict):
+    """How a framework trains in FP8 (``dtype: fp8``): the scaling recipes it runs (``recipes``, as
+    ``plansim.strategy.schema.FP8_RECIPES`` names them; empty where it runs no FP8 GEMMs in training), its default
+    first; the recipes under which it can keep and all-gather the sharded weights in FP8 (``param_gather``,
+    ``Strategy.fp8_param_gather``) and whether it does so by default. Which GPU architectures run each recipe is
+    Transformer Engine's (``RECIPE_ARCHITECTURES``)."""
+
+    recipes: tuple[Literal["delayed", "current", "block", "mxfp8"], ...]
+    param_gather: tuple[Literal["delayed", "current", "block", "mxfp8"], ...] = ()
+    param_gather_default: bool = False
+    #: whether the FP8 copy of each weight is cast once per step and reused by the later micro-batches (Transformer
+    #: Engine's weight cache under ``is_first_microbatch``), else cast at every forward
+    weight_cast_once_per_step: bool = False
+    #: delayed scaling's amax history per tensor (Transformer Engine's DelayedScaling default 1024,
+    #: transformer_engine/common/recipe/__init__.py:255 at d0067d0d, unless the framework sets it)
+    amax_history_len: int = Field(default=1024, ge=1, le=1_000_000)
+
+    @property
+    def default(self) -> str | None:
+        """The recipe a strategy that names none runs (None: the framework trains in no FP8)."""
+        return self.recipes[0] if self.recipes else None
+
+
+#: The GPU architectures that run each FP8 recipe's GEMMs (Transformer Engine's checks, transformer_engine/pytorch/
+#: quantization.py:148-186 at NVIDIA/TransformerEngine d0067d0d): per-tensor FP8 (delayed, current) from compute
+#: capability 8.9 (Ada, Hopper, Blackwell); block scaling from 9.0 with CUDA 12.9 (Hopper, Blackwell); MXFP8 on 10.x
+#: only (Blackwell; "not supported on 12.0+ architectures yet").
+RECIPE_ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "delayed": ("ada", "hopper", "blackwell"),
+    "current": ("ada", "hopper", "blackwell"),
+    "block": ("hopper", "blackwell"),
+    "mxfp8": ("blackwell",),
+}
+
+
 class PipelineSends(_Strict):
     """How a framework synchronises a pipeline stage's sends: under the schedules named in ``blocking`` the sender's
     compute waits for each send's transfer (a blocking call, or a batch waited for before the next pass); with
@@ -295,6 +332,8 @@ class FrameworkRules(_Strict):
     #: whether a strategy may place the blocks over the pipeline stages itself (``Strategy.layer_split``; else the
     #: framework's own partition runs, the even split)
     layer_split: Rule[bool]
+    #: whether and how it trains in FP8 (``dtype: fp8``): its recipes, its default, FP8 parameter all-gather
+    fp8: Rule[FP8Training]
 
     @model_validator(mode="after")
     def _registered_policies(self) -> FrameworkRules:

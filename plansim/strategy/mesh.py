@@ -49,6 +49,7 @@ __all__ = [
     "DP_PARTS",
     "GRAD_AXES",
     "REPLICA_AXES",
+    "STAGE_AXIS",
     "DeviceMesh",
     "degree_splits",
     "degrees_of",
@@ -81,6 +82,10 @@ DP_AXES = ("dp", *DP_PARTS, "dp_cp", "dp_shard_cp")
 #: context-parallel ranks (they hold the same weights), flattened with them; hybrid sharding's replicas are whole
 #: context-parallel groups already (torchtitan: ``dp_replicate`` beside ``dp_shard_cp``).
 GRAD_AXES = {"dp": "dp_cp", "dp_shard": "dp_shard_cp", "dp_replicate": "dp_replicate"}
+
+#: The flattened axis of every rank of one pipeline stage (tp, cp and dp: all axes but pp), Megatron-LM's amax
+#: reduction group (``parallel_state.get_amax_reduction_group``: FP8 delayed scaling, ``plansim.step.p2p``).
+STAGE_AXIS = "stage"
 
 
 class Degrees(Protocol):
@@ -282,10 +287,15 @@ def mesh_of(s: Degrees) -> DeviceMesh:
     degrees = degrees_of(s)
     axes = tuple(degrees.items())
     if not s.hybrid_shard:
-        return _mesh(axes, (("dp_cp", ("cp", "dp")),))
+        return _mesh(axes, (("dp_cp", ("cp", "dp")), (STAGE_AXIS, ("tp", "cp", "dp"))))
     assert s.dp_shard is not None  # hybrid sharding names its shard group
     split = (("dp_shard", s.dp_shard), ("dp_replicate", degrees["dp"] // s.dp_shard))
     return _mesh(
         tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))),
-        (("dp", DP_PARTS), ("dp_cp", ("cp", *DP_PARTS)), ("dp_shard_cp", ("cp", "dp_shard"))),
+        (
+            ("dp", DP_PARTS),
+            ("dp_cp", ("cp", *DP_PARTS)),
+            ("dp_shard_cp", ("cp", "dp_shard")),
+            (STAGE_AXIS, ("tp", "cp", *DP_PARTS)),
+        ),
     )

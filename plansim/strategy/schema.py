@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CP_ALGORITHMS",
     "DTYPES",
+    "FP8_RECIPES",
     "OFFLOAD_KINDS",
     "OffloadKind",
     "Strategy",
@@ -64,7 +65,15 @@ __all__ = [
     "read_with",
 ]
 
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16", "fp8")
+
+#: FP8 scaling recipes (``Strategy.fp8_recipe``), as Transformer Engine names its recipe classes
+#: (transformer_engine/common/recipe/__init__.py at NVIDIA/TransformerEngine d0067d0d): ``delayed``
+#: (DelayedScaling, per-tensor scales from an amax history), ``current`` (Float8CurrentScaling, per-tensor scales
+#: from the tensor itself: Megatron-LM's and torchao's ``tensorwise``), ``block`` (Float8BlockScaling, 1x128 and
+#: 128x128 blocks: Megatron-LM's ``blockwise``), ``mxfp8`` (MXFP8BlockScaling, 32-element blocks, Blackwell).
+FP8Recipe = Literal["delayed", "current", "block", "mxfp8"]
+FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
 
 #: The key a strategy file or inline text may hold beside the strategy's fields: the run's sequence length (see the
 #: module docstring).
@@ -171,8 +180,20 @@ class Strategy(BaseModel):
         description="flash: fused attention keeping no s x s scores (FlashAttention-2); unfused: QK^T, softmax, "
         "dropout and attention over V apart, as Megatron-LM ran them before flash attention (Korthikanti et al. 2022)",
     )
-    dtype: Literal["fp32", "fp16", "bf16"] | None = Field(
-        default=None, description="training dtype; default bf16 where the GPU has it, else fp16"
+    dtype: Literal["fp32", "fp16", "bf16", "fp8"] | None = Field(
+        default=None,
+        description="training dtype; default bf16 where the GPU has it, else fp16; fp8: the transformer blocks' "
+        "linear layers run their GEMMs in FP8 (Transformer Engine, torchao), all else as bf16",
+    )
+    fp8_recipe: FP8Recipe | None = Field(
+        default=None,
+        description="dtype=fp8: how FP8 tensors are scaled (delayed, current, block, mxfp8; Transformer Engine's "
+        "recipes); default: the framework's",
+    )
+    fp8_param_gather: bool | None = Field(
+        default=None,
+        description="dtype=fp8: keep the fp8 layers' weights in FP8 and all-gather them in FP8 under ZeRO "
+        "(Megatron-LM's --fp8-param-gather, torchao's enable_fsdp_float8_all_gather); default: the framework's",
     )
     dp_algorithm: Annotated[str, AfterValidator(_registered("dp_algorithm", ALLREDUCE_ALGORITHMS))] = Field(
         default="nccl",
@@ -342,6 +363,14 @@ class Strategy(BaseModel):
             raise ValueError(f"cp={self.cp} runs on fused attention only: set attention=flash (or cp=1)")
         return self
 
+    @model_validator(mode="after")
+    def _fp8_fields(self) -> Strategy:
+        if self.dtype != "fp8":
+            given = [f"{name}={value}" for name in ("fp8_recipe", "fp8_param_gather") if (value := getattr(self, name))]
+            if given:
+                raise ValueError(f"{given[0]} needs dtype=fp8: set dtype=fp8 or leave it out")
+        return self
+
     @property
     def num_gpus(self) -> int:
         """The GPUs the strategy spans: the product of its mesh axes' degrees (``plansim.strategy.mesh.ranks_of``;
@@ -393,8 +422,21 @@ class Strategy(BaseModel):
 
     @property
     def compute_dtype(self) -> str:
-        """The training dtype (bf16 until ``resolve`` picks one for a GPU)."""
-        return self.dtype or "bf16"
+        """The dtype activations, parameters and every kernel but the fp8 layers' GEMMs run in (bf16 until
+        ``resolve`` picks one for a GPU): the training dtype, bf16 under ``dtype=fp8``, which stores activations,
+        weights and gradients in bf16 as Transformer Engine and torchao do (``gemm_dtype`` is the fp8 GEMMs')."""
+        return "bf16" if self.dtype == "fp8" else self.dtype or "bf16"
+
+    @property
+    def gemm_dtype(self) -> str:
+        """The dtype of the transformer blocks' weight GEMMs (``plansim.costs.kernels``): fp8 under ``dtype=fp8``,
+        else ``compute_dtype``."""
+        return "fp8" if self.dtype == "fp8" else self.compute_dtype
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the blocks' linear layers run in FP8 (``dtype=fp8``)."""
+        return self.dtype == "fp8"
 
     def resolve(self, cluster: Cluster) -> Strategy:
         """Fill in what was left out for ``cluster``: ``dp`` from its GPU count, ``dtype`` from what its GPU has, and
@@ -424,6 +466,12 @@ class Strategy(BaseModel):
                 update["overlap_param_gather"] = (
                     rules.param_gather_overlap.value and bool(overlapped) and s.zero in (1, 2)
                 )
+        if s.fp8 and (s.fp8_recipe is None or s.fp8_param_gather is None):
+            fp8 = load_framework(s.framework).rules.fp8.value
+            if s.fp8_recipe is None and fp8.default is not None:  # else refused by the checks (it runs no fp8)
+                update["fp8_recipe"] = fp8.default
+            if s.fp8_param_gather is None:
+                update["fp8_param_gather"] = fp8.param_gather_default
         if s.cp > 1 and s.cp_algorithm is None:
             default = load_framework(s.framework).rules.context_parallel.value.default
             if default is not None:  # else refused by the checks (the framework runs none)
@@ -441,7 +489,7 @@ class Strategy(BaseModel):
             self.overlap_grad_reduce,
             self.grad_bucket_bytes,
             self.overlap_param_gather,
-        )
+        ) and (not self.fp8 or None not in (self.fp8_recipe, self.fp8_param_gather))
 
     def resolved(self, cluster: Cluster) -> Strategy:
         """``resolve`` for the boundaries that take a strategy as written or already resolved (the engines' entries,

@@ -36,6 +36,9 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     under a per-op remat policy (torchtitan's ``op`` selective checkpointing, ``remat: op_sac``): the bytes of the
     op's output the policy keeps from forward to backward, and the share of its forward (a collective: 1 or 0) that
     the block's recompute runs again (``op_saved``). Absent, the op's output is not kept and its forward reruns.
+``fp8`` (optional, False when absent)
+    True for a transformer block's linear layer (QKV, attention output, the MLP's GEMMs) under ``dtype: fp8``: its
+    forward and backward GEMMs run in FP8 with their casts (``plansim.costs.kernels``), its saved input in FP8.
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
     forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
     process group: the mesh axis whose groups shard the tensor (``Sharding.tp_axis``, ``tp`` today; a name of
@@ -226,6 +229,9 @@ class Sharding:
     cp: int = 1
     cp_axis: str = "cp"
     cp_algorithm: str = "ring"
+    #: the transformer blocks' linear layers run in FP8 (``dtype: fp8``): their GEMM ops carry ``fp8`` and keep their
+    #: input for backward in FP8 (``plansim.workload.transformer.Dims.Ein``)
+    fp8_linears: bool = False
 
     @property
     def seq_shards(self) -> int:

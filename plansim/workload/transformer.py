@@ -128,6 +128,34 @@ class Dims:
     c: int = 1  # context-parallel degree: the sequence split c ways
     c_axis: str = "cp"  # the mesh axis of the context-parallel group
     c_ring: bool = True  # context parallelism's attention by ring exchange of K/V (else all-to-all over heads)
+    fp8: bool = False  # the block's linear layers run in FP8 (``Sharding.fp8_linears``)
+
+    @property
+    def Ein(self) -> int:
+        """Bytes per element of a block linear layer's input kept for its backward: 1 under FP8, where Transformer
+        Engine saves the quantized input (module/linear.py:602-617 at NVIDIA/TransformerEngine d0067d0d: the FP8
+        input, its row-wise data dropped unless the backward re-gathers it; layernorm_linear.py keeps its FP8
+        ``ln_out`` alike), else ``E``."""
+        return 1 if self.fp8 else self.E
+
+    @property
+    def proj_saved(self) -> int:
+        """Bytes the attention output projection keeps of its input (the attention's output O): ``Ein`` per
+        element, and under FP8 with the fused kernel also O in bf16, which the kernel's backward reads (the bf16
+        graph counts O once, here; FP8 adds the projection's quantized copy beside it)."""
+        extra = self.E if self.fp8 and self.flash else 0
+        return (self.Ein + extra) * self.rows * self.q_l
+
+    def linear(self, m: int, n: int, k: int, *, bias: int = 0, saved: int = 0, after_norm: bool = False) -> Attrs:
+        """A block linear layer's GEMM ``[m, k] @ [k, n]`` (``gemm``), marked under FP8 with ``fp8``: its shape,
+        whether a norm feeds it (``after_norm``: Transformer Engine's LayerNormLinear, whose norm writes the FP8
+        input itself; the column-parallel layers after ``tp_enter``) and from how many ranks its input is gathered
+        (``t`` under sequence parallelism for those, else 1), which ``plansim.costs.kernels`` prices at the fp8 rate
+        with its casts (``FP8Casts``)."""
+        attrs = gemm(m, n, k, self.E, bias=bias, saved=saved)
+        if self.fp8:
+            attrs["fp8"] = (m, n, k, after_norm, self.t if after_norm and self.sp else 1)
+        return attrs
 
     @property
     def rows(self) -> int:
@@ -204,6 +232,7 @@ def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
         c=c,
         c_axis=sh.cp_axis,
         c_ring=sh.cp_algorithm == "ring",
+        fp8=sh.fp8_linears,
     )
 
 
@@ -243,13 +272,21 @@ def _check_context_parallel(spec: ModelShape, sh: Sharding) -> None:
         raise PlansimError(problems[0])
 
 
-def tp_enter(d: Dims, name: str) -> list[Node]:
+def tp_enter(d: Dims, name: str, *, linear: bool = False) -> list[Node]:
     """The collective before a column-parallel GEMM: Megatron ``f`` (none / all-reduce), or with sequence
-    parallelism ``g`` (all-gather / reduce-scatter). Empty when ``t = 1``."""
+    parallelism ``g`` (all-gather / reduce-scatter). Empty when ``t = 1``. Before a block's linear layer
+    (``linear``) under FP8 with sequence parallelism the all-gather moves the FP8 input, 1 B an element
+    (``fp8_comm_bytes``, its forward and its backward's re-gather): Transformer Engine quantizes the local norm
+    output and gathers it with the quantizer (module/layernorm_linear.py:294-313 at NVIDIA/TransformerEngine
+    d0067d0d, ``gather_along_first_dim(ln_out, tp_group, quantizer=...)``); the reduce-scatter of the input gradient
+    stays bf16."""
     if d.t == 1:
         return []
     fwd, bwd = ("all_gather", "reduce_scatter") if d.sp else ("none", "all_reduce")
-    return [Node(name, collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis))]
+    attrs = collective(fwd, bwd, d.E * d.rows * d.h, d.t_axis)
+    if d.sp and d.fp8 and linear:
+        attrs["fp8_comm_bytes"] = d.rows * d.h
+    return [Node(name, attrs)]
 
 
 def tp_exit(d: Dims, name: str) -> list[Node]:
@@ -389,19 +426,19 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
     kept = d.rows * (d.kv_l if rotary else qkv)  # Q, K, V, or only V when the rotary op keeps Q and K
     return [
         Node("ln1", _norm(d, rms=False)),
-        *tp_enter(d, "attn_in"),
-        Node("qkv", gemm(d.rows, qkv, d.h, E, bias=qkv, saved=E * (x + kept))),
+        *tp_enter(d, "attn_in", linear=True),
+        Node("qkv", d.linear(d.rows, qkv, d.h, bias=qkv, saved=d.Ein * x + E * kept, after_norm=True)),
         *([_rope(d)] if rotary else []),
         *_attention(d, dropout=True, qk_input="rope" if rotary else "qkv"),
-        Node("proj", gemm(d.rows, d.h, d.q_l, E, bias=d.h, saved=E * d.rows * d.q_l)),
+        Node("proj", d.linear(d.rows, d.h, d.q_l, bias=d.h, saved=d.proj_saved)),
         *tp_exit(d, "attn_out"),
         Node("proj_drop", _dropout(d, x)),
         Node("res1", residual_add(d), (PREV, IN)),
         Node("ln2", _norm(d, rms=False)),
-        *tp_enter(d, "mlp_in"),
-        Node("fc1", gemm(d.rows, d.f_l, d.h, E, bias=d.f_l, saved=E * x)),
+        *tp_enter(d, "mlp_in", linear=True),
+        Node("fc1", d.linear(d.rows, d.f_l, d.h, bias=d.f_l, saved=d.Ein * x, after_norm=True)),
         Node("gelu", pointwise("elementwise", mlp, GELU_FLOPS, E, saved=E * mlp)),
-        Node("fc2", gemm(d.rows, d.h, d.f_l, E, bias=d.h, saved=E * mlp)),
+        Node("fc2", d.linear(d.rows, d.h, d.f_l, bias=d.h, saved=d.Ein * mlp)),
         *tp_exit(d, "mlp_out"),
         Node("mlp_drop", _dropout(d, x)),
         Node("res2", residual_add(d), (PREV, "res1")),
@@ -414,27 +451,30 @@ def llama_block(d: Dims) -> list[Node]:
     qkv = d.q_l + 2 * d.kv_l
     return [
         Node("norm1", _norm(d, rms=True)),
-        *tp_enter(d, "attn_in"),
+        *tp_enter(d, "attn_in", linear=True),
         # torchtitan's wq, wk, wv: the block's mm 1-3, of which its per-op policy keeps 1 and 3 (docstring)
         Node(
             "qkv",
             op_saved(
-                gemm(d.rows, qkv, d.h, E, saved=E * (x + d.rows * d.kv_l)),
+                d.linear(d.rows, qkv, d.h, saved=d.Ein * x + E * d.rows * d.kv_l, after_norm=True),
                 kept=E * d.rows * (d.q_l + d.kv_l),
                 rerun=d.kv_l / qkv,
             ),
         ),
         _rope(d),
         *_attention(d, dropout=False, qk_input="rope"),
-        Node("proj", gemm(d.rows, d.h, d.q_l, E, saved=E * d.rows * d.q_l)),
+        Node("proj", d.linear(d.rows, d.h, d.q_l, saved=d.proj_saved)),
         *tp_exit(d, "attn_out"),
         Node("res1", residual_add(d), (PREV, IN)),
         Node("norm2", _norm(d, rms=True)),
-        *tp_enter(d, "mlp_in"),
+        *tp_enter(d, "mlp_in", linear=True),
         # w1 and w3, mm 5 (kept) and 6 (rerun); w2, mm 7 (kept); wo, mm 4, reruns
-        Node("gate_up", op_saved(gemm(d.rows, 2 * d.f_l, d.h, E, saved=E * x), kept=E * mlp, rerun=0.5)),
+        Node(
+            "gate_up",
+            op_saved(d.linear(d.rows, 2 * d.f_l, d.h, saved=d.Ein * x, after_norm=True), kept=E * mlp, rerun=0.5),
+        ),
         Node("swiglu", pointwise("elementwise", mlp, SWIGLU_FLOPS, E, reads=2, saved=2 * E * mlp)),
-        Node("down", op_saved(gemm(d.rows, d.h, d.f_l, E, saved=E * mlp), kept=E * d.rows * d.h)),
+        Node("down", op_saved(d.linear(d.rows, d.h, d.f_l, saved=d.Ein * mlp), kept=E * d.rows * d.h)),
         *tp_exit(d, "mlp_out"),
         Node("res2", residual_add(d), (PREV, "res1")),
     ]
