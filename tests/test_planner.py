@@ -16,6 +16,7 @@ from plansim.api import load_hardware, load_model
 from plansim.cli.app import app
 from plansim.costs.collectives import ALLREDUCE_ALGORITHMS
 from plansim.des.engine import simulate_des
+from plansim.describe import describe
 from plansim.pipeline.schedules import SCHEDULES
 from plansim.planner import Constraints, plan, training_cost
 from plansim.planner.search import TIE, search
@@ -617,3 +618,25 @@ def test_offload_on_one_gpu_searches_the_zero_stages_it_needs_and_says_what_it_b
         plan("gpt3-125m", load_hardware("dgx-1", gpus=8), global_batch=16, des=False,
              constraints=Constraints(offload="optimizer"))  # fmt: skip
     assert "\n" not in str(e.value)
+
+
+def test_fp8_is_searched_where_the_framework_runs_it_and_the_explanation_weighs_it() -> None:
+    """``--dtype bf16,fp8`` on H100s: every candidate in bf16, and in fp8 where the framework trains in FP8 (not
+    DeepSpeed) and not beside ``tp_comm_overlap`` (counted as enumerated, each runnable); the winner in FP8 is weighed
+    against the best bf16 candidate, which is priced in full."""
+    from plansim.planner.space import count_candidates
+
+    m, cl = load_model("gpt3-1.3b"), load_hardware("dgx-h100", gpus=8)
+    c = Constraints(dtype="bf16,fp8", framework="all", tp_comm_overlap=None)
+    found = list(candidates(m, cl, 16, c))
+    assert len(found) == count_candidates(m, cl, 16, c)
+    fp8 = [s for s in found if s.dtype == "fp8"]
+    assert fp8 and {s.framework for s in fp8} == {"megatron", "fsdp"}
+    assert not any(s.tp_comm_overlap for s in fp8)
+    assert {s.model_copy(update={"dtype": "bf16"}) for s in fp8} < {s for s in found if s.dtype == "bf16"}
+    for s in fp8[:: max(1, len(fp8) // 25)]:
+        assert not check_strategy(s, m, cl), (s, check_strategy(s, m, cl))
+    r = plan(m, cl, global_batch=16, des=False, milp=False, constraints=Constraints(dtype="bf16,fp8"))
+    assert r.winner is not None and r.winner.dtype == "fp8"
+    best_bf16 = min((p for p in r.outcome.fitting if p.strategy.dtype == "bf16"), key=lambda p: p.result.step_time_s)
+    assert f"FP8 against the best candidate without it, {describe(best_bf16.strategy)}" in r.explanation
