@@ -71,6 +71,16 @@ def cases() -> Iterator[tuple[str, Any, str, int, str, dict[str, Any]]]:
     yield "context parallel ring", GPT, "dgx-a100", 32, strategy, {}
     strategy = f"dp=4,tp=2,cp=2,pp=2,sequence_parallel=true,zero=1,cp_algorithm=all_to_all,{BASE}"
     yield "context parallel all_to_all", GPT, "dgx-a100", 32, strategy, {}
+    # FP8: delayed scaling with sequence parallelism and pipelining; current scaling with FP8 parameter gather (fsdp)
+    strategy = f"dp=4,tp=2,pp=2,sequence_parallel=true,zero=1,dtype=fp8,{BASE}"
+    yield "fp8 delayed", GPT, "dgx-h100", 16, strategy, {}
+    strategy = f"dp=16,zero=3,dtype=fp8,fp8_param_gather=true,framework=fsdp,{BASE}"
+    yield "fp8 current fsdp", GPT, "dgx-h100", 16, strategy, {}
+    # offloading: DeepSpeed's optimizer and parameters (ZeRO-Infinity), Megatron-LM's optimizer and activations
+    strategy = f"dp=8,tp=2,zero=3,offload=optimizer/params,framework=deepspeed,{BASE}"
+    yield "offload deepspeed", GPT, "dgx-h100", 16, strategy, {}
+    strategy = f"dp=8,tp=2,zero=1,offload=optimizer/activations,offload_activation_layers=6,{BASE}"
+    yield "offload megatron", GPT, "dgx-h100", 16, strategy, {}
     yield "mlp", "mlp-small", "pcie-4x4090", 4, "dp=2,pp=2,micro_batch=4,global_batch=32", {}
     yield "cnn", "resnet50", "dgx-1", 8, "dp=8,micro_batch=32", {}
     yield "gpt 2 nodes tied", GPT, "dgx-a100", 16, "dp=2,tp=4,pp=2,micro_batch=1,global_batch=16", {}
