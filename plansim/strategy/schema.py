@@ -28,10 +28,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
@@ -318,11 +316,11 @@ class Strategy(BaseModel):
     def _whole_layers(cls, value: object) -> object:
         return integral(value)
 
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
         """The fields, the offload ones only where the strategy offloads (a strategy without offloading dumps as it
-        did before they existed, so every stored result keeps its keys)."""
-        out = handler(self)
+        did before they existed, so every stored result keeps its keys). A plain override, not a pydantic
+        serializer: an interrupt while dumping stays a KeyboardInterrupt."""
+        out = super().model_dump(**kwargs)
         if not self.offload and self.offload_activation_layers is None:
             out.pop("offload", None)
             out.pop("offload_activation_layers", None)
