@@ -640,3 +640,18 @@ def test_fp8_is_searched_where_the_framework_runs_it_and_the_explanation_weighs_
     assert r.winner is not None and r.winner.dtype == "fp8"
     best_bf16 = min((p for p in r.outcome.fitting if p.strategy.dtype == "bf16"), key=lambda p: p.result.step_time_s)
     assert f"FP8 against the best candidate without it, {describe(best_bf16.strategy)}" in r.explanation
+
+
+def test_cli_headroom_reads_a_percentage_or_a_size(tmp_path: Path) -> None:
+    """``plan --headroom 10%`` and ``--headroom 8GB`` (of an 80 GB A100: 10%) plan alike; a sweep takes a percentage
+    but not a size (its points may run on different GPUs), refused in one line."""
+    said = {}
+    for text in ("10%", "0.1", f"{0.1 * 85899345920 / 1e9}GB"):
+        res = runner.invoke(app, [*SMALL, "--headroom", text, "--no-des", "--format", "json"])
+        assert res.exit_code == 0, res.output
+        said[text] = json.loads(res.stdout)["headroom"]
+    assert set(said.values()) == {0.1}, said
+    res = runner.invoke(app, ["sweep", "--model", "gpt3-125m", "--gpus", "8", "--global-batch", "16", "--headroom",
+                              "4GB", "--out", str(tmp_path / "s")])  # fmt: skip
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code != 0 and len(lines) == 1 and "a sweep takes a fraction or a percentage" in lines[0]

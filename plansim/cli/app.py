@@ -533,15 +533,19 @@ def sweep(
     objective: Annotated[str, typer.Option("--objective", help="step_time, tokens_per_s or cost")] = "step_time",
     fmt: Annotated[PlanFormat, typer.Option("--format", "-f", help="output format")] = PlanFormat.text,
     headroom: Annotated[
-        float | None,
-        typer.Option("--headroom", help="fraction of GPU memory each point's plan must leave free (as plan's)"),
+        str | None,
+        typer.Option(
+            "--headroom", help="GPU memory each point's plan must leave free: a fraction or a percentage (0.05, 5%)"
+        ),
     ] = None,
     seq_len: Annotated[
         str | None, typer.Option("--seq-len", help=SEQ_LEN_HELP + "; comma-separated to sweep several: 2048,4096")
     ] = None,
 ) -> None:
     """Plan every point of a grid (models x hardware x GPU counts x global batches): one table, CSV, charts."""
+    from plansim.errors import PlansimError
     from plansim.files.outputs import check_output_folder
+    from plansim.planner.space import headroom_of
     from plansim.step.result import THIN_MARGIN
     from plansim.sweep import SweepSettings, grid_from_options
     from plansim.sweep import sweep as run_sweep
@@ -549,9 +553,10 @@ def sweep(
 
     check_output_folder(out)  # before the points run, not after them
     the_grid = grid_from_options(model, gpus, global_batch, hardware, grid, seq_len)
-    settings = SweepSettings(
-        des=des, milp=milp, top_k=top, objective=objective, headroom=THIN_MARGIN if headroom is None else headroom
-    )
+    room, size = (THIN_MARGIN, None) if headroom is None else headroom_of(headroom)
+    if size is not None:  # the points may run on different GPUs: a fraction means the same on each
+        raise PlansimError(f"--headroom {headroom}: a sweep takes a fraction or a percentage (0.05, 5%), not a size")
+    settings = SweepSettings(des=des, milp=milp, top_k=top, objective=objective, headroom=room)
     # Dask's own log lines would tear a live bar: plain lines with a scheduler
     with _progress("sweep: points planned", len(the_grid), live=False if scheduler is not None else None) as bar:
         result = run_sweep(the_grid, settings, jobs=jobs, scheduler=scheduler, progress=bar.counter())
