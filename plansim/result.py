@@ -74,6 +74,8 @@ class Result:
     #: (``per_gpu_total_bytes``), the node's (``per_node_bytes``), its host memory (``capacity_bytes``) and whether
     #: they fit (``fits``; ``Result.fits`` is false where they do not) - ``plansim.step.offload.host_tier``.
     host_memory: dict[str, Any] = field(default_factory=dict)
+    #: The tokens per sequence the step was priced at (the model's, or the run's ``seq_len``: ``plansim.api``).
+    seq_len: int = 0
     #: What ``mfu`` and ``hfu`` count (``FLOPS_CONVENTION``).
     flops_convention: dict[str, str] = field(default_factory=lambda: dict(FLOPS_CONVENTION))
     #: The discrete-event engine's spans, memory timelines and per-link traffic (``plansim.des.timeline.Timeline``); not

@@ -308,3 +308,22 @@ def test_a_config_json_is_priced_at_seq_len() -> None:
     at = plansim.simulate(str(DATA / "qwen2.5-7b.json"), "dgx-a100", "dp=2,tp=4", seq_len=4096)
     assert at == plansim.simulate(with_seq_len(qwen, 4096), "dgx-a100", "dp=2,tp=4")
     assert qwen.seq_len == 131_072 and at.fits and not plansim.simulate(qwen, "dgx-a100", "dp=2,tp=4").fits
+
+
+def test_the_result_records_the_length_it_was_priced_at() -> None:
+    """``Result.seq_len`` is the length the step was priced at, the run's where one is given, in both engines; its
+    tokens per second follow from it (global batch x seq_len / step time), and the text report shows it."""
+    from plansim.report.text import print_result
+
+    for engine in ("analytic", "des"):
+        r = plansim.simulate("gpt3-125m", "dgx-a100", "dp=8,micro_batch=2,global_batch=16", engine=engine, seq_len=1024)
+        assert r.seq_len == 1024
+        assert r.tokens_per_s == pytest.approx(16 * 1024 / r.step_time_s, rel=1e-12)
+    default = plansim.simulate("gpt3-125m", "dgx-a100", "dp=8,micro_batch=2,global_batch=16")
+    assert default.seq_len == plansim.load_model("gpt3-125m").seq_len == 2048
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    print_result(r, console)
+    text = console.export_text()
+    assert "tokens per sequence" in text and "1,024" in text

@@ -100,6 +100,7 @@ def _headline(r: Result) -> Table:
         ("model TFLOP/s per GPU (MFU)", f"{r.model_tflops_per_gpu:.1f} ({r.mfu:.1%})"),
         ("hardware TFLOP/s per GPU (HFU)", f"{r.hardware_tflops_per_gpu:.1f} ({r.hfu:.1%})"),
         ("micro-batches per step", str(r.num_microbatches)),
+        *((("tokens per sequence", f"{r.seq_len:,}"),) if r.seq_len else ()),
         ("peak memory (worst GPU)", f"{r.peak_memory_bytes / GB:.2f} GB"),
         ("fits", fit),
         ("memory free at the peak", f"{r.memory_margin:.1%}"),

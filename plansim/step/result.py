@@ -120,6 +120,7 @@ def step_result(
         bubble_fraction=bubble / step_s if step_s > 0 else 0.0,
         memory_margin=margin,
         warnings=[warning] if warning else [],
+        seq_len=model.seq_len,
         **figures,
     )
 
