@@ -52,6 +52,22 @@ def test_ring_sends_each_block_cp_minus_one_times_forward_and_twice_that_backwar
 
 
 @pytest.mark.parametrize("engine", ["analytic", "des"])
+def test_selective_recompute_runs_the_ring_again(engine: str) -> None:
+    """Selective recompute reruns the attention forward, which under context parallelism is Transformer Engine's
+    ring attention whole (AttnFuncWithCPAndKVP2P.forward, context_parallel.py:1691-1720 at d0067d0d): the K/V blocks
+    pass around the ring once more, 4 (cp - 1) blocks a layer in all; full recompute likewise (the block's forward),
+    none only 3 (cp - 1). The rerun's ring runs beside its steps: the step grows by less than the exchange takes."""
+    tp, cp, dp = 2, 4, 2
+    base = f"dp={dp},tp={tp},cp={cp},micro_batch=1,global_batch={2 * dp},cp_algorithm=ring"
+    kv = _kv_local(LLAMA, tp, cp)
+    for remat, blocks in (("none", 3), ("selective", 4), ("full", 4)):
+        r = _run(f"{base},remat={remat}", engine)
+        assert r.comm_bytes_per_gpu["cp"] == pytest.approx(LLAMA.layers * 2 * blocks * (cp - 1) * kv, rel=1e-12)
+    none, selective = _run(f"{base},remat=none", engine), _run(f"{base},remat=selective", engine)
+    assert selective.time_breakdown_s["recompute"] > 0 and selective.step_time_s > none.step_time_s
+
+
+@pytest.mark.parametrize("engine", ["analytic", "des"])
 def test_all_to_all_sends_the_swapped_tensors_share_for_the_other_ranks(engine: str) -> None:
     """DeepSpeed-Ulysses (Jacobs et al. 2023, sec 3): Q, K, V swapped before attention and its output after, each
     all-to-all sending (cp - 1)/cp of the rank's buffer, and the same in backward for their gradients."""
@@ -93,6 +109,8 @@ def test_a_ranks_activations_are_those_of_its_share_of_the_sequence(algorithm: s
         "dp=2,tp=1,cp=4,pp=2,micro_batch=1,global_batch=8,schedule=interleaved,virtual_stages=2,cp_algorithm=all_to_all",
         "dp=2,cp=8,micro_batch=1,global_batch=4,zero=3,framework=fsdp",
         "dp=4,tp=2,cp=2,micro_batch=1,global_batch=8,zero=1,framework=deepspeed",
+        "dp=2,tp=2,cp=4,micro_batch=1,global_batch=4,sequence_parallel=true,zero=1,remat=selective",
+        "dp=1,tp=2,cp=4,pp=2,micro_batch=1,global_batch=4,sequence_parallel=true,remat=selective",
     ],
 )
 def test_the_two_engines_agree_with_context_parallelism(strategy: str) -> None:

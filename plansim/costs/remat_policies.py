@@ -111,8 +111,8 @@ class RematPolicy:
         attention core (``attention_core``) and the forward of its ops a per-op policy reruns (``unsaved``)."""
         if self.reruns == "block_forward":
             return block
-        if self.reruns == "attention_core":
-            return Recompute(attention_core.compute_s, 0.0, attention_core.matmul_flops)
+        if self.reruns == "attention_core":  # its collectives: context parallelism's ring, rerun with the core
+            return attention_core
         if self.reruns == "unsaved_ops":
             return unsaved
         return Recompute(0.0, 0.0, 0.0)

@@ -442,8 +442,13 @@ class _StageLowering:
                 wait_key=wait,
             )
             return None, ()
-        if policy.reruns == "attention_core":
-            segs = [Segment(lp.selective_s)]
+        if policy.reruns == "attention_core":  # the core's kernels, with the ring exchange beside all but its last step
+            hidden = sum(seg.hidden_s for seg in lp.selective_comm)
+            segs = (
+                [*lp.selective_comm, Segment(hidden), Segment(lp.selective_s - hidden)]
+                if hidden
+                else [Segment(lp.selective_s)]
+            )
             todo = [layer]
         elif policy.reruns == "unsaved_ops":  # the ops whose outputs a per-op policy did not keep, collectives too
             segs = lp.sac

@@ -101,6 +101,7 @@ class LayerProgram:
     GEMMs' inputs); ``bwd_workspace`` the most bytes one of its kernels allocates for its backward only (a fused
     attention kernel's accumulators); FLOPs count GEMM-like kinds. ``sac``: what a per-op remat policy reruns of its
     forward (``remat: op_sac``: each op's ``sac_rerun`` share of its forward, split at the collectives it reruns),
+    ``selective_comm`` the collectives a selective rerun runs beside its kernels (the ring attention's exchange),
     ``sac_kept`` the outputs it keeps (its ops' ``sac_kept``). ``same_as``: the earlier layer this one is a copy
     of (same template), whose figures it shares."""
 
@@ -129,6 +130,9 @@ class LayerProgram:
     #: bytes live only while its forward runs (the loss's bf16 logits beside the fp32 softmax: ``transient_bytes``)
     transient: float = 0.0
     sac: list[Segment] = field(default_factory=list)
+    #: what selective recompute reruns beside its kernels: context parallelism's ring exchange of keys and values
+    #: (Transformer Engine's attention forward, rerun whole by the recompute), beside all but the last ring step
+    selective_comm: list[Segment] = field(default_factory=list)
     sac_kept: float = 0.0
     sac_kept_reserved: float = 0.0
     sac_matmul_flops: float = 0.0
@@ -402,8 +406,10 @@ def layer_programs(
         steps = _ring_steps(op, mesh)
         if steps:  # context parallelism's ring: its steps beside the exchange of keys and values
             step = kernels.forward(_ring_step(op, steps))
-            r.gather_into_gemm(Comm("all_gather", "ring", op["group"], op["comm_bytes"], op["group"]), steps, step,
-                               backward=False)  # fmt: skip
+            ring = Comm("all_gather", "ring", op["group"], op["comm_bytes"], op["group"])
+            r.gather_into_gemm(ring, steps, step, backward=False)
+            if op["selective_recompute"]:  # a selective rerun runs the ring again, beside the same steps
+                lp.selective_comm.append(Segment(comm=ring, hidden_s=(steps - 1) * step))
             r.var_fwd += (kernels.time_cv(op["kind"]) * steps * step) ** 2
             launches *= steps
             fwd = steps * step
@@ -523,7 +529,8 @@ def layer_programs(
     for layer, first in copies.items():
         lp = programs[first]
         programs[layer] = replace(lp, layer=layer, fwd=list(lp.fwd), bwd=list(lp.bwd), bwd_input=list(lp.bwd_input),
-                                  sac=list(lp.sac), same_as=first)  # fmt: skip
+                                  sac=list(lp.sac), selective_comm=list(lp.selective_comm),
+                                  same_as=first)  # fmt: skip
     return dict(sorted(programs.items())) if copies else programs
 
 
@@ -579,6 +586,9 @@ class LayerCost:
     transient_bytes: float = 0.0
     wgrad_saved_bytes: float = 0.0
     bwd_workspace_bytes: float = 0.0
+    #: selective recompute's collectives beside its kernels (exposed seconds, bytes) and what compute loses to them
+    selective_comm: tuple[AxisComm, ...] = ()
+    selective_interference_s: float = 0.0
     sac_fwd_s: float = 0.0
     sac_comm: tuple[AxisComm, ...] = ()
     sac_sync_s: float = 0.0
@@ -586,6 +596,11 @@ class LayerCost:
     sac_matmul_flops: float = 0.0
     sac_kept_bytes: float = 0.0
     sac_kept_reserved_bytes: float = 0.0
+
+    @property
+    def selective_comm_s(self) -> float:
+        """Seconds selective recompute's collectives add beyond the kernels they run beside, every axis."""
+        return sum(c.fwd_s for c in self.selective_comm)
 
     @property
     def sac_comm_s(self) -> float:
@@ -649,6 +664,7 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         (fwd_s, fwd_bytes), (bwd_s, bwd_bytes) = fwd.get(axis, (0.0, 0.0)), bwd.get(axis, (0.0, 0.0))
         comm.append(AxisComm(axis, fwd_s, bwd_s, fwd_bytes, bwd_bytes))
     sac, _, _ = _priced(lp.sac, price, rate)  # blocking collectives only: nothing runs beside them
+    selective, selective_lost, _ = _priced(lp.selective_comm, price, rate)
     sac_comm = tuple(AxisComm(axis, seconds, 0.0, sent) for axis, (seconds, sent) in sorted(sac.items()))
     return LayerCost(
         fwd_s=sum(seg.seconds for seg in lp.fwd),
@@ -662,6 +678,8 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         overlapped_s=ran_fwd + ran_bwd,
         bwd_weight_s=lp.wgrad_s,
         selective_fwd_s=lp.selective_s,
+        selective_comm=tuple(AxisComm(axis, seconds, 0.0, sent) for axis, (seconds, sent) in sorted(selective.items())),
+        selective_interference_s=selective_lost,
         comm=tuple(comm),
         fwd_matmul_flops=lp.fwd_matmul_flops,
         selective_matmul_flops=lp.selective_matmul_flops,
@@ -745,7 +763,11 @@ def rerun(remat: str, blocks: Sequence[LayerCost], start: int = 0) -> Recompute:
         sum(c.comm_fwd_s + c.interference_fwd_s for c in blocks),
         sum(c.fwd_matmul_flops for c in blocks),
     )
-    core = Recompute(sum(c.selective_fwd_s for c in blocks), 0.0, sum(c.selective_matmul_flops for c in blocks))
+    core = Recompute(  # its ring exchange's exposed time and interference go with its collectives, as the block's
+        sum(c.selective_fwd_s for c in blocks),
+        sum(c.selective_comm_s + c.selective_interference_s for c in blocks),
+        sum(c.selective_matmul_flops for c in blocks),
+    )
     unsaved = Recompute(
         sum(c.sac_fwd_s for c in blocks), sum(c.sac_comm_s for c in blocks), sum(c.sac_matmul_flops for c in blocks)
     )
@@ -757,10 +779,11 @@ def rerun_axis_bytes(remat: str, blocks: Sequence[LayerCost]) -> dict[str, float
     order): the checkpointed blocks' forward collectives where it reruns their forward, the collectives a per-op
     policy reruns; empty where it reruns none."""
     reruns = REMAT_POLICIES[remat].reruns
-    if reruns not in ("block_forward", "unsaved_ops"):
+    if reruns not in ("block_forward", "unsaved_ops", "attention_core"):
         return {}
     out: dict[str, float] = {}
     for c in rerun_blocks(remat, blocks):
-        for a in c.comm if reruns == "block_forward" else c.sac_comm:
+        rerun_comm = {"block_forward": c.comm, "unsaved_ops": c.sac_comm, "attention_core": c.selective_comm}[reruns]
+        for a in rerun_comm:
             out[a.axis] = out.get(a.axis, 0.0) + a.fwd_bytes
     return out
