@@ -435,6 +435,7 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
     total = blocks = 0
     orders: set[tuple[int, int, int]] = set()
     for framework in c.frameworks:
+        dtypes = _dtypes(model, cluster, c, framework)
         for tp, cp, pp, dp, mb, schedules in _placements(model, cluster, global_batch, c):
             if not _cp_algorithms(model, tp, cp, c, framework):
                 continue
@@ -445,7 +446,6 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
                 * sum(len(_offloads(c, framework, zero, pp, r, model.layers, grads)) for r in c.remats(framework))
                 for zero, _ in zeros
             )
-            dtypes = _dtypes(model, cluster, c, framework)
             sp = sum(len(_beside(dtypes, overlap)) for _, overlap in _sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
             count = len(runs) * per_schedule * sp

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from plansim.hardware import Cluster
+from plansim.hardware.schema import HostSection
 from plansim.step.data_parallel import sharded_params_are_master
 from plansim.step.layers import LayerCost, LayerProgram
 from plansim.strategy.frameworks import Offload, load_framework
@@ -87,19 +88,27 @@ def offloaded_blocks(s: Strategy) -> int:
     return (s.offload_activation_layers or 0) if offloads(s, "activations") else 0
 
 
-def _sharing(cluster: Cluster) -> int:
-    """GPUs copying at once over one uplink: those behind it, at most the GPUs the run uses on a node."""
+def _host(cluster: Cluster) -> HostSection:
+    """The node's host section (the checks refuse offload on a node without one)."""
     host = cluster.node.host
     assert host is not None, "the checks refuse offload on a node without host data"
-    return max(1, min(host.gpus_per_uplink, cluster.num_gpus))
+    return host
+
+
+def _node_gpus(cluster: Cluster) -> int:
+    """The GPUs the run uses on one node, which share its CPUs and host memory."""
+    return min(cluster.gpus_per_node, cluster.num_gpus)
+
+
+def _sharing(cluster: Cluster) -> int:
+    """GPUs copying at once over one uplink: those behind it, at most the GPUs the run uses on a node."""
+    return max(1, min(_host(cluster).gpus_per_uplink, cluster.num_gpus))
 
 
 def host_link_Bps(cluster: Cluster) -> float:
     """Bytes per second one GPU moves per direction over its host link while every rank copies: the uplink's
     achieved rate shared by the GPUs behind it."""
-    host = cluster.node.host
-    assert host is not None, "the checks refuse offload on a node without host data"
-    return host.achieved_Bps / _sharing(cluster)
+    return _host(cluster).achieved_Bps / _sharing(cluster)
 
 
 def host_transfer_s(cluster: Cluster, nbytes: float) -> float:
@@ -107,17 +116,13 @@ def host_transfer_s(cluster: Cluster, nbytes: float) -> float:
     (0 for nothing)."""
     if nbytes <= 0:
         return 0.0
-    host = cluster.node.host
-    assert host is not None, "the checks refuse offload on a node without host data"
-    return nbytes / host_link_Bps(cluster) + host.link_latency_s
+    return nbytes / host_link_Bps(cluster) + _host(cluster).link_latency_s
 
 
 def cpu_adam_s(cluster: Cluster, params: float) -> float:
     """Seconds the CPU takes to step ``params`` parameters of one rank: the node's CPU-Adam rate shared by the GPUs
     the run uses on it."""
-    host = cluster.node.host
-    assert host is not None, "the checks refuse offload on a node without host data"
-    return params / (host.cpu_adam_params_per_s / min(cluster.gpus_per_node, cluster.num_gpus))
+    return params / (_host(cluster).cpu_adam_params_per_s / _node_gpus(cluster))
 
 
 def _local(s: Strategy, params: float) -> float:
@@ -166,10 +171,9 @@ def host_bytes(s: Strategy, states: Mapping[str, float], params: float, activati
 def host_tier(cluster: Cluster, per_gpu: Mapping[str, float]) -> dict[str, object]:
     """``Result.host_memory``: one rank's host bytes by category (the worst stage's), the node's (every GPU the run
     uses on it holds as much), the node's host memory, and whether it fits."""
-    host = cluster.node.host
-    assert host is not None, "the checks refuse offload on a node without host data"
+    host = _host(cluster)
     gpu = round(sum(per_gpu.values()))
-    node = gpu * min(cluster.gpus_per_node, cluster.num_gpus)
+    node = gpu * _node_gpus(cluster)
     return {
         "per_gpu_bytes": {k: round(per_gpu.get(k, 0.0)) for k in HOST_CATEGORIES},
         "per_gpu_total_bytes": gpu,
