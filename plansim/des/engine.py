@@ -37,6 +37,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -118,6 +119,21 @@ class _Phase:
     route: Route
 
 
+def _run_to_end(env: simpy.Environment) -> None:
+    """``env.run()`` without ``until``: every event in time order, its callbacks called in order, a failed event not
+    defused raised (SimPy's ``Environment.step``, with the loop's per-event method calls inlined)."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
+
+
 class _Timer(simpy.Event):
     """A timeout that calls ``call(event)`` when it fires (one object, its one callback already attached)."""
 
@@ -126,7 +142,7 @@ class _Timer(simpy.Event):
         self.callbacks = [call]
         self._value = None
         self._ok = True
-        env.schedule(self, NORMAL, delay)
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), self))  # env.schedule, inlined
 
 
 class _Stream:
@@ -263,7 +279,7 @@ class _Engine:
                 streams[task.stream].append(i)
             self._ready.extend(_Stream(dev, indices) for indices in streams.values())
         self._drain()
-        self.env.run()
+        _run_to_end(self.env)
         for dev in self.devices.values():
             unfinished = [dev.program.tasks[i].name for i, e in enumerate(dev.end) if math.isnan(e)]
             if unfinished:
@@ -297,7 +313,7 @@ class _Engine:
                 if not owner.done[j]:
                     owner.waiters.setdefault(j, []).append(stream)
                     return
-            now = env.now
+            now = env._now
             for name, n_bytes, cat in task.alloc:
                 dev.mem.alloc(name, n_bytes, now, cat)
             if task.comm is not None:
@@ -327,7 +343,7 @@ class _Engine:
 
     def _finish(self, stream: _Stream, i: int, start: float) -> None:
         """Task ``i`` of ``stream`` ends now: free its memory, record it, make the streams waiting for it ready."""
-        dev, now = stream.dev, self.env.now
+        dev, now = stream.dev, self.env._now
         for name in dev.program.tasks[i].free:
             dev.mem.free(name, now)
         dev.start[i] = start
@@ -380,7 +396,7 @@ class _Engine:
     def _progress(self, dev: _Device) -> None:
         """Take the work done since ``dev.since`` at the armed rate off the running task's; what the rate lost to
         the collectives beside it is that task's ``extra`` (the breakdown's interference)."""
-        now, rate = self.env.now, dev.armed
+        now, rate = self.env._now, dev.armed
         spent = now - dev.since
         dev.work = max(0.0, dev.work - spent * rate)
         if rate < 1.0:
@@ -471,13 +487,18 @@ class _Engine:
                 return
             del self.rendezvous[key]
         loaded = () if load is IDLE else tuple(s.dev for s, _ in waiters)
-        start = self.env.now
-        self._collective(comm, phases, extra, lambda: self._communicated(waiters, loaded, load, start))
+        start = self.env._now
+        self._collective(comm, phases, extra, partial(self._communicated, waiters, loaded, load, start))
         for member in loaded:
             self._change(member, load, +1)
 
     def _communicated(
-        self, waiters: list[tuple[_Stream, int]], loaded: tuple[_Device, ...], load: Load, start: float
+        self,
+        waiters: list[tuple[_Stream, int]],
+        loaded: tuple[_Device, ...],
+        load: Load,
+        start: float,
+        _event: simpy.Event | None = None,
     ) -> None:
         """A collective ended: its load leaves the members' compute, its members' tasks end (they started when
         the last member arrived), their streams go on."""
@@ -567,22 +588,28 @@ class _Engine:
                 self._touch(dev)
 
     def _collective(
-        self, comm: Comm, phases: list[_Phase], extra_s: float, done: Callable[[], None], k: int = 0
+        self,
+        comm: Comm,
+        phases: list[_Phase],
+        extra_s: float,
+        done: Callable[[simpy.Event], None],
+        k: int = 0,
+        _event: simpy.Event | None = None,
     ) -> None:
         """Run the collective's phases from ``k`` on, one after another (each starts when the previous one's
-        transfer ends, by a callback: no SimPy process per collective), and call ``done`` when the last ends;
-        ``extra_s`` is added to the last phase's latency."""
+        transfer ends, by a callback: no SimPy process per collective), and call ``done`` with the last one's event
+        when it ends; ``extra_s`` is added to the last phase's latency."""
         last = len(phases) - 1
         if last < 0:  # nothing to move
-            _Timer(self.env, 0.0, lambda _event: done())
+            _Timer(self.env, 0.0, done)
             return
         ph = phases[k]
         latency = ph.latency_s + (extra_s if k == last else 0.0)
         event = self.net.send(ph.route, ph.bytes_factor * comm.n_bytes, latency, comm.kind)
         if k == last:
-            event.callbacks.append(lambda _event: done())
+            event.callbacks.append(done)
         else:
-            event.callbacks.append(lambda _event: self._collective(comm, phases, extra_s, done, k + 1))
+            event.callbacks.append(partial(self._collective, comm, phases, extra_s, done, k + 1))
 
     def phases(self, comm: Comm, members: tuple[int, ...]) -> list[_Phase]:
         """The collective as phases of bundled transfers (cached per group and algorithm). A layer's all-reduce that

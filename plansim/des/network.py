@@ -155,7 +155,8 @@ class _Completion(Event):
     def fire(self, delay: float) -> None:
         self._ok = True
         self._value = None
-        self.env.schedule(self, NORMAL, delay)
+        env = self.env
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), self))  # env.schedule, inlined
 
 
 class _Call(Event):
@@ -166,7 +167,7 @@ class _Call(Event):
         self.callbacks = [lambda _event: call()]
         self._value = None
         self._ok = True
-        env.schedule(self, NORMAL, delay)
+        heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), self))  # env.schedule, inlined
 
 
 class FlowNetwork:
@@ -290,7 +291,7 @@ class FlowNetwork:
         if not finite or n_bytes == 0:
             self._tally(finite, infinite, n_bytes, kind)
             return env.timeout(latency_s)
-        now = env.now
+        now = env._now
         done = _Completion(env)
         transfer = _Transfer(finite, infinite, n_bytes, latency_s, kind, done, now)
         alone = True
@@ -366,7 +367,7 @@ class FlowNetwork:
         """Allocate rates to the transfers started at this instant (all at once: one reallocation per component)."""
         if self._dirty:
             seeds, self._dirty = self._dirty, []
-            self._reallocate(seeds, self.env.now)
+            self._reallocate(seeds, self.env._now)
             self._arm()
 
     def _arm(self) -> None:
@@ -379,7 +380,7 @@ class FlowNetwork:
             self._wake_due = due
             self._wake_token += 1
             token = self._wake_token
-            _Call(self.env, max(0.0, due - self.env.now), lambda: self._on_wake(due, token))
+            _Call(self.env, max(0.0, due - self.env._now), lambda: self._on_wake(due, token))
 
     def _on_wake(self, due: float, token: int) -> None:
         """End every transmission due by ``due``, then rebalance what they shared links with, once."""
@@ -387,7 +388,7 @@ class FlowNetwork:
             return  # replaced by an earlier wake, which re-armed
         self._wake_due = math.inf
         ends = self._ends
-        now = self.env.now
+        now = self.env._now
         seeds = self._dirty  # transfers started at this instant join this reallocation
         self._dirty = []
         finished = []
