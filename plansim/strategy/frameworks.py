@@ -228,8 +228,9 @@ Dispatcher = Literal["allgather", "alltoall", "deepep"]
 class ExpertParallel(_Strict):
     """How a framework runs expert parallelism (``Strategy.ep``, ``Strategy.etp``; the mesh's ``EXPERT_AXES``):
     whether it splits the experts over ranks at all (``ep``); the tensor parallelism inside the experts it runs
-    beside ep > 1 (``etp``: ``any`` degree whose product with ep divides the ranks regrouped, Megatron-LM's; ``tp_or_1``,
-    torchtitan's; ``tp``, DeepSpeed's, whose expert groups keep the tensor-parallel ranks whole), and its default there
+    beside ep > 1 (``etp``: ``any`` degree whose product with ep divides the ranks regrouped, Megatron-LM's;
+    ``tp_or_1``, torchtitan's; ``tp``, DeepSpeed's, whose expert groups keep the tensor-parallel ranks whole), and its
+    default there
     (``etp_default``: the attention's ``tp``, or 1); without ep every framework's experts take the tensor-parallel
     ranks, and only one that runs ``any`` lets etp differ; whether the expert axes may fold over context-parallel ranks
     (``with_cp``); its token dispatchers, its default first (``dispatchers``, ``Dispatcher``); whether a mixture-of-
@@ -251,8 +252,9 @@ class ExpertParallel(_Strict):
         """The expert tensor-parallel degrees it runs beside ``tp`` and ``ep`` (None: any whose product with ep
         divides the ranks the expert axes regroup).
 
-        >>> ExpertParallel(ep=True, etp="tp_or_1", etp_default=1, with_cp=True, dispatchers=("alltoall",)).etp_values(4, 2)
-        (4, 1)
+        >>> rule = ExpertParallel(ep=True, etp="tp_or_1", etp_default=1, with_cp=True, dispatchers=("alltoall",))
+        >>> rule.etp_values(4, 2), rule.etp_values(4, 1)
+        ((4, 1), (4,))
         """
         if self.etp == "any":
             return None
