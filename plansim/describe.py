@@ -56,6 +56,10 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
     'dp8 tp1 pp1 mb1 zero0 remat=none offload=activations(4) nccl'
     >>> describe(Strategy(dp=8, tp=4, zero=1, dtype="fp8", fp8_recipe="current", fp8_param_gather=True))
     'dp8 tp4 pp1 mb1 zero1 remat=none fp8(current)+pg nccl'
+    >>> describe(Strategy(dp=8, tp=2, pp=2, ep=4, etp=1, sequence_parallel=True))  # Megatron-LM's etp default: tp
+    'dp8 tp2+sp ep4 etp1 pp2 mb1 1f1b zero0 remat=none nccl'
+    >>> describe(Strategy(dp=8, tp=2, ep=4, etp=1, framework="fsdp"))  # torchtitan's default with ep: etp 1
+    'dp8 tp2 ep4 pp1 mb1 zero0 remat=none nccl under fsdp'
     """
     schedule = f"{s.schedule}(v={s.virtual_stages})" if SCHEDULES[s.schedule].model_chunks else s.schedule
     tp = f"tp{s.tp}" + ("+sp" if s.sequence_parallel else "") + ("+overlap" if s.tp_comm_overlap else "")
@@ -64,6 +68,10 @@ def describe(s: Strategy, *, framework: bool = False) -> str:
         parts.insert(2, f"cp{s.cp}" + ("" if s.cp_algorithm in (None, "ring") else f"({s.cp_algorithm})"))
     if s.layer_split is not None:
         parts.insert(3, "split " + "/".join(map(str, s.layer_split)))
+    expert = [f"ep{s.ep}"] if s.ep > 1 else []  # expert parallelism, its etp named where it is not the default
+    if s.etp is not None and s.etp != s.model_copy(update={"etp": None}).expert_tp:
+        expert.append(f"etp{s.etp}")
+    parts[2 + (s.cp > 1) : 2 + (s.cp > 1)] = expert
     if s.pp > 1:
         parts.append(schedule)
     parts += [f"zero{s.zero}" + (f"/hsdp{s.dp_shard}" if s.hybrid_shard else ""), f"remat={s.remat}"]

@@ -95,6 +95,8 @@ LIMITS: dict[str, Limit] = {
     "tp": Limit(1, 2**20, "", _DEGREE),
     "pp": Limit(1, 2**20, "", _DEGREE),
     "cp": Limit(1, 2**20, "", _DEGREE),
+    "ep": Limit(1, 2**20, "", _DEGREE),
+    "etp": Limit(1, 2**20, "", _DEGREE),
     "virtual_stages": Limit(1, 10_000, "", "model chunks per stage cannot exceed the blocks"),
     "layers": Limit(
         1, 10_000, "blocks", "the deepest published LLMs have 96-126 blocks; one op-graph walk of 10,000 takes ~1 s"

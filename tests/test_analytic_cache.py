@@ -49,7 +49,11 @@ ALTERNATES: dict[str, list[Any]] = {
     "tp_comm_overlap": [True],  # with sequence parallelism, which it needs
     "dp_shard": [2, 4],  # hybrid sharding: valid under the fsdp bases
     "offload": [("optimizer",), ("optimizer", "params")],  # per framework rule: refused where it does not run
-    "offload_activation_layers": [2, 5],  # with offload=activations (Megatron-LM, pp=1, no recompute)
+    "offload_activation_layers": [2, 5],
+    # expert parallelism: these dense bases refuse ep > 1 and an etp other than tp (the checks); etp=2 equals the
+    # default beside tp=2 (the Sharding and the mesh read its resolved value, Strategy.expert_tp)
+    "ep": [2],
+    "etp": [2],  # with offload=activations (Megatron-LM, pp=1, no recompute)
     # FP8 needs an FP8 GPU (these A100 bases refuse it): tests/test_fp8.py varies them through one cache on H100s
     "fp8_recipe": [None],
     "fp8_param_gather": [None],

@@ -1021,3 +1021,76 @@ def test_remat_policies_each_framework_runs_its_own_and_the_planner_searches_the
     for wrong in (["none", "milp"], ["none", "jax"], [], ["full", "full"]):
         with pytest.raises(ValueError, match="name each policy it runs once"):
             FrameworkRules.model_validate({**data, "remat_policies": {**data["remat_policies"], "value": wrong}})
+
+
+# ---- expert parallelism -----------------------------------------------------------------------------------------
+
+
+class _WithExperts:
+    """A dense model seen as one with ``experts`` experts, as the checks read a mixture-of-experts spec
+    (``getattr(model, "experts", 0)``), before the MoE family lands."""
+
+    def __init__(self, model: object, experts: int) -> None:
+        self._model, self.experts = model, experts
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._model, name)
+
+
+def _expert_problems(strategy: str, experts: int = 8, gpus: int = 32) -> list[str]:
+    model = _WithExperts(load_model("gpt3-1.3b"), experts)
+    return check_strategy(Strategy.parse(strategy), model, _cluster(gpus))  # type: ignore[arg-type]
+
+
+def test_expert_parallel_each_framework_runs_ep_its_etp_default_and_dispatchers() -> None:
+    """Megatron-LM: any etp, default the attention's tp (arguments.py:587-588), dispatchers allgather (default),
+    alltoall, flex/DeepEP; torchtitan: etp tp or 1, default 1 with ep; DeepSpeed: etp = tp, all-to-all only."""
+    rules = {n: load_framework(n).rules.expert_parallel.value for n in framework_names()}
+    assert all(r.ep for r in rules.values())
+    assert (rules["megatron"].dispatcher, rules["deepspeed"].dispatcher, rules["fsdp"].dispatcher) == (
+        "allgather",
+        "alltoall",
+        "alltoall",
+    )
+    assert "deepep" in rules["megatron"].dispatchers and "deepep" not in rules["deepspeed"].dispatchers
+    expert_tp = {n: Strategy.parse(f"tp=4,dp=8,ep=8,framework={n}").expert_tp for n in rules}
+    assert expert_tp == {"megatron": 4, "deepspeed": 4, "fsdp": 1}
+    assert {n: Strategy.parse(f"tp=4,dp=8,framework={n}").expert_tp for n in rules} == dict.fromkeys(rules, 4)
+    # each default runs under its framework (ep 8 divides the 8 experts; etp x ep divides tp x dp = 32)
+    for n in rules:
+        seq = ",sequence_parallel=true" if rules[n].needs_sequence_parallel else ""
+        assert _expert_problems(f"tp=4,dp=8,ep=8,framework={n}{seq}") == [], n
+        assert _expert_problems(f"tp=4,dp=8,ep=2,framework={n}{seq}") == [], n
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        # torchtitan: "Currently we only support ETP=TP or ETP=1" (parallel_dims.py:58-59)
+        (
+            "tp=4,dp=8,ep=2,etp=2,framework=fsdp",
+            "etp=2 with tp=4 ep=2: PyTorch FSDP (torchtitan) (frameworks/fsdp.yaml) runs etp 4 or 1",
+        ),
+        ("tp=4,dp=8,etp=1,framework=fsdp", "etp=1 with tp=4 ep=1: PyTorch FSDP (torchtitan)"),  # no ep: the tp mesh
+        # DeepSpeed: expert groups keep the tensor-parallel ranks whole (groups.py:541-568)
+        ("tp=2,dp=16,ep=4,etp=1,framework=deepspeed", "etp=1 with tp=2 ep=4: DeepSpeed (frameworks/deepspeed.yaml)"),
+        # DeepSpeed: no expert groups beside Ulysses (groups.py:771-782)
+        ("dp=16,cp=2,ep=2,framework=deepspeed", "ep=2 with cp=2: DeepSpeed (frameworks/deepspeed.yaml) runs no"),
+        # Megatron-LM: an MoE layer with tp > 1 trains only with sequence parallelism (moe_layer.py:636-640)
+        ("tp=2,dp=16,ep=2", "tp=2 on mixture-of-experts model 'gpt3-1.3b' without sequence parallelism: Megatron-LM"),
+    ],
+)
+def test_expert_parallel_where_the_framework_cannot_run_it_is_refused_in_one_line(strategy: str, message: str) -> None:
+    (problem,) = _expert_problems(strategy)
+    assert problem.startswith(message) and "\n" not in problem
+
+
+def test_expert_parallel_megatron_runs_any_etp_that_folds_with_context_parallelism() -> None:
+    """Megatron-LM's etp is free (etp 1 beside tp 2, etp 4 above tp 2) so long as etp x ep divides tp x cp x dp
+    (parallel_state.py:881-884): the expert generator regroups the context-parallel ranks too."""
+    sp = ",sequence_parallel=true"
+    assert _expert_problems("tp=2,dp=16,ep=8,etp=1" + sp) == []
+    assert _expert_problems("tp=2,dp=16,ep=2,etp=4" + sp) == []
+    assert _expert_problems("tp=2,cp=2,dp=8,ep=8,etp=1" + sp) == []
+    (problem,) = _expert_problems("tp=2,dp=16,ep=8,etp=8" + sp)
+    assert problem.startswith("etp*ep = 8*8 = 64 must divide tp*cp*dp = 32")

@@ -148,3 +148,50 @@ def test_interleaved_without_global_batch_is_refused_in_one_line(engine: str) ->
             "gpt3-350m", "dgx-a100", "dp=2,pp=4,schedule=interleaved,virtual_stages=2,micro_batch=1", gpus=8,
             engine=engine,
         )  # fmt: skip
+
+
+# ---- expert parallelism's fields --------------------------------------------------------------------------------
+
+
+def test_a_dense_strategy_dumps_without_the_expert_fields() -> None:
+    """ep 1 and etp unset are left out of the dump (every stored result keeps its keys); set, they are written and
+    read back."""
+    dense = Strategy(dp=8, tp=2, pp=2)
+    assert "ep" not in dense.model_dump() and "etp" not in dense.model_dump()
+    assert "ep" not in dense.model_dump(mode="json")
+    moe = Strategy(dp=8, tp=2, ep=4, etp=1)
+    assert (moe.model_dump()["ep"], moe.model_dump()["etp"]) == (4, 1)
+    assert Strategy.model_validate(moe.model_dump()) == moe
+    assert Strategy.parse("dp=8,tp=2,ep=4,etp=1") == moe
+
+
+@pytest.mark.parametrize("text", ["dp=8,ep=0", "dp=8,etp=0", "dp=8,ep=true", "dp=8,ep=2097152"])
+def test_expert_degrees_out_of_range_are_one_line(text: str) -> None:
+    with pytest.raises(PlansimError) as err:
+        Strategy.parse(text)
+    name = text.split(",")[1].split("=")[0]
+    assert "\n" not in str(err.value) and f"'{name}'" in str(err.value)
+
+
+def test_expert_fields_on_a_model_without_experts_are_refused_in_one_line() -> None:
+    """Megatron-LM: "num_experts must be non None to use expert model parallelism" (arguments.py:1655-1656)."""
+    model, cluster = load_model("gpt3-1.3b"), load_hardware("dgx-a100", gpus=16)
+    (problem,) = check_strategy(Strategy(tp=2, dp=8, ep=2, etp=1), model, cluster)
+    assert problem == (
+        "ep=2 and etp=1 on model 'gpt3-1.3b', which has no experts: leave ep and etp out (they split a "
+        "mixture-of-experts model's experts)"
+    )
+    assert check_strategy(Strategy(tp=2, dp=8, etp=2), model, cluster) == []  # etp = tp: the default, said
+
+
+def test_ep_must_divide_the_experts() -> None:
+    """Megatron-LM: "Number of experts should be a multiple of expert model parallel_size" (arguments.py:1657-1658)."""
+
+    class Moe:
+        name, experts = "moe", 6
+
+    from plansim.strategy.checks import expert_problems
+
+    (problem,) = expert_problems(Strategy(dp=16, ep=4), Moe())  # type: ignore[arg-type]
+    assert problem == "ep=4 must divide the model's 6 experts: use ep in 1, 2, 3, 6"
+    assert expert_problems(Strategy(dp=16, ep=2), Moe()) == []  # type: ignore[arg-type]

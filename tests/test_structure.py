@@ -14,7 +14,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from plansim.strategy.mesh import AXIS_ORDER, DP_PARTS
+from plansim.strategy.mesh import AXIS_ORDER, DP_PARTS, EXPERT_AXES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "plansim"
 
@@ -125,8 +125,9 @@ def test_layers_point_one_way(lower: tuple[str, ...], upper: tuple[str, ...]) ->
     assert not wrong, "imports against the layering: " + ", ".join(f"{a} -> {b}" for a, b in wrong)
 
 
-#: The parallel degrees by name: the mesh's axes and hybrid sharding's two data-parallel parts.
-DEGREES = frozenset((*AXIS_ORDER, *DP_PARTS))
+#: The parallel degrees by name: the mesh's axes, hybrid sharding's two data-parallel parts, the expert axes and the
+#: strategy's resolved expert tensor parallelism.
+DEGREES = frozenset((*AXIS_ORDER, *DP_PARTS, *EXPERT_AXES, "expert_tp"))
 
 #: The one module that multiplies parallel degrees: the mesh, which every GPU count and group size is asked of.
 MESH_MODULE = PACKAGE / "strategy" / "mesh.py"

@@ -155,6 +155,10 @@ def sharding_of(s: Strategy) -> Sharding:
         cp=degrees["cp"],
         cp_axis="cp",
         cp_algorithm=(s.cp_algorithm or "ring") if degrees["cp"] > 1 else "ring",
+        ep=s.ep,
+        ep_axis="ep",
+        etp=s.expert_tp,
+        etp_axis="etp",
         fp8_linears=s.fp8,
     )
 

@@ -18,7 +18,7 @@ from plansim.strategy.frameworks import (
     modelled_zero_stages,
     unmodelled,
 )
-from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, degrees_of, mesh_of, ranks_of
+from plansim.strategy.mesh import GRAD_AXES, REPLICA_AXES, degrees_of, expert_fold, mesh_of, ranks_of
 from plansim.strategy.schema import Strategy
 from plansim.strategy.traced import traced_problems
 from plansim.workload.families import axis_problems, family_of
@@ -27,7 +27,7 @@ from plansim.workload.torch_trace import TracedModel
 from plansim.workload.traced import Workload
 from plansim.workload.transformer import heads_swap_problems
 
-__all__ = ["check_strategy", "fp8_problems"]
+__all__ = ["check_strategy", "expert_problems", "fp8_problems"]
 
 
 def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> list[str]:
@@ -63,6 +63,62 @@ def check_strategy(strategy: Strategy, model: Workload, cluster: Cluster) -> lis
         problems.append(f"dtype={s.dtype}: {cluster.gpu.name} does not support it: use dtype=fp16 or fp32")
     if s.offload:
         problems += _offload_problems(s, model, cluster)
+    problems += expert_problems(s, model)
+    return problems
+
+
+def expert_problems(s: Strategy, model: Workload) -> list[str]:
+    """What keeps ``ep`` and ``etp`` from running: either on a model without experts (its spec's ``experts``, 0 or
+    absent: Megatron-LM refuses expert parallelism without --num-experts, arguments.py:1655-1656 at d98e8a64); ep
+    not dividing the experts (arguments.py:1657-1658; DeepSpeed, deepspeed/moe/layer.py:59); a framework that runs no
+    ep, or not this etp, or not beside context parallelism (its ``expert_parallel`` rule); etp x ep not dividing
+    the ranks it regroups (Megatron-LM's check that world_size divides etp x ep x pp, parallel_state.py:881-884;
+    torchtitan's efsdp, parallel_dims.py:138); tensor parallelism without sequence parallelism where the framework's
+    MoE layer refuses it (Megatron-LM, moe_layer.py:636-640)."""
+    experts = getattr(model, "experts", 0) or 0
+    if not experts:
+        given = [f"ep={s.ep}"] if s.ep > 1 else []
+        if s.etp is not None and s.etp != s.tp:
+            given.append(f"etp={s.etp}")
+        if given:
+            return [
+                f"{' and '.join(given)} on model '{model.name}', which has no experts: leave "
+                f"{' and '.join(g.split('=')[0] for g in given)} out (they split a mixture-of-experts model's experts)"
+            ]
+        return []
+    profile = load_framework(s.framework)
+    rule = profile.rules.expert_parallel.value
+    where = f"{profile.title} (frameworks/{s.framework}.yaml)"
+    problems = []
+    if s.ep > 1 and not rule.ep:
+        fix = _others(s, lambda n: load_framework(n).rules.expert_parallel.value.ep)
+        return [f"ep={s.ep} with framework={s.framework}: {where} runs no expert parallelism: use ep=1{fix}"]
+    if experts % s.ep:
+        fits = [d for d in range(1, experts + 1) if experts % d == 0]
+        problems.append(
+            f"ep={s.ep} must divide the model's {experts} experts: use ep in {', '.join(map(str, fits[-6:]))}"
+        )
+    etp, allowed = s.expert_tp, rule.etp_values(s.tp, s.ep)
+    if allowed is not None and etp not in allowed:
+        problems.append(
+            f"etp={etp} with tp={s.tp} ep={s.ep}: {where} runs etp {' or '.join(map(str, allowed))} there: "
+            f"use etp={allowed[0]} (or leave etp out)"
+        )
+    if s.ep > 1 and s.cp > 1 and not rule.with_cp:
+        problems.append(f"ep={s.ep} with cp={s.cp}: {where} runs no expert parallelism beside context "
+                        "parallelism: use cp=1 or ep=1")  # fmt: skip
+    folded, width = expert_fold(s)
+    if folded % width:
+        ranks = "tp*cp*dp_shard" if s.hybrid_shard else "tp*cp*dp"
+        problems.append(
+            f"etp*ep = {etp}*{s.ep} = {width} must divide {ranks} = {folded}, the ranks the expert layers regroup "
+            "(Megatron-LM's expert rank generator): change ep or etp"
+        )
+    if rule.needs_sequence_parallel and s.tp > 1 and not s.sequence_parallel:
+        problems.append(
+            f"tp={s.tp} on mixture-of-experts model '{model.name}' without sequence parallelism: {where} does not "
+            "train an MoE layer so: set sequence_parallel=true"
+        )
     return problems
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "RECIPE_ARCHITECTURES",
     "AttentionKernels",
     "ContextParallel",
+    "Dispatcher",
+    "ExpertParallel",
     "FP8Training",
     "FrameworkProfile",
     "FrameworkRules",
@@ -215,6 +217,55 @@ class ContextParallel(_Strict):
         return self.algorithms[0] if self.algorithms else None
 
 
+#: The expert layers' token dispatchers (how tokens reach the ranks of their experts and come back): ``allgather``
+#: (every rank of the tp x ep group gathers all tokens and keeps its experts': Megatron-LM's
+#: MoEAllGatherTokenDispatcher), ``alltoall`` (each token sent to its experts' ranks by an all-to-all over ep: NCCL's,
+#: through torch.distributed), ``deepep`` (DeepEP's fused dispatch and combine kernels: Megatron-LM's ``flex``
+#: dispatcher on its deepep backend, torchtitan's ``expert_parallel_comm_backend: deepep``).
+Dispatcher = Literal["allgather", "alltoall", "deepep"]
+
+
+class ExpertParallel(_Strict):
+    """How a framework runs expert parallelism (``Strategy.ep``, ``Strategy.etp``; the mesh's ``EXPERT_AXES``):
+    whether it splits the experts over ranks at all (``ep``); the tensor parallelism inside the experts it runs
+    beside ep > 1 (``etp``: ``any`` degree whose product with ep divides the ranks regrouped, Megatron-LM's;
+    ``tp_or_1``, torchtitan's; ``tp``, DeepSpeed's, whose expert groups keep the tensor-parallel ranks whole), and its
+    default there
+    (``etp_default``: the attention's ``tp``, or 1); without ep every framework's experts take the tensor-parallel
+    ranks, and only one that runs ``any`` lets etp differ; whether the expert axes may fold over context-parallel ranks
+    (``with_cp``); its token dispatchers, its default first (``dispatchers``, ``Dispatcher``); whether a mixture-of-
+    experts model with tp > 1 trains only with sequence parallelism (``needs_sequence_parallel``)."""
+
+    ep: bool
+    etp: Literal["any", "tp_or_1", "tp"]
+    etp_default: Literal["tp", 1]
+    with_cp: bool
+    dispatchers: tuple[Dispatcher, ...] = Field(min_length=1)
+    needs_sequence_parallel: bool = False
+
+    def default_etp(self, tp: int, ep: int) -> int:
+        """The expert tensor parallelism of a strategy that names none: with ep > 1 the rule's ``etp_default``, else
+        the attention's ``tp``."""
+        return 1 if ep > 1 and self.etp_default == 1 else tp
+
+    def etp_values(self, tp: int, ep: int) -> tuple[int, ...] | None:
+        """The expert tensor-parallel degrees it runs beside ``tp`` and ``ep`` (None: any whose product with ep
+        divides the ranks the expert axes regroup).
+
+        >>> rule = ExpertParallel(ep=True, etp="tp_or_1", etp_default=1, with_cp=True, dispatchers=("alltoall",))
+        >>> rule.etp_values(4, 2), rule.etp_values(4, 1)
+        ((4, 1), (4,))
+        """
+        if self.etp == "any":
+            return None
+        return (tp, 1) if self.etp == "tp_or_1" and ep > 1 and tp > 1 else (tp,)
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """Its default token dispatcher."""
+        return self.dispatchers[0]
+
+
 class FP8Training(_Strict):
     """How a framework trains in FP8 (``dtype: fp8``): the scaling recipes it runs (``recipes``, as
     ``plansim.strategy.schema.FP8_RECIPES`` names them; empty where it runs no FP8 GEMMs in training), its default
@@ -334,6 +385,9 @@ class FrameworkRules(_Strict):
     layer_split: Rule[bool]
     #: whether and how it trains in FP8 (``dtype: fp8``): its recipes, its default, FP8 parameter all-gather
     fp8: Rule[FP8Training]
+    #: whether and how it runs expert parallelism (``ep``, ``etp``): the expert tensor parallelism it runs and its
+    #: default, context parallelism beside it, its token dispatchers
+    expert_parallel: Rule[ExpertParallel]
 
     @model_validator(mode="after")
     def _registered_policies(self) -> FrameworkRules:

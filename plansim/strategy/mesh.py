@@ -29,6 +29,21 @@ over, within a node) and ``dp_replicate``, with ``dp`` their flattened pair, as 
 >>> h = DeviceMesh((("tp", 2), ("dp_shard", 2), ("dp_replicate", 3), ("pp", 1)), (("dp", DP_PARTS),))
 >>> h.group("dp", 1), h.group("dp_shard", 1), h.group("dp_replicate", 1)
 ((1, 3, 5, 7, 9, 11), (1, 3), (1, 5, 9))
+
+Expert parallelism folds the ranks of one pipeline stage a second way, as Megatron-LM does: its expert layers see the
+attention's tp x cp x dp ranks regrouped as ``etp`` (tensor parallelism inside the experts) x ``ep`` (the experts
+split over ranks) x ``edp`` (expert data parallelism, the rest), fastest first, the pipeline stages unchanged
+(``EXPERT_AXES``; NVIDIA/Megatron-LM d98e8a64, megatron/core/parallel_state.py:870-896: a second ``RankGenerator``
+with ``tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, dp=world_size // (etp * ep * pp), cp=1`` over
+the same order ``tp-cp-ep-dp-pp``, so ``tp-ep-dp-pp`` with cp 1; :898-907 asserts both generators' pp groups equal).
+A stage's ranks are adjacent, so each expert axis is an ordinary strided axis (``DeviceMesh.regrouped``) and every
+group, stride, copy and link is asked of it by name. Expert gradients are reduced, and expert optimizer states
+sharded, over ``edp`` (``EXPERT_GRAD_AXIS``: Megatron-LM's expert-data-parallel group, parallel_state.py:1429-1460,
+``get_ranks("dp")`` of the expert generator).
+
+>>> e = DeviceMesh((("tp", 2), ("cp", 1), ("dp", 4), ("pp", 2)), regrouped=(("etp", 1), ("ep", 4), ("edp", 2)))
+>>> e.group("ep", 9), e.group("edp", 9), e.group("etp", 9), e.group("pp", 9)
+((8, 9, 10, 11), (9, 13), (9,), (1, 9))
 """
 
 from __future__ import annotations
@@ -47,12 +62,16 @@ __all__ = [
     "COMM_KINDS",
     "DP_AXES",
     "DP_PARTS",
+    "EXPERT_AXES",
+    "EXPERT_GRAD_AXES",
+    "EXPERT_GRAD_AXIS",
     "GRAD_AXES",
     "REPLICA_AXES",
     "STAGE_AXIS",
     "DeviceMesh",
     "degree_splits",
     "degrees_of",
+    "expert_fold",
     "grad_group_size",
     "mesh_of",
     "ranks_of",
@@ -83,6 +102,22 @@ DP_AXES = ("dp", *DP_PARTS, "dp_cp", "dp_shard_cp")
 #: context-parallel groups already (torchtitan: ``dp_replicate`` beside ``dp_shard_cp``).
 GRAD_AXES = {"dp": "dp_cp", "dp_shard": "dp_shard_cp", "dp_replicate": "dp_replicate"}
 
+#: Expert parallelism's axes, fastest first: the ranks of one pipeline stage (tp x cp x dp) regrouped for the expert
+#: layers as expert tensor parallelism, expert parallelism and expert data parallelism (Megatron-LM's expert
+#: ``RankGenerator``, order ``tp-ep-dp-pp``: parallel_state.py:886-896 at d98e8a64). ``mesh_of`` names them on every
+#: mesh (a dense strategy: ep 1, etp its tp, edp its cp x dp).
+EXPERT_AXES = ("etp", "ep", "edp")
+
+#: The group expert weights' gradients are reduced over and their ZeRO (distributed-optimizer) states sharded over:
+#: the expert-data-parallel ranks (Megatron-LM's ``_EXPERT_DATA_PARALLEL_GROUP``, parallel_state.py:1429-1460 at
+#: d98e8a64; torchtitan's ``efsdp``). Dense weights keep ``GRAD_AXES``.
+EXPERT_GRAD_AXIS = "edp"
+
+#: For each data-parallel axis, the group the expert weights' gradients and ZeRO states use in its place: ``edp``
+#: (``EXPERT_GRAD_AXIS``); under hybrid sharding ``edp`` shards (it regroups one replica's ranks) and the replicas stay
+#: ``dp_replicate`` (torchtitan's sparse mesh ``dp_replicate, efsdp, ep, etp``: parallel_dims.py:154-158 at v0.2.2).
+EXPERT_GRAD_AXES = {"dp": EXPERT_GRAD_AXIS, "dp_shard": EXPERT_GRAD_AXIS, "dp_replicate": "dp_replicate"}
+
 #: The flattened axis of every rank of one pipeline stage (tp, cp and dp: all axes but pp), Megatron-LM's amax
 #: reduction group (``parallel_state.get_amax_reduction_group``: FP8 delayed scaling, ``plansim.step.p2p``).
 STAGE_AXIS = "stage"
@@ -91,7 +126,8 @@ STAGE_AXIS = "stage"
 class Degrees(Protocol):
     """What the mesh reads of a strategy (``plansim.strategy.schema.Strategy``, which imports the mesh): a field per
     axis of ``AXIS_ORDER`` holding its degree (``dp`` None until resolved, read by name), and hybrid sharding's
-    split of ``dp``."""
+    split of ``dp``; expert parallelism's degree and its tensor parallelism inside the experts (``etp``, its default
+    resolved)."""
 
     @property
     def hybrid_shard(self) -> bool: ...
@@ -99,14 +135,24 @@ class Degrees(Protocol):
     @property
     def dp_shard(self) -> int | None: ...
 
+    @property
+    def ep(self) -> int: ...
+
+    @property
+    def expert_tp(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class DeviceMesh:
     """Named axes with their sizes, fastest first; ranks ``0 .. num_ranks-1``. ``flattened``: names for runs of
-    adjacent axes (in order) asked as one axis, their sizes multiplied (PyTorch's ``DeviceMesh._flatten``)."""
+    adjacent axes (in order) asked as one axis, their sizes multiplied (PyTorch's ``DeviceMesh._flatten``).
+    ``regrouped``: a second decomposition, fastest first, of the ranks of the fastest axes whose sizes multiply to
+    the same product (Megatron-LM's expert axes over one pipeline stage's tp x cp x dp ranks: ``EXPERT_AXES``),
+    each asked like any other axis (``coords`` and ``rank`` are of ``axes`` alone)."""
 
     axes: tuple[tuple[str, int], ...]
     flattened: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    regrouped: tuple[tuple[str, int], ...] = ()
     _sizes: dict[str, int] = field(init=False, repr=False, compare=False)
     _strides: dict[str, int] = field(init=False, repr=False, compare=False)
 
@@ -125,6 +171,23 @@ class DeviceMesh:
                 raise ValueError(f"flattened axis {name} needs adjacent axes of the mesh in order, got {parts}")
             strides[name] = strides[parts[0]]
             sizes[name] = math.prod(sizes[p] for p in parts)
+        if self.regrouped:
+            spans = {math.prod(size for _, size in self.axes[:k]) for k in range(len(self.axes) + 1)}
+            regrouped = [name for name, _ in self.regrouped]
+            if (
+                len(set(regrouped)) != len(regrouped)
+                or set(regrouped) & set(sizes)
+                or any(size < 1 for _, size in self.regrouped)
+                or math.prod(size for _, size in self.regrouped) not in spans
+            ):
+                raise ValueError(
+                    f"regrouped axes need new distinct names and sizes multiplying to the ranks of the fastest axes, "
+                    f"got {self.regrouped} over {self.axes}"
+                )
+            stride = 1
+            for name, size in self.regrouped:
+                strides[name], sizes[name] = stride, size
+                stride *= size
         object.__setattr__(self, "_sizes", sizes)  # frozen: set once here, read on every group asked
         object.__setattr__(self, "_strides", strides)
 
@@ -201,8 +264,12 @@ class DeviceMesh:
 
 
 @lru_cache(maxsize=1024)
-def _mesh(axes: tuple[tuple[str, int], ...], flattened: tuple[tuple[str, tuple[str, ...]], ...]) -> DeviceMesh:
-    return DeviceMesh(axes, flattened)
+def _mesh(
+    axes: tuple[tuple[str, int], ...],
+    flattened: tuple[tuple[str, tuple[str, ...]], ...],
+    regrouped: tuple[tuple[str, int], ...] = (),
+) -> DeviceMesh:
+    return DeviceMesh(axes, flattened, regrouped)
 
 
 def degrees_of(s: Degrees) -> dict[str, int]:
@@ -272,22 +339,53 @@ def grad_group_size(degrees: Mapping[str, int]) -> int:
     return span(degrees, ("cp", "dp"))
 
 
+def expert_fold(s: Degrees) -> tuple[int, int]:
+    """(the ranks the expert axes regroup, the ranks one expert layer's model is split over): one pipeline stage's
+    tp x cp x dp ranks (Megatron-LM) -- under hybrid sharding tp x cp x dp_shard, torchtitan's ``efsdp x ep x etp``
+    (torchtitan v0.2.2, torchtitan/distributed/parallel_dims.py:136-158) -- and etp x ep. The expert axes exist where
+    the second divides the first (``plansim.strategy.checks`` refuses the rest).
+
+    >>> from plansim.strategy.schema import Strategy
+    >>> expert_fold(Strategy(dp=4, tp=2, cp=2, pp=2, ep=4, etp=1))
+    (16, 4)
+    """
+    degrees = degrees_of(s)
+    folded = span(degrees, ("tp", "cp", "dp"))
+    if s.hybrid_shard:
+        assert s.dp_shard is not None  # hybrid sharding names its shard group
+        folded = span(degrees, ("tp", "cp")) * s.dp_shard
+    return folded, s.expert_tp * s.ep
+
+
+def _expert_axes(s: Degrees) -> tuple[tuple[str, int], ...]:
+    """The expert axes of ``s``'s mesh (``EXPERT_AXES``, ``expert_fold``); none where etp x ep does not divide the
+    ranks they regroup."""
+    folded, width = expert_fold(s)
+    if folded % width:
+        return ()
+    return tuple(zip(EXPERT_AXES, (s.expert_tp, s.ep, folded // width), strict=True))
+
+
 def mesh_of(s: Degrees) -> DeviceMesh:
     """The mesh of a resolved strategy: each axis of ``AXIS_ORDER`` sized by the strategy's field of that name
     (``dp`` 1 until resolved); under hybrid sharding (``Strategy.hybrid_shard``) ``dp`` is the flattened pair of
     ``dp_shard`` (``dp_shard`` ranks) and ``dp_replicate``. The data-parallel axes flattened with ``cp``
-    (``GRAD_AXES``) are named too.
+    (``GRAD_AXES``) are named too, and the expert axes regrouping a stage's ranks (``EXPERT_AXES``: under hybrid
+    sharding, those of one ``dp_replicate`` index, as torchtitan's ``efsdp`` does).
 
     >>> from plansim.strategy.schema import Strategy
     >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).axes
     (('tp', 2), ('cp', 1), ('dp', 4), ('pp', 3))
     >>> mesh_of(Strategy(dp=8, tp=2, zero=3, framework="fsdp", dp_shard=4)).axes
     (('tp', 2), ('cp', 1), ('dp_shard', 4), ('dp_replicate', 2), ('pp', 1))
+    >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).regrouped  # dense: etp = tp, ep 1, edp = cp x dp
+    (('etp', 2), ('ep', 1), ('edp', 4))
     """
     degrees = degrees_of(s)
     axes = tuple(degrees.items())
+    expert = _expert_axes(s)
     if not s.hybrid_shard:
-        return _mesh(axes, (("dp_cp", ("cp", "dp")), (STAGE_AXIS, ("tp", "cp", "dp"))))
+        return _mesh(axes, (("dp_cp", ("cp", "dp")), (STAGE_AXIS, ("tp", "cp", "dp"))), expert)
     assert s.dp_shard is not None  # hybrid sharding names its shard group
     split = (("dp_shard", s.dp_shard), ("dp_replicate", degrees["dp"] // s.dp_shard))
     return _mesh(
@@ -298,4 +396,5 @@ def mesh_of(s: Degrees) -> DeviceMesh:
             ("dp_shard_cp", ("cp", "dp_shard")),
             (STAGE_AXIS, ("tp", "cp", *DP_PARTS)),
         ),
+        expert,
     )

@@ -241,6 +241,19 @@ class Strategy(BaseModel):
         description="offload=activations: the transformer blocks whose activations are offloaded, the first ones "
         "(Megatron-LM's --cpu-offloading-num-layers, fewer than the model's blocks)",
     )
+    ep: int = field(
+        "ep",
+        default=1,
+        description="expert parallelism (mixture-of-experts models): the experts split over this many ranks, the "
+        "expert layers seeing one pipeline stage's tp x cp x dp ranks regrouped as etp x ep x expert-dp "
+        "(Megatron-LM's --expert-model-parallel-size)",
+    )
+    etp: int | None = field(
+        "etp",
+        default=None,
+        description="tensor parallelism inside the experts (Megatron-LM's --expert-tensor-parallel-size); default: the "
+        "framework's (Megatron-LM: the attention's tp; torchtitan: 1 with ep > 1)",
+    )
     dp_shard: int | None = field(
         "dp_shard",
         default=None,
@@ -267,6 +280,8 @@ class Strategy(BaseModel):
         "tp",
         "pp",
         "cp",
+        "ep",
+        "etp",
         "zero",
         "micro_batch",
         "global_batch",
@@ -317,10 +332,15 @@ class Strategy(BaseModel):
         return integral(value)
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        """The fields, the offload ones only where the strategy offloads (a strategy without offloading dumps as it
-        did before they existed, so every stored result keeps its keys). A plain override, not a pydantic
-        serializer: an interrupt while dumping stays a KeyboardInterrupt."""
+        """The fields, the offload ones only where the strategy offloads and the expert ones only where they are
+        not the default (a strategy without offloading or expert parallelism dumps as it did before they existed,
+        so every stored result keeps its keys). A plain override, not a pydantic serializer: an interrupt while
+        dumping stays a KeyboardInterrupt."""
         out = super().model_dump(**kwargs)
+        if self.ep == 1:
+            out.pop("ep", None)
+        if self.etp is None:
+            out.pop("etp", None)
         if not self.offload and self.offload_activation_layers is None:
             out.pop("offload", None)
             out.pop("offload_activation_layers", None)
@@ -405,6 +425,17 @@ class Strategy(BaseModel):
         """Whether ZeRO's states are sharded over part of the data-parallel group and replicated across the parts
         (``dp_shard`` below ``dp``: HSDP)."""
         return self.dp_shard is not None and self.zero >= 1 and self.dp_shard < (self.dp or 1)
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor parallelism inside the experts: ``etp``, or the framework's default (its ``expert_parallel`` rule:
+        Megatron-LM's the attention's tp, arguments.py:587-588 at d98e8a64; torchtitan's 1 with ep > 1, its experts
+        on the tp mesh without ep)."""
+        if self.etp is not None:
+            return self.etp
+        if self.ep == 1:  # every framework's experts take the tensor-parallel ranks without ep
+            return self.tp
+        return load_framework(self.framework).rules.expert_parallel.value.default_etp(self.tp, self.ep)
 
     @property
     def shard_degree(self) -> int:
