@@ -43,7 +43,7 @@ from plansim.step.memory import (
     stage_params,
     static_bytes,
 )
-from plansim.step.offload import offloaded_blocks
+from plansim.step.offload import OffloadLayer, offload_layer, offloaded_blocks
 from plansim.step.prepare import (
     PreparedStep,
     build_step,
@@ -222,6 +222,17 @@ class PricedLayers:
     _chunk_bytes: dict[tuple[tuple[tuple[int, ...], ...], int, int, int], tuple[ChunkLayers, ...]] = field(
         default_factory=dict
     )
+    _offload: dict[tuple[tuple[int, ...], int], tuple[OffloadLayer, ...]] = field(default_factory=dict)
+
+    def offload_layers(self, layers: tuple[int, ...], num_blocks: int) -> tuple[OffloadLayer, ...]:
+        """What offloading reads of a stage's layers that have a cost, forward order (``step.offload.offload_layer``
+        of each); memoized (every strategy of this layout asks it per stage)."""
+        key = (layers, num_blocks)
+        hit = self._offload.get(key)
+        if hit is None:
+            costs = self.costs
+            hit = self._offload[key] = tuple(offload_layer(costs[i], 0 <= i < num_blocks) for i in layers if i in costs)
+        return hit
 
     def layer_bytes(self, layer: int) -> LayerBytes:
         """What the memory model reads of a layer's cost (``step.memory.LayerBytes``)."""

@@ -27,7 +27,6 @@ from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
 from plansim.step.data_parallel import grad_copy_in_bytes
 from plansim.step.memory import activation_peak, offload_activations, offloaded_activations, with_grad_buffers
-from plansim.step.offload import offload_layer
 from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
@@ -101,7 +100,7 @@ def _stages_held(
         own = priced.stage_chunks(chunks, s.pp, s.virtual_stages, idx)
         # what offloading reads of the stage's layers (whatever the strategy offloads: strategies that differ only
         # there share what is held); the offloaded blocks' activations off the GPU, into host memory
-        offload = tuple(offload_layer(priced.costs[i], 0 <= i < model.layers) for i in layers if i in priced.costs)
+        offload = priced.offload_layers(layers, model.layers)
         host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
         own = tuple(offload_activations(s, c, model.layers) for c in own)
         if any(per_param):

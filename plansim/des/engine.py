@@ -755,13 +755,16 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
     if any(t.category in OFFLOAD_PARTS for t in tasks):  # offloading's parts, only where the strategy offloads
         out |= dict.fromkeys(OFFLOAD_PARTS, 0.0)
     busy: dict[tuple[int, str], tuple[list[float], list[float]]] = {}
+    # the parts a compute task adds to, summed in locals (the same additions in the same order as into ``out``)
+    compute = recompute = host_wait = exposed = interference = 0.0
+    starts, ends, extra, factor, sync_waits = dev.start, dev.end, dev.extra, dev.factor, engine.sync_waits
     prev_end = 0.0
     for i, task in enumerate(tasks):
         if task.stream != "compute":
             continue
-        start, end = dev.start[i], dev.end[i]
+        start, end = starts[i], ends[i]
         gap = start - prev_end
-        if gap > 0 and task.wait_s > 0 and engine.sync_waits:
+        if gap > 0 and task.wait_s > 0 and sync_waits:
             slowest = min(gap, task.wait_s)
             out["sync_wait"] += slowest
             gap -= slowest
@@ -773,29 +776,35 @@ def _breakdown(engine: _Engine, dev: _Device, step: float) -> dict[str, float]:
                 waited = owner.program.tasks[j]
                 if waited.stream != "compute":
                     comm_part = min(gap, _busy_within(busy, owner, waited.stream, prev_end, start))
-            out["exposed_comm"] += comm_part
+            exposed += comm_part
             out["bubble"] += gap - comm_part
         elapsed = end - start
-        lost = dev.extra.get(i)
+        lost = extra.get(i)
         if lost:
-            out["interference"] += lost
+            interference += lost
             elapsed -= lost
-        if task.category in _COMPUTE:
+        category = task.category
+        if category in _COMPUTE:
             # the GPU's wait for the host's launches: what the task took beyond its kernels (on this GPU's pace)
-            host = min(task.host_s, max(0.0, elapsed - (task.duration_s - task.host_s) * dev.factor))
-            out["host_wait"] += host
-            out["compute"] += elapsed - host
-        elif task.category == "recompute":
-            out["recompute"] += elapsed
-        elif task.category == "optimizer":
+            host = min(task.host_s, max(0.0, elapsed - (task.duration_s - task.host_s) * factor))
+            host_wait += host
+            compute += elapsed - host
+        elif category == "recompute":
+            recompute += elapsed
+        elif category == "optimizer":
             out["optimizer"] += elapsed
-        elif task.category == "sync_wait":
+        elif category == "sync_wait":
             out["sync_wait"] += elapsed
-        elif task.category in OFFLOAD_PARTS:
-            out[task.category] += elapsed
+        elif category in OFFLOAD_PARTS:
+            out[category] += elapsed
         else:
-            out["exposed_comm"] += elapsed
+            exposed += elapsed
         prev_end = end
+    out["compute"] += compute
+    out["recompute"] += recompute
+    out["host_wait"] += host_wait
+    out["exposed_comm"] += exposed
+    out["interference"] += interference
     tail = step - prev_end
     last_comm = max((dev.end[i] for i, t in enumerate(tasks) if t.stream != "compute"), default=0.0)
     tail_comm = max(0.0, min(tail, last_comm - prev_end))

@@ -190,8 +190,9 @@ class _StageLowering:
         if self.after_dp >= 0:
             task.deps = (*task.deps, (self.stage, self.after_dp))
             self.after_dp = -1
-        idx = self.prog.add(task)
-        self.last_compute = idx
+        tasks = self.prog.tasks  # StageProgram.add, inlined: a step lowers hundreds of thousands of tasks
+        tasks.append(task)
+        self.last_compute = idx = len(tasks) - 1
         return idx
 
     def _dp(self, task: Task) -> int:
@@ -250,30 +251,34 @@ class _StageLowering:
         if n == 0 and (alloc or free or first_deps or wait_key):
             segments = [Segment()]
             n = 1
+        compute = self._compute
         for i, seg in enumerate(segments):
             head = first < 0  # the pass's first compute task takes its dependencies, allocations and receive
-            if seg.hidden_s > 0 and seg.comm is not None:
+            comm = seg.comm
+            if comm is not None and seg.hidden_s > 0:
                 # launched asynchronously once the compute before it is done, on a stream of its own (Megatron's
                 # async_op collectives); the compute task after the one beside it waits for it (``_compute``)
                 before = ((self.stage, self.last_compute),) if self.last_compute >= 0 else ()
-                side = Task(f"{name}.{i}", "tp", "tp_comm", comm=seg.comm, deps=before, microbatch=mb)
+                side = Task(f"{name}.{i}", "tp", "tp_comm", comm=comm, deps=before, microbatch=mb)
                 if head:
                     side.deps = (*first_deps, *before)
                 self.joins.append((self.prog.add(side), 1))
                 continue
-            idx = self._compute(
+            # positional, in Task's field order: name, stream, category, duration_s, comm, deps, alloc, free,
+            # microbatch, wait_s, host_s
+            idx = compute(
                 Task(
                     f"{name}.{i}" if n > 1 else name,
                     "compute",
-                    "tp_comm" if seg.comm is not None else category,
-                    duration_s=seg.seconds,
-                    comm=seg.comm,
-                    deps=first_deps if head else (),
-                    alloc=alloc if head else (),
-                    free=free if i == n - 1 else (),
-                    microbatch=mb,
-                    wait_s=seg.wait_s,
-                    host_s=seg.host_wait_s,
+                    category if comm is None else "tp_comm",
+                    seg.seconds,
+                    comm,
+                    first_deps if head else (),
+                    alloc if head else (),
+                    free if i == n - 1 else (),
+                    mb,
+                    seg.wait_s,
+                    seg.host_wait_s,
                 )
             )
             if head:

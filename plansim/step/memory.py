@@ -317,6 +317,8 @@ def offloaded_activations(s: Strategy, chunk: ChunkLayers, num_blocks: int) -> f
     """The saved bytes per micro-batch of a chunk's blocks whose activations go to the host (``chunk`` as it is
     before ``offload_activations``)."""
     n = min(offloaded_blocks(s), num_blocks)
+    if n <= 0:
+        return 0.0
     return sum(b.saved for i, b in chunk if 0 <= i < n)
 
 

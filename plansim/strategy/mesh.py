@@ -263,15 +263,6 @@ class DeviceMesh:
         return local, intra, inter
 
 
-@lru_cache(maxsize=1024)
-def _mesh(
-    axes: tuple[tuple[str, int], ...],
-    flattened: tuple[tuple[str, tuple[str, ...]], ...],
-    regrouped: tuple[tuple[str, int], ...] = (),
-) -> DeviceMesh:
-    return DeviceMesh(axes, flattened, regrouped)
-
-
 def degrees_of(s: Degrees) -> dict[str, int]:
     """Each axis of ``AXIS_ORDER`` with its degree: the strategy's field of that name (``dp`` 1 until resolved).
 
@@ -357,13 +348,12 @@ def expert_fold(s: Degrees) -> tuple[int, int]:
     return folded, s.expert_tp * s.ep
 
 
-def _expert_axes(s: Degrees) -> tuple[tuple[str, int], ...]:
-    """The expert axes of ``s``'s mesh (``EXPERT_AXES``, ``expert_fold``); none where etp x ep does not divide the
-    ranks they regroup."""
-    folded, width = expert_fold(s)
-    if folded % width:
+def _expert_axes(folded: int, etp: int, ep: int) -> tuple[tuple[str, int], ...]:
+    """The expert axes regrouping ``folded`` ranks (``EXPERT_AXES``, ``expert_fold``); none where etp x ep does not
+    divide them."""
+    if folded % (etp * ep):
         return ()
-    return tuple(zip(EXPERT_AXES, (s.expert_tp, s.ep, folded // width), strict=True))
+    return tuple(zip(EXPERT_AXES, (etp, ep, folded // (etp * ep)), strict=True))
 
 
 def mesh_of(s: Degrees) -> DeviceMesh:
@@ -381,14 +371,22 @@ def mesh_of(s: Degrees) -> DeviceMesh:
     >>> mesh_of(Strategy(dp=4, tp=2, pp=3)).regrouped  # dense: etp = tp, ep 1, edp = cp x dp
     (('etp', 2), ('ep', 1), ('edp', 4))
     """
-    degrees = degrees_of(s)
-    axes = tuple(degrees.items())
-    expert = _expert_axes(s)
-    if not s.hybrid_shard:
-        return _mesh(axes, (("dp_cp", ("cp", "dp")), (STAGE_AXIS, ("tp", "cp", "dp"))), expert)
-    assert s.dp_shard is not None  # hybrid sharding names its shard group
-    split = (("dp_shard", s.dp_shard), ("dp_replicate", degrees["dp"] // s.dp_shard))
-    return _mesh(
+    shard = s.dp_shard if s.hybrid_shard else None
+    return _mesh_of(tuple(getattr(s, axis) or 1 for axis in AXIS_ORDER), shard, s.ep, s.expert_tp)
+
+
+@lru_cache(maxsize=4096)
+def _mesh_of(degrees: tuple[int, ...], dp_shard: int | None, ep: int, etp: int) -> DeviceMesh:
+    """``mesh_of`` from the degrees of ``AXIS_ORDER`` in order, hybrid sharding's shard group (None: no hybrid
+    sharding), ep and etp (a planner asks it of thousands of candidates that share a few dozen meshes)."""
+    named = dict(zip(AXIS_ORDER, degrees, strict=True))
+    axes = tuple(named.items())
+    if dp_shard is None:
+        expert = _expert_axes(span(named, ("tp", "cp", "dp")), etp, ep)
+        return DeviceMesh(axes, (("dp_cp", ("cp", "dp")), (STAGE_AXIS, ("tp", "cp", "dp"))), expert)
+    expert = _expert_axes(span(named, ("tp", "cp")) * dp_shard, etp, ep)
+    split = (("dp_shard", dp_shard), ("dp_replicate", named["dp"] // dp_shard))
+    return DeviceMesh(
         tuple(x for axis in axes for x in (split if axis[0] == "dp" else (axis,))),
         (
             ("dp", DP_PARTS),
