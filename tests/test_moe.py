@@ -96,9 +96,10 @@ def test_graph_holds_every_parameter_at_ep_1(preset: str) -> None:
 
 def _twins(**moe: Any) -> tuple[ModelSpec, ModelSpec]:
     """A llama model and the moe model of one expert at top-1 of the same FFN width."""
-    base = {"layers": 2, "hidden": 1024, "heads": 8, "kv_heads": 4, "ffn_hidden": 2816, "seq_len": 1024, "vocab": 32000}
+    base = {"layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336, "seq_len": 4096,
+            "vocab": 32000}  # fmt: skip
     llama = ModelSpec(name="dense", family="llama", **base)
-    one = ModelSpec(name="one", family="moe", experts=1, experts_per_token=1, expert_ffn_hidden=2816, **base, **moe)
+    one = ModelSpec(name="one", family="moe", experts=1, experts_per_token=1, expert_ffn_hidden=14336, **base, **moe)
     return llama, one
 
 
@@ -122,7 +123,7 @@ def test_one_expert_at_top_1_is_the_dense_block_plus_its_router(tp: int) -> None
             attrs = {k: v for k, v in moe.nodes[node].items() if k != "expert"}
             assert attrs == dense.nodes[plain(node)], node
     # the router: a h x 1 GEMM and a softmax over one score per token, keeping that score (tokens on this rank: T)
-    T, h = 2 * 1024 // tp, 1024
+    T, h = 2 * 4096 // tp, 4096
     r = moe.nodes["L0.router"]
     assert (r["flops"], r["params"], r["saved_bytes"]) == (2 * T * h, h, 0)
     assert moe.nodes["L0.topk"]["saved_bytes"] == 2 * T
@@ -195,17 +196,20 @@ def test_grouped_gemm_prices_each_expert_at_its_own_size() -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_runs_in_both_engines(preset: str) -> None:
-    """Every preset at sequence 512 on one DGX H100 (dp, tp with sequence parallelism, pp): the engines within 2%.
-    DeepSeek-V3's dense prefix makes its pipeline stages unequal, where the engines part by more (a llama model with
-    an uneven layer_split does too): it is checked without pipeline parallelism."""
+    """Every preset at sequence 512 on one DGX H100: whole, dp x tp (sequence parallel); cut to 8 blocks, dp x tp x
+    pp. The engines within 2%. Not whole under pp: there the engines part by 2-4% on dense models too (llama3-8b,
+    dp2 tp2 pp2 at sequence 512: -2.8%), nor DeepSeek-V3, whose dense prefix makes its stages unequal, where they
+    part by more for a llama model with an uneven layer_split too."""
     spec = load_model(preset)
-    strategy = "dp=4,tp=2,pp=1" if preset == "deepseek-v3" else "dp=2,tp=2,pp=2"
-    strategy += ",micro_batch=1,global_batch=8,sequence_parallel=true,zero_stage=1"
-    spec = spec.model_copy(update={"layers": 8})
-    analytic = plansim.simulate(spec, "dgx-h100", strategy, gpus=8, seq_len=512)
-    des = plansim.simulate(spec, "dgx-h100", strategy, gpus=8, seq_len=512, engine="des")
-    assert des.step_time_s == pytest.approx(analytic.step_time_s, rel=0.02)
-    assert des.peak_memory_bytes == pytest.approx(analytic.peak_memory_bytes, rel=0.02)
+    runs = [(spec, "dp=4,tp=2,pp=1")]
+    if not spec.dense_layers:
+        runs.append((spec.model_copy(update={"layers": 8}), "dp=2,tp=2,pp=2"))
+    for model, strategy in runs:
+        strategy += ",micro_batch=1,global_batch=8,sequence_parallel=true"
+        analytic = plansim.simulate(model, "dgx-h100", strategy, gpus=8, seq_len=512)
+        des = plansim.simulate(model, "dgx-h100", strategy, gpus=8, seq_len=512, engine="des")
+        assert des.step_time_s == pytest.approx(analytic.step_time_s, rel=0.02), strategy
+        assert des.peak_memory_bytes == pytest.approx(analytic.peak_memory_bytes, rel=0.02), strategy
 
 
 def test_tensor_parallel_experts_need_sequence_parallelism() -> None:

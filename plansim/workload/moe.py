@@ -205,7 +205,10 @@ def _etp_collective(d: Dims, r: Routing, name: str, elements: int, *, gather: bo
     if r.etp == 1:
         return []
     fwd, bwd = ("all_gather", "reduce_scatter") if gather else ("reduce_scatter", "all_gather")
-    return [Node(name, collective(fwd, bwd, d.E * r.etp * elements, r.etp_axis))]
+    attrs = collective(fwd, bwd, d.E * r.etp * elements, r.etp_axis)
+    if not gather:  # torchtitan's per-op policy keeps a reduce-scatter's output (its shard), as ``tp_exit``'s
+        attrs = op_saved(attrs, kept=d.E * elements)
+    return [Node(name, attrs)]
 
 
 def latent_attention(d: Dims, spec: ModelShape) -> list[Node]:
