@@ -202,5 +202,5 @@ def test_the_importer_maps_the_toy_model_type(toy: ModelSpec, tmp_path: Path) ->
     path.write_text(json.dumps({**config, "intermediate_size": 256}))
     spec = from_hf_config(tmp_path)
     assert (spec.family, spec.ffn_hidden, spec.name) == ("toy", 256, tmp_path.name)
-    with pytest.raises(PlansimError, match="plansim reads gpt2, gpt_neox, llama, mistral, qwen2, mixtral, .*, toy_mlp"):
+    with pytest.raises(PlansimError, match=r"plansim reads gpt2, gpt_neox, llama, mistral, qwen2, mixtral, .*toy_mlp"):
         from_hf_config({**config, "model_type": "t5"})

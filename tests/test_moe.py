@@ -213,7 +213,7 @@ def test_every_preset_runs_in_both_engines(preset: str) -> None:
 
 
 def test_tensor_parallel_experts_need_sequence_parallelism() -> None:
-    with pytest.raises(PlansimError, match="needs sequence_parallel.*moe_layer.py:636-640"):
+    with pytest.raises(PlansimError, match=r"needs sequence_parallel.*moe_layer\.py:636-640"):
         build_sharded(load_model("mixtral-8x7b"), Sharding(micro_batch=1, tp=2, etp=2, etp_axis="tp"))
     with pytest.raises(PlansimError, match="ep=3 does not divide experts=8"):
         build_sharded(load_model("mixtral-8x7b"), Sharding(micro_batch=1, ep=3))
@@ -261,8 +261,11 @@ def test_deepseek_reports_its_multi_token_prediction() -> None:
                                  "moe_intermediate_size"])  # fmt: skip
 @pytest.mark.parametrize("dense_type", ["mistral", "llama", "qwen2"])
 def test_a_dense_type_with_expert_keys_is_refused(key: str, dense_type: str) -> None:
-    mixtral = {k: v for k, v in config("mixtral-8x7b-v0.1.json").items() if k not in ("num_local_experts",
-                                                                                      "num_experts_per_tok")}
+    mixtral = {
+        k: v
+        for k, v in config("mixtral-8x7b-v0.1.json").items()
+        if k not in ("num_local_experts", "num_experts_per_tok")
+    }
     with pytest.raises(PlansimError) as err:
         from_hf_config({**mixtral, "model_type": dense_type, key: 8})
     message = str(err.value)
@@ -272,7 +275,7 @@ def test_a_dense_type_with_expert_keys_is_refused(key: str, dense_type: str) -> 
 
 def test_an_unexpressed_qwen_layout_is_refused() -> None:
     c = config("qwen3-30b-a3b.json")
-    with pytest.raises(PlansimError, match="decoder_sparse_step=2.*write a model YAML with dense_layers"):
+    with pytest.raises(PlansimError, match=r"decoder_sparse_step=2.*write a model YAML with dense_layers"):
         from_hf_config({**c, "decoder_sparse_step": 2})
     with pytest.raises(PlansimError, match=r"mlp_only_layers=\[0\]"):
         from_hf_config({**c, "mlp_only_layers": [0]})

@@ -42,9 +42,9 @@ from plansim.workload.shape import ModelShape as BuilderShape
 from plansim.workload.transformer import add_transformer, sequence_split_problems, transformer_parameters
 
 __all__ = [
+    "EXPERT_KEYS",
     "FAMILIES",
     "UNUSED",
-    "EXPERT_KEYS",
     "AxisRule",
     "Family",
     "HFFamily",

@@ -217,7 +217,8 @@ def unmodelled(config: Mapping[str, Any], spec: ModelSpec) -> list[str]:
             )  # fmt: skip
     if family_of_type(model_type) == "moe":
         notes.append("the router's auxiliary load-balancing loss: a few pointwise ops over the router's scores")
-    window = config.get("sliding_window") if model_type in ("mistral", "mixtral") or config.get("use_sliding_window") else None
+    windowed = model_type in ("mistral", "mixtral") or config.get("use_sliding_window")
+    window = config.get("sliding_window") if windowed else None
     if isinstance(window, int) and 0 < window < spec.seq_len:
         notes.append(
             f"sliding-window attention over {window:,} tokens: priced as full causal attention over seq_len="

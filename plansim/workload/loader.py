@@ -138,8 +138,8 @@ def list_models() -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads``, ``seq_len`` and ``parameters`` (total, an
-        int).
+        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads``, ``seq_len``, ``parameters`` (total, an
+        int) and ``active_parameters`` (those one token runs through: the total but for mixture-of-experts models).
 
     Examples
     --------
@@ -159,6 +159,7 @@ def list_models() -> list[dict[str, Any]]:
             "heads": s.heads,
             "seq_len": s.seq_len,
             "parameters": s.num_parameters(),
+            "active_parameters": s.active_parameters(),
         }
         for s in specs
     ]

@@ -185,7 +185,8 @@ def moe_mlp(d: Dims, spec: ModelShape, sh: Sharding) -> list[Node]:
     ]  # fmt: skip
     if r.ep == 1:
         if not r.identity:  # weight each copy by its router probability and sum a token's copies
-            nodes.append(Node("unpermute", _copy(d, routed_in, r.etp * T * h, flops=2 * routed_in, saved=E * routed_in)))
+            combine = _copy(d, routed_in, r.etp * T * h, flops=2 * routed_in, saved=E * routed_in)
+            nodes.append(Node("unpermute", combine))
         nodes += _etp_collective(d, r, "moe_out", T * h, gather=False)
     else:
         if r.local > 1:
@@ -225,7 +226,8 @@ def latent_attention(d: Dims, spec: ModelShape) -> list[Node]:
     if qr:
         nodes += [
             Node("q_down", _gemm(E, T, qr, h, saved=d.Ein * d.x)),
-            Node("q_norm", pointwise("norm", T * qr, RMSNORM_FLOPS, E, extra_bytes=E * qr, saved=E * T * qr, params=qr)),
+            Node("q_norm", pointwise("norm", T * qr, RMSNORM_FLOPS, E, extra_bytes=E * qr, saved=E * T * qr,
+                                     params=qr)),
             *_latent_gather(d, "q_in", qr),
             Node("q_up", _gemm(E, rows, q, qr, saved=E * T * qr)),
         ]  # fmt: skip
