@@ -236,6 +236,7 @@ def test_configs_import_to_the_presets(file: str, preset: str) -> None:
     ours = load_model(preset)
     spec = from_hf_config(DATA / file, name=preset, seq_len=ours.seq_len)
     assert spec == ours
+    assert ModelSpec.model_validate(spec.file_fields()) == spec  # a model YAML gives it back
 
 
 def test_qwen2_moe_imports_its_shared_expert() -> None:
@@ -291,6 +292,7 @@ def test_bad_moe_shapes_are_refused() -> None:
         ({"rope_head_dim": 4}, "give kv_lora_rank too"),
         ({"kv_lora_rank": 8, "rope_head_dim": 16}, "rope_head_dim=16 must be 1 to head_dim-1=15"),
         ({"kv_lora_rank": 8, "rope_head_dim": 4, "kv_heads": 2}, "kv_heads=2 must equal heads=4"),
+        ({"v_head_dim": 8}, "v_head_dim=8 differs from head_dim=16 without latent attention"),
     ):
         with pytest.raises(ValueError, match=words):
             ModelSpec.model_validate({**base, **bad})

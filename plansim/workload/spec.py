@@ -249,6 +249,18 @@ class ModelSpec(BaseModel):
             raise _bad("q_lora_rank and rope_head_dim describe latent attention: give kv_lora_rank too, or remove them")
         return rope
 
+    @field_validator("v_head_dim")
+    @classmethod
+    def _value_heads_of_latent_attention(cls, v_head_dim: int, info: ValidationInfo) -> int:
+        """Value heads narrower or wider than the query/key heads only under latent attention (the grouped-query
+        projection has ``head_dim``-wide values)."""
+        data = info.data
+        head_dim = data.get("head_dim")
+        if _uses(info, "v_head_dim") and not data.get("kv_lora_rank") and head_dim and v_head_dim != head_dim:
+            raise _bad(f"v_head_dim={v_head_dim} differs from head_dim={head_dim} without latent attention: "
+                       "remove it or give kv_lora_rank")  # fmt: skip
+        return v_head_dim
+
     @property
     def moe_layers(self) -> int:
         """Blocks whose FFN is a mixture of experts (every block past ``dense_layers``; 0 for other families)."""
