@@ -37,19 +37,25 @@ from plansim.workload.mlp import add_mlp, mlp_parameters
 #: optional key), or refused. The table of the former ``spec._FAMILY_RULES``.
 REQ, NO = "required", "refused"
 KEY_RULES = {
-    "heads": {"gpt": REQ, "llama": REQ, "mlp": NO, "cnn": NO},
-    "kv_heads": {"gpt": 4, "llama": 4, "mlp": NO, "cnn": NO},
-    "ffn_hidden": {"gpt": 256, "llama": REQ, "mlp": 256, "cnn": NO},
-    "seq_len": {"gpt": REQ, "llama": REQ, "mlp": 1, "cnn": NO},
-    "tied_embeddings": {"gpt": True, "llama": False, "mlp": NO, "cnn": NO},
-    "learned_positions": {"gpt": True, "llama": NO, "mlp": NO, "cnn": NO},
-    "image_size": {"gpt": NO, "llama": NO, "mlp": NO, "cnn": 224},
-    "stage_blocks": {"gpt": NO, "llama": NO, "mlp": NO, "cnn": (3, 4, 6, 3)},
+    "heads": {"gpt": REQ, "llama": REQ, "mlp": NO, "cnn": NO, "moe": REQ},
+    "kv_heads": {"gpt": 4, "llama": 4, "mlp": NO, "cnn": NO, "moe": 4},
+    "head_dim": {"gpt": 16, "llama": 16, "mlp": NO, "cnn": NO, "moe": 16},
+    "ffn_hidden": {"gpt": 256, "llama": REQ, "mlp": 256, "cnn": NO, "moe": REQ},
+    "seq_len": {"gpt": REQ, "llama": REQ, "mlp": 1, "cnn": NO, "moe": REQ},
+    "tied_embeddings": {"gpt": True, "llama": False, "mlp": NO, "cnn": NO, "moe": False},
+    "learned_positions": {"gpt": True, "llama": NO, "mlp": NO, "cnn": NO, "moe": NO},
+    "image_size": {"gpt": NO, "llama": NO, "mlp": NO, "cnn": 224, "moe": NO},
+    "stage_blocks": {"gpt": NO, "llama": NO, "mlp": NO, "cnn": (3, 4, 6, 3), "moe": NO},
 }
+#: The ``moe`` family's own keys: the other families refuse them all.
+MOE_KEYS = {"experts": REQ, "experts_per_token": REQ, "expert_ffn_hidden": REQ, "shared_ffn_hidden": 0,
+            "dense_layers": 0, "capacity_factor": 0.0, "q_lora_rank": 0, "kv_lora_rank": 0, "rope_head_dim": 0,
+            "v_head_dim": None}  # fmt: skip
+KEY_RULES.update({key: {"gpt": NO, "llama": NO, "mlp": NO, "cnn": NO, "moe": rule} for key, rule in MOE_KEYS.items()})
 
 
 def test_the_registry_lists_the_shipped_families_in_order() -> None:
-    assert list(FAMILIES) == ["gpt", "llama", "mlp", "cnn"]
+    assert list(FAMILIES) == ["gpt", "llama", "moe", "mlp", "cnn"]
     assert all(entry.name == name for name, entry in FAMILIES.items())
     assert [row["family"] for row in list_models()] == sorted(
         (row["family"] for row in list_models()), key=list(FAMILIES).index
@@ -57,7 +63,7 @@ def test_the_registry_lists_the_shipped_families_in_order() -> None:
     assert set(KEY_RULES) == set(UNUSED)
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama", "mlp", "cnn"])
+@pytest.mark.parametrize("family", ["gpt", "llama", "mlp", "cnn", "moe"])
 def test_key_rules_are_the_former_table(family: str) -> None:
     entry = FAMILIES[family]
     data = {"hidden": 64, "heads": 4}
@@ -67,14 +73,18 @@ def test_key_rules_are_the_former_table(family: str) -> None:
         elif rule[family] == NO:
             assert not entry.uses(key), key
         else:
-            assert key not in entry.required and entry.defaults[key](data) == rule[family], key
+            default = entry.defaults[key](data)
+            assert key not in entry.required and default == rule[family], key
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama", "mlp", "cnn"])
+@pytest.mark.parametrize("family", ["gpt", "llama", "mlp", "cnn", "moe"])
 def test_key_rules_are_enforced_with_the_same_messages(family: str) -> None:
     base = {"name": "x", "family": family, "layers": 16, "hidden": 64, "vocab": 10}
     given = {"heads": 4, "kv_heads": 2, "ffn_hidden": 96, "seq_len": 8, "tied_embeddings": True,
-             "learned_positions": False, "image_size": 64, "stage_blocks": [3, 4, 6, 3]}  # fmt: skip
+             "learned_positions": False, "image_size": 64, "stage_blocks": [3, 4, 6, 3], "head_dim": 16,
+             "experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32,
+             "dense_layers": 1, "capacity_factor": 1.25, "q_lora_rank": 8, "kv_lora_rank": 8, "rope_head_dim": 4,
+             "v_head_dim": 16}  # fmt: skip
     needed = {k: given[k] for k, rule in KEY_RULES.items() if rule[family] == REQ}
     validated(ModelSpec, {**base, **needed}, "m.yaml")
     for key, rule in KEY_RULES.items():
@@ -87,7 +97,7 @@ def test_key_rules_are_enforced_with_the_same_messages(family: str) -> None:
 
 
 def test_unknown_family_message_is_pydantics_literal_one() -> None:
-    with pytest.raises(PlansimError, match=r"field 'family': Input should be 'gpt', 'llama', 'mlp' or 'cnn'$"):
+    with pytest.raises(PlansimError, match=r"field 'family': Input should be 'gpt', 'llama', 'moe', 'mlp' or 'cnn'$"):
         validated(ModelSpec, {"name": "x", "family": "rnn", "layers": 2, "hidden": 8, "vocab": 2}, "m.yaml")
 
 
@@ -106,11 +116,12 @@ def test_tp_rules_are_the_former_ones() -> None:
 
 
 def test_entry_properties_are_the_former_ones() -> None:
-    assert {n for n, f in FAMILIES.items() if f.transformer} == {"gpt", "llama"}
-    assert {n: f.torch_model for n, f in FAMILIES.items()} == {"gpt": "gpt", "llama": "llama", "mlp": None,
-                                                                "cnn": None}  # fmt: skip
+    assert {n for n, f in FAMILIES.items() if f.transformer} == {"gpt", "llama", "moe"}
+    assert {n: f.torch_model for n, f in FAMILIES.items()} == {"gpt": "gpt", "llama": "llama", "moe": None,
+                                                                "mlp": None, "cnn": None}  # fmt: skip
     assert {t: f.name for t, (f, _) in hf_model_types().items()} == {
-        "gpt2": "gpt", "gpt_neox": "gpt", "llama": "llama", "mistral": "llama", "qwen2": "llama"}  # fmt: skip
+        "gpt2": "gpt", "gpt_neox": "gpt", "llama": "llama", "mistral": "llama", "qwen2": "llama",
+        "mixtral": "moe", "qwen2_moe": "moe", "qwen3_moe": "moe", "deepseek_v3": "moe"}  # fmt: skip
     assert all(set(f.axis_rules) <= set(AXIS_ORDER) for f in FAMILIES.values())
 
 
@@ -148,7 +159,7 @@ def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelSpec]:
 
 
 def test_a_toy_family_is_refused_unless_registered() -> None:
-    with pytest.raises(PlansimError, match="Input should be 'gpt', 'llama', 'mlp' or 'cnn'"):
+    with pytest.raises(PlansimError, match="Input should be 'gpt', 'llama', 'moe', 'mlp' or 'cnn'"):
         validated(ModelSpec, {"name": "x", "family": "toy", "layers": 2, "hidden": 128, "vocab": 2}, "m.yaml")
 
 
@@ -160,7 +171,7 @@ def test_a_registered_family_is_a_model(toy: ModelSpec) -> None:
     assert graph_totals(build_graph(toy, 2))["params"] == toy.num_parameters()
     with pytest.raises(PlansimError, match="toy models do not use 'heads': remove it"):
         validated(ModelSpec, {**toy.file_fields(), "heads": 4}, "m.yaml")
-    with pytest.raises(PlansimError, match=r"'family': Input should be 'gpt', 'llama', 'mlp', 'cnn' or 'toy'"):
+    with pytest.raises(PlansimError, match=r"'family': Input should be 'gpt', 'llama', 'moe', 'mlp', 'cnn' or 'toy'"):
         validated(ModelSpec, {**toy.file_fields(), "family": "rnn"}, "m.yaml")
 
 
@@ -191,5 +202,5 @@ def test_the_importer_maps_the_toy_model_type(toy: ModelSpec, tmp_path: Path) ->
     path.write_text(json.dumps({**config, "intermediate_size": 256}))
     spec = from_hf_config(tmp_path)
     assert (spec.family, spec.ffn_hidden, spec.name) == ("toy", 256, tmp_path.name)
-    with pytest.raises(PlansimError, match="plansim reads gpt2, gpt_neox, llama, mistral, qwen2, toy_mlp"):
+    with pytest.raises(PlansimError, match=r"plansim reads gpt2, gpt_neox, llama, mistral, qwen2, mixtral, .*toy_mlp"):
         from_hf_config({**config, "model_type": "t5"})

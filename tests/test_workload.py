@@ -90,12 +90,14 @@ def block_saved(graph: nx.DiGraph, *, selective: bool = False, layer: int = 0) -
 
 
 def test_every_preset_loads_under_its_own_name() -> None:
-    assert len(PRESETS) == 16
+    assert len(PRESETS) == 21
     for name in PRESETS:
         assert load_model(name).name == name
     rows = list_models()
     assert sorted(r["name"] for r in rows) == PRESETS
-    assert set(rows[0]) == {"name", "family", "layers", "hidden", "heads", "seq_len", "parameters"}
+    assert set(rows[0]) == {"name", "family", "layers", "hidden", "heads", "seq_len", "parameters", "active_parameters"}
+    assert all(r["active_parameters"] == r["parameters"] for r in rows if r["family"] != "moe")
+    assert all(r["active_parameters"] < r["parameters"] for r in rows if r["family"] == "moe")
 
 
 @pytest.mark.parametrize(("name", "published", "tolerance"), PUBLISHED)

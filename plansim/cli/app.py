@@ -125,7 +125,14 @@ def models(fmt: Annotated[OutputFormat, typer.Option("--format", help="output fo
 
     rows = list_models()
     if fmt is OutputFormat.table:
-        rows = [{**row, "parameters": _human_count(row["parameters"])} for row in rows]
+        rows = [
+            {
+                **row,
+                "parameters": _human_count(row["parameters"]),
+                "active_parameters": _human_count(row["active_parameters"]),
+            }
+            for row in rows
+        ]
     _print_rows(rows, fmt, "model presets")
 
 

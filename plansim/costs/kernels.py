@@ -33,7 +33,7 @@ import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -364,7 +364,9 @@ class KernelCostModel:
 
     def weight_gradient(self, op: Mapping[str, Any]) -> float:
         """The weight-gradient kernel of a GEMM-like op's backward (half its ``bwd_flops``), in FP8 where the op
-        runs in FP8."""
+        runs in FP8; a grouped GEMM's, one per expert (``_grouped``)."""
+        if op.get("grouped", 1) != 1:
+            return self._grouped(op, self.weight_gradient)
         dtype = "fp8" if self._fp8_shape(op) is not None else None
         return self.kernel_time(op["kind"], op["bwd_flops"] / 2, op["bytes"], dtype=dtype)
 
@@ -413,6 +415,21 @@ class KernelCostModel:
         memory = nbytes / (self.gpu.hbm_bandwidth_Bps * self.gpu.memory_efficiency(nbytes)) if nbytes > 0 else 0.0
         return max(compute, memory) + self.gpu.kernel_launch_s
 
+    def _grouped(self, op: Mapping[str, Any], one: Callable[[Mapping[str, Any]], float]) -> float:
+        """Seconds of an op that runs ``grouped`` equal GEMMs (a MoE layer's local experts; the graph's ``grouped``
+        attribute): each priced at its own size by ``one`` (``1/grouped`` of the op's FLOPs and bytes), summed.
+        Transformer Engine's grouped linear issues one cuBLAS GEMM per expert, round-robin over its compute streams
+        (transformer_engine/common/gemm/cublaslt_gemm.cu:977-1011 at NVIDIA/TransformerEngine d0067d0d);
+        ASSUMPTION: they run one after another, the streams' concurrency not credited (it would lift the small
+        GEMMs' efficiency), so a grouped GEMM prices as its experts' GEMMs in sequence."""
+        groups = op.get("grouped", 1)
+        if groups == 1:
+            return one(op)
+        share = {**op, "grouped": 1}
+        for key in ("flops", "bwd_flops", "bytes"):
+            share[key] = op[key] / groups
+        return groups * one(share)
+
     def launches(self, op: Mapping[str, Any], direction: str = "fwd") -> int:
         """Kernels the host launches for one op in a pass (``direction`` fwd or bwd): one in forward; in backward two
         for a GEMM-like op (``backward``'s input- and weight-gradient kernels) and one for the rest, a fused attention
@@ -428,11 +445,13 @@ class KernelCostModel:
                 kernels += len(self.fp8.forward_casts(shape)) - (1 if self.fp8.weight_casts < 1 else 0)
             else:
                 kernels += len(self.fp8.backward_casts(shape))
-        return kernels
+        return kernels * op.get("grouped", 1)
 
     def forward(self, op: Mapping[str, Any]) -> float:
         """Forward time of a graph op (its ``kind``, the ``flops`` it executes and ``bytes``); an FP8 linear layer's
-        GEMM in FP8 and its casts (``FP8Casts``)."""
+        GEMM in FP8 and its casts (``FP8Casts``); a grouped GEMM's experts each at its own size (``_grouped``)."""
+        if op.get("grouped", 1) != 1:
+            return self._grouped(op, self.forward)
         if self._fp8_shape(op) is not None:
             return self.kernel_time(op["kind"], op["flops"], op["bytes"], dtype="fp8") + self.cast_s(op)
         return self.kernel_time(op["kind"], op["flops"] * executed_share(op), op["bytes"])
@@ -442,6 +461,8 @@ class KernelCostModel:
         or, where the profile measured the pair (``gemm`` backward), the pair at ``bwd_flops``; other ops one kernel
         reading the output gradient and the saved input and writing the input gradient. A fused attention kernel's
         backward is one kernel of ``bwd_flops`` (its input gradients; it has no weights)."""
+        if op.get("grouped", 1) != 1:
+            return self._grouped(op, self.backward)
         kind = op["kind"]
         if kind == "attention":
             return self.kernel_time(kind, op["bwd_flops"] * executed_share(op), 2 * op["bytes"], "bwd")

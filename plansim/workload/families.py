@@ -37,10 +37,12 @@ from plansim.errors import PlansimError
 from plansim.workload.cnn import add_cnn, resnet_parameters
 from plansim.workload.graph import Sharding
 from plansim.workload.mlp import add_mlp, mlp_parameters
+from plansim.workload.moe import add_moe, moe_parameters
 from plansim.workload.shape import ModelShape as BuilderShape
 from plansim.workload.transformer import add_transformer, sequence_split_problems, transformer_parameters
 
 __all__ = [
+    "EXPERT_KEYS",
     "FAMILIES",
     "UNUSED",
     "AxisRule",
@@ -67,12 +69,23 @@ AxisRule = Callable[[ModelShape, int], list[str]]
 UNUSED: dict[str, Any] = dict(
     heads=0,
     kv_heads=0,
+    head_dim=0,
     ffn_hidden=0,
     seq_len=1,
     tied_embeddings=False,
     learned_positions=False,
     image_size=0,
     stage_blocks=(),
+    experts=0,
+    experts_per_token=0,
+    expert_ffn_hidden=0,
+    shared_ffn_hidden=0,
+    dense_layers=0,
+    capacity_factor=0.0,
+    q_lora_rank=0,
+    kv_lora_rank=0,
+    rope_head_dim=0,
+    v_head_dim=0,
 )
 
 _RESNET50_STAGES = (3, 4, 6, 3)  # He et al. 2016, Table 1 (50-layer column)
@@ -92,6 +105,11 @@ class HFFamily:
     tied: bool
     learned_positions: bool
     optional: tuple[str, ...] = field(default=())
+    #: fields computed from several config keys (DeepSeek's head width, its shared experts' width), or from keys
+    #: that may be 0: ``config -> {field: value}``; each reader names the keys it reads and checks them
+    derived: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    #: refusals: ``config -> problem or None`` (a layout plansim does not express), one line each
+    refuse: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,8 @@ class Family:
     are transformer blocks (``tp_comm_overlap`` applies). ``hf_model_types``: the Hugging Face ``model_type`` values
     mapped onto the family. ``torch_model``: the block of the validator's PyTorch model (``gpt``: LayerNorm, GELU,
     biases, dropout; ``llama``: RMSNorm, SwiGLU, no biases), None where the validator builds none.
+    ``active_parameters``: the parameters one token runs through, where the family routes tokens (``moe``); None:
+    ``parameters``.
     """
 
     name: str
@@ -118,6 +138,8 @@ class Family:
     transformer: bool = False
     hf_model_types: Mapping[str, HFFamily] = field(default_factory=dict)
     torch_model: Literal["gpt", "llama"] | None = None
+    #: the parameters one token runs through (``ModelSpec.active_parameters``); None: all of them
+    active_parameters: Callable[[ModelShape], int] | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted({*self.required, *self.defaults} - set(UNUSED))
@@ -141,6 +163,63 @@ def _four_h(data: Mapping[str, Any]) -> Any:
 
 def _heads(data: Mapping[str, Any]) -> Any:
     return data.get("heads")
+
+
+def _head_dim(data: Mapping[str, Any]) -> Any:
+    """``hidden / heads``: the head width a model file need not give (None while either is invalid)."""
+    hidden, heads = data.get("hidden"), data.get("heads")
+    return hidden // heads if hidden and heads else None
+
+
+def _no_latent_cp(model: ModelShape, cp: int) -> list[str]:
+    """Context parallelism splits the sequence (``sequence_split_problems``); latent attention is not modelled
+    under it."""
+    if cp > 1 and model.kv_lora_rank:
+        return [f"cp={cp}: context parallelism with the latent attention of {model.name} is not modelled: use cp=1"]
+    return sequence_split_problems(model, cp)
+
+
+def _positive(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlansimError(f"HF config: '{key}' must be a positive integer, got {value!r}: fix it")
+    return value
+
+
+def _count(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    value = 0 if value is None else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlansimError(f"HF config: '{key}' must be a whole number >= 0, got {value!r}: fix it")
+    return value
+
+
+def _deepseek_v3(config: Mapping[str, Any]) -> dict[str, Any]:
+    """DeepSeek-V3's fields that are no single config key: a query/key head's width ``qk_nope_head_dim +
+    qk_rope_head_dim``, the shared experts' width ``n_shared_experts * moe_intermediate_size``, the dense blocks
+    ``first_k_dense_replace`` and the query's ``q_lora_rank`` (null: full-rank queries); the keys of transformers'
+    ``DeepseekV3Config``."""
+    nope, rope = _positive(config, "qk_nope_head_dim"), _positive(config, "qk_rope_head_dim")
+    shared = _count(config, "n_shared_experts") * _positive(config, "moe_intermediate_size")
+    return {
+        "head_dim": nope + rope,
+        "shared_ffn_hidden": shared,
+        "dense_layers": _count(config, "first_k_dense_replace"),
+        "q_lora_rank": _count(config, "q_lora_rank"),
+    }
+
+
+def _qwen_sparse_layout(config: Mapping[str, Any]) -> str | None:
+    """Qwen2-/Qwen3-MoE place experts on every ``decoder_sparse_step``-th block but the ``mlp_only_layers``; plansim
+    expresses only a dense prefix (``dense_layers``), so it reads every block sparse (step 1, no dense list: the
+    transformers defaults and every released Qwen MoE config) and refuses the rest."""
+    step, dense = config.get("decoder_sparse_step", 1), config.get("mlp_only_layers") or []
+    if step != 1 or dense:
+        return (
+            f"decoder_sparse_step={step!r} and mlp_only_layers={dense!r}: plansim models experts on every block past "
+            "a dense prefix only: write a model YAML with dense_layers"
+        )
+    return None
 
 
 def _heads_split(model: ModelShape, tp: int) -> list[str]:
@@ -180,6 +259,32 @@ _GPT2_KEYS = {
 }
 _LLAMA_KEYS = {**_ROTARY_KEYS, "kv_heads": "num_key_value_heads"}
 _LLAMA = HFFamily(_LLAMA_KEYS, tied=False, learned_positions=False, optional=("kv_heads",))
+_MOE_KEYS = {**_LLAMA_KEYS, "experts_per_token": "num_experts_per_tok"}
+_QWEN_MOE_KEYS = {**_MOE_KEYS, "experts": "num_experts", "expert_ffn_hidden": "moe_intermediate_size"}
+#: transformers' configuration classes of these names: MixtralConfig (every expert ``intermediate_size`` wide, the
+#: model has no dense block), Qwen2MoeConfig (``shared_expert_intermediate_size``), Qwen3MoeConfig (``head_dim``),
+#: DeepseekV3Config (latent attention, shared experts, ``first_k_dense_replace``)
+_MOE_TYPES = {
+    "mixtral": HFFamily(
+        {**_MOE_KEYS, "experts": "num_local_experts", "expert_ffn_hidden": "intermediate_size", "head_dim": "head_dim"},
+        tied=False, learned_positions=False, optional=("kv_heads", "head_dim"),
+    ),
+    "qwen2_moe": HFFamily(
+        {**_QWEN_MOE_KEYS, "shared_ffn_hidden": "shared_expert_intermediate_size"},
+        tied=False, learned_positions=False, optional=("kv_heads", "shared_ffn_hidden"), refuse=_qwen_sparse_layout,
+    ),
+    "qwen3_moe": HFFamily(
+        {**_QWEN_MOE_KEYS, "head_dim": "head_dim"},
+        tied=False, learned_positions=False, optional=("kv_heads", "head_dim"), refuse=_qwen_sparse_layout,
+    ),
+    "deepseek_v3": HFFamily(
+        {**_QWEN_MOE_KEYS, "experts": "n_routed_experts", "kv_lora_rank": "kv_lora_rank",
+         "rope_head_dim": "qk_rope_head_dim", "v_head_dim": "v_head_dim"},
+        tied=False, learned_positions=False, optional=("kv_heads",), derived=_deepseek_v3,
+    ),
+}  # fmt: skip
+#: The config keys that say a model has experts: a dense ``model_type`` carrying one is refused, not read as dense.
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
 
 #: The model families, in listing order.
 FAMILIES: dict[str, Family] = {
@@ -193,6 +298,7 @@ FAMILIES: dict[str, Family] = {
             "ffn_hidden": _four_h,
             "tied_embeddings": lambda d: True,
             "learned_positions": lambda d: True,
+            "head_dim": _head_dim,
         },
         axis_rules={"tp": _heads_split, "cp": sequence_split_problems},
         transformer=True,
@@ -207,11 +313,33 @@ FAMILIES: dict[str, Family] = {
         partial(add_transformer, gpt=False),
         partial(transformer_parameters, gpt=False),
         required=("heads", "ffn_hidden", "seq_len"),
-        defaults={"kv_heads": _heads, "tied_embeddings": lambda d: False},
+        defaults={"kv_heads": _heads, "head_dim": _head_dim, "tied_embeddings": lambda d: False},
         axis_rules={"tp": _heads_split, "cp": sequence_split_problems},
         transformer=True,
         hf_model_types={"llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA},
         torch_model="llama",
+    ),
+    "moe": Family(
+        "moe",
+        add_moe,
+        moe_parameters,
+        required=("heads", "ffn_hidden", "seq_len", "experts", "experts_per_token", "expert_ffn_hidden"),
+        defaults={
+            "kv_heads": _heads,
+            "head_dim": _head_dim,
+            "tied_embeddings": lambda d: False,
+            "shared_ffn_hidden": lambda d: 0,
+            "dense_layers": lambda d: 0,
+            "capacity_factor": lambda d: 0.0,
+            "q_lora_rank": lambda d: 0,
+            "kv_lora_rank": lambda d: 0,
+            "rope_head_dim": lambda d: 0,
+            "v_head_dim": lambda d: d.get("head_dim"),
+        },
+        axis_rules={"tp": _heads_split, "cp": _no_latent_cp},
+        transformer=True,
+        hf_model_types=_MOE_TYPES,
+        active_parameters=partial(moe_parameters, active=True),
     ),
     "mlp": Family(
         "mlp",
@@ -245,6 +373,6 @@ def hf_model_types() -> dict[str, tuple[Family, HFFamily]]:
     """Every Hugging Face ``model_type`` the importer reads, in registry order, with its family and key mapping.
 
     >>> list(hf_model_types())
-    ['gpt2', 'gpt_neox', 'llama', 'mistral', 'qwen2']
+    ['gpt2', 'gpt_neox', 'llama', 'mistral', 'qwen2', 'mixtral', 'qwen2_moe', 'qwen3_moe', 'deepseek_v3']
     """
     return {t: (f, hf) for f in FAMILIES.values() for t, hf in f.hf_model_types.items()}

@@ -36,13 +36,20 @@ tensor-parallel rank, inserted in execution order, edges for data dependencies. 
     under a per-op remat policy (torchtitan's ``op`` selective checkpointing, ``remat: op_sac``): the bytes of the
     op's output the policy keeps from forward to backward, and the share of its forward (a collective: 1 or 0) that
     the block's recompute runs again (``op_saved``). Absent, the op's output is not kept and its forward reruns.
+``expert`` (optional, False when absent)
+    True for an op whose params are routed-expert weights: sharded over ``ep`` (``Sharding.ep``), their gradients
+    reduced over the expert-data-parallel group, not the data-parallel one (``plansim.workload.moe``).
+``grouped`` (optional, 1 when absent)
+    a grouped GEMM: the op runs that many equal GEMMs, one per local expert, each ``1/grouped`` of its FLOPs and
+    bytes; the kernel model prices one at its own size, times ``grouped`` (``plansim.costs.kernels``).
 ``fp8`` (optional, False when absent)
     True for a transformer block's linear layer (QKV, attention output, the MLP's GEMMs) under ``dtype: fp8``: its
     forward and backward GEMMs run in FP8 with their casts (``plansim.costs.kernels``), its saved input in FP8.
 ``collective``, ``bwd_collective``, ``group``, ``comm_bytes``
-    forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``none``), the
-    process group: the mesh axis whose groups shard the tensor (``Sharding.tp_axis``, ``tp`` today; a name of
-    ``plansim.strategy.mesh.AXIS_ORDER``), and the size in bytes of the full, unsharded tensor communicated.
+    forward and backward collective (``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` or
+    ``none``), the process group: the mesh axis whose groups shard the tensor (``Sharding.tp_axis``, ``cp_axis``,
+    ``ep_axis``, ``etp_axis``; a name of ``plansim.strategy.mesh.AXIS_ORDER``), and the size in bytes of the full,
+    unsharded tensor communicated (an all-to-all: each rank's whole send buffer).
 """
 
 from __future__ import annotations
@@ -239,6 +246,14 @@ class Sharding:
     #: the transformer blocks' linear layers run in FP8 (``dtype: fp8``): their GEMM ops carry ``fp8`` and keep their
     #: input for backward in FP8 (``plansim.workload.transformer.Dims.Ein``)
     fp8_linears: bool = False
+    #: expert parallelism (mixture-of-experts models only): the routed experts split ``ep`` ways over the ranks of
+    #: ``ep_axis`` (each holds ``experts / ep``), the tokens dispatched to them and combined back by all-to-alls on that
+    #: group; ``etp``: tensor parallelism inside each expert, its FFN width split ``etp`` ways over ``etp_axis``
+    #: (Megatron-LM's expert tensor parallelism, ``--expert-tensor-parallel-size``)
+    ep: int = 1
+    ep_axis: str = "ep"
+    etp: int = 1
+    etp_axis: str = "etp"
 
     @property
     def seq_shards(self) -> int:

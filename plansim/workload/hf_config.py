@@ -14,6 +14,18 @@ transformers configuration classes of that name:
                                        ``vocab_size``; rotary positions (``learned_positions: false``)
 ``llama``, ``mistral``,      ``llama`` the same, with ``num_key_value_heads`` (absent or null: the heads)    false
 ``qwen2``
+``mixtral``                  ``moe``   the same, ``num_local_experts``, ``num_experts_per_tok``, every      false
+                                       expert ``intermediate_size`` wide, ``head_dim`` (optional)
+``qwen2_moe``, ``qwen3_moe`` ``moe``   the same, ``num_experts``, ``num_experts_per_tok``,                 false
+                                       ``moe_intermediate_size``; ``shared_expert_intermediate_size``
+                                       (Qwen2-MoE), ``head_dim`` (Qwen3-MoE); ``intermediate_size`` the
+                                       dense width, unused (``decoder_sparse_step`` other than 1 or
+                                       ``mlp_only_layers`` are refused)
+``deepseek_v3``              ``moe``   the same, ``n_routed_experts``, ``moe_intermediate_size``,          false
+                                       ``first_k_dense_replace`` dense blocks of ``intermediate_size``,
+                                       ``n_shared_experts`` shared experts; latent attention:
+                                       ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim`` +
+                                       ``qk_rope_head_dim`` (``head_dim``), ``v_head_dim``
 ===========================  ========  =================================================================  =======
 
 "tied" is ``tie_word_embeddings`` when the file leaves it out: the default of transformers' ``GPT2Config``
@@ -21,7 +33,10 @@ transformers configuration classes of that name:
 (false). ``seq_len`` defaults to the context length (``n_positions`` / ``max_position_embeddings``), the longest
 context the model supports, which is not necessarily the length it was trained at (Qwen2.5-7B: 131,072); a learned
 position table cannot serve a longer one. ``length_note`` says which length an import took and why. A ``head_dim``
-other than ``hidden / heads`` is refused (plansim derives the head width from those two).
+other than ``hidden / heads`` is refused for the dense types (their family reads the head width from those two);
+the MoE types read it. A config whose ``model_type`` is dense but which carries an expert key
+(``families.EXPERT_KEYS``: ``num_local_experts``, ``num_experts``, ``n_routed_experts``, ``num_experts_per_tok``,
+``moe_intermediate_size``) is refused in one line naming the key, never read as a dense model.
 
 What plansim leaves out or approximates, all far below 1 % of the parameters (``unmodelled`` reports them per
 file, with their size): Qwen2's biases on Q, K and V (``l(h + 2 h_kv)``: 129,024 parameters, 0.002 %, in
@@ -29,6 +44,10 @@ Qwen2.5-7B); Llama's optional ``attention_bias`` / ``mlp_bias``; GPT-NeoX's para
 (``use_parallel_residual``: the same FLOPs, parameters and bytes, run in sequence) and rotary embedding on
 ``rotary_pct`` of each head (priced on whole heads, a pointwise op); sliding-window attention (Mistral; Qwen2 with
 ``use_sliding_window``), priced as full causal attention, which overestimates the attention core beyond the window.
+MoE types: Qwen2-MoE's biases on Q, K and V and its shared expert's sigmoid gate (``h`` a block); Qwen3-MoE's RMSNorm
+of each head's Q and K (``2 head_dim`` a block); DeepSeek-V3's router bias (``e_score_correction_bias``, ``E`` a block,
+updated outside the gradient) and its multi-token-prediction module (``num_nextn_predict_layers``: per module one
+MoE block, a ``2h x h`` projection and three RMSNorms; it shares the embedding and head); the router's auxiliary loss.
 """
 
 from __future__ import annotations
@@ -42,7 +61,8 @@ import yaml
 from plansim.arguments import type_name
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.files.yamlfile import is_dir, is_file, read_json_object, validated
-from plansim.workload.families import Family, HFFamily, hf_model_types
+from plansim.workload.families import EXPERT_KEYS, Family, HFFamily, hf_model_types
+from plansim.workload.moe import block_parameters
 from plansim.workload.spec import ModelSpec
 
 __all__ = ["from_hf_config", "length_note", "model_yaml", "read_hf_config", "unmodelled"]
@@ -53,6 +73,14 @@ _MEANING = {
     "heads": "attention heads",
     "kv_heads": "key/value heads",
     "ffn_hidden": "feed-forward width",
+    "head_dim": "head width",
+    "experts": "routed experts",
+    "experts_per_token": "experts per token",
+    "expert_ffn_hidden": "expert width",
+    "shared_ffn_hidden": "shared experts' width",
+    "kv_lora_rank": "key/value latent width",
+    "rope_head_dim": "rotary head width",
+    "v_head_dim": "value head width",
     "seq_len": "context length",
     "vocab": "vocabulary size",
 }
@@ -77,7 +105,8 @@ def read_hf_config(source: str | Path) -> dict[str, Any]:
 def from_hf_config(
     source: str | Path | Mapping[str, Any], *, name: str | None = None, seq_len: int | None = None
 ) -> ModelSpec:
-    """A ``ModelSpec`` from a Hugging Face ``config.json`` of the GPT-2, GPT-NeoX, Llama, Mistral or Qwen2 family.
+    """A ``ModelSpec`` from a Hugging Face ``config.json`` of a ``model_type`` the registry maps (GPT-2, GPT-NeoX,
+    Llama, Mistral, Qwen2; Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3).
 
     Parameters
     ----------
@@ -121,6 +150,9 @@ def from_hf_config(
     else:
         config, where = read_hf_config(source), shown_path(_config_path(source))
     model_type, family, hf = _family(config, where)
+    problem = hf.refuse(config) if hf.refuse is not None else None
+    if problem is not None:
+        raise PlansimError(f"{where}: {problem}")
     values = {
         key: _integer(config, hf_key, where, model_type, optional=_optional(hf, key, seq_len))
         for key, hf_key in hf.keys.items()
@@ -129,7 +161,10 @@ def from_hf_config(
     data: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
     if seq_len is not None or context is not None:
         data["seq_len"] = _seq_len(seq_len, context, hf, where)
-    _check_head_dim(config, data, where)
+    if hf.derived is not None:
+        data.update(hf.derived(config))
+    if "head_dim" not in hf.keys and "head_dim" not in data:
+        _check_head_dim(config, data, where)
     if family.uses("tied_embeddings"):
         data["tied_embeddings"] = _tied(config, hf, where)
     if family.uses("learned_positions"):
@@ -163,7 +198,27 @@ def unmodelled(config: Mapping[str, Any], spec: ModelSpec) -> list[str]:
         notes.append(uncounted("attention biases (attention_bias)", layers * (2 * h + 2 * kv)))
     if model_type == "llama" and config.get("mlp_bias"):
         notes.append(uncounted("MLP biases (mlp_bias)", layers * (2 * f + h)))
-    window = config.get("sliding_window") if model_type == "mistral" or config.get("use_sliding_window") else None
+    if model_type == "qwen2_moe":
+        notes.append(uncounted("biases on Q, K and V", layers * (h + 2 * kv)))
+        if spec.shared_ffn_hidden:
+            notes.append(uncounted("the shared expert's sigmoid gate", spec.moe_layers * h))
+    if model_type == "qwen3_moe":
+        notes.append(uncounted("RMSNorm of each head's Q and K (q_norm, k_norm)", layers * 2 * spec.head_dim))
+    if model_type == "deepseek_v3":
+        notes.append(uncounted("the router's bias (e_score_correction_bias, set outside the gradient)",
+                               spec.moe_layers * spec.experts))  # fmt: skip
+        mtp = config.get("num_nextn_predict_layers")
+        if isinstance(mtp, int) and mtp > 0:
+            module = block_parameters(spec) + 2 * h * h + 3 * h
+            notes.append(
+                uncounted(f"multi-token prediction ({mtp} module(s) of one MoE block, a 2h x h projection and three "
+                          "RMSNorms; the embedding and head shared), its FLOPs a token one more MoE block and head",
+                          mtp * module)
+            )  # fmt: skip
+    if family_of_type(model_type) == "moe":
+        notes.append("the router's auxiliary load-balancing loss: a few pointwise ops over the router's scores")
+    windowed = model_type in ("mistral", "mixtral") or config.get("use_sliding_window")
+    window = config.get("sliding_window") if windowed else None
     if isinstance(window, int) and 0 < window < spec.seq_len:
         notes.append(
             f"sliding-window attention over {window:,} tokens: priced as full causal attention over seq_len="
@@ -261,7 +316,21 @@ def _family(config: Mapping[str, Any], where: str) -> tuple[str, Family, HFFamil
             f"{where}: model_type '{shown(model_type)}' is not supported: plansim reads {supported} "
             "(or write a model YAML)"
         )
+    if "experts" not in found[1].keys:
+        carried = next((key for key in EXPERT_KEYS if config.get(key)), None)
+        if carried is not None:
+            moe = ", ".join(t for t, (f, hf) in known.items() if "experts" in hf.keys)
+            raise PlansimError(
+                f"{where}: model_type '{shown(model_type)}' is dense but the config carries '{carried}' (experts): "
+                f"set model_type to its mixture-of-experts type ({moe}) or remove the expert keys"
+            )
     return model_type, *found
+
+
+def family_of_type(model_type: object) -> str | None:
+    """The plansim family a Hugging Face ``model_type`` maps onto (None: not supported)."""
+    found = hf_model_types().get(model_type) if isinstance(model_type, str) else None
+    return found[0].name if found is not None else None
 
 
 def _optional(family: HFFamily, key: str, seq_len: int | None) -> bool:

@@ -99,7 +99,7 @@ def load_model(
     >>> load_model("gpt5")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    plansim.errors.PlansimError: unknown model 'gpt5': known models are gpt3-1.3b, ...
+    plansim.errors.PlansimError: unknown model 'gpt5': known models are deepseek-v3, gpt3-1.3b, ...
     """
     if not isinstance(name_or_path, str | Path):
         if inputs is None:
@@ -138,8 +138,8 @@ def list_models() -> list[dict[str, Any]]:
     Returns
     -------
     list of dict
-        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads``, ``seq_len`` and ``parameters`` (total, an
-        int).
+        Keys ``name``, ``family``, ``layers``, ``hidden``, ``heads``, ``seq_len``, ``parameters`` (total, an
+        int) and ``active_parameters`` (those one token runs through: the total but for mixture-of-experts models).
 
     Examples
     --------
@@ -159,6 +159,7 @@ def list_models() -> list[dict[str, Any]]:
             "heads": s.heads,
             "seq_len": s.seq_len,
             "parameters": s.num_parameters(),
+            "active_parameters": s.active_parameters(),
         }
         for s in specs
     ]

@@ -86,10 +86,16 @@ __all__ = [
     "Dims",
     "add_transformer",
     "dims",
+    "flash_attention",
     "head_nodes",
     "heads_swap_problems",
+    "llama_attention",
+    "llama_block",
+    "llama_mlp",
+    "norm",
     "residual_add",
     "sequence_split_problems",
+    "stamp_model",
     "tp_enter",
     "tp_exit",
     "transformer_parameters",
@@ -129,6 +135,7 @@ class Dims:
     c_axis: str = "cp"  # the mesh axis of the context-parallel group
     c_ring: bool = True  # context parallelism's attention by ring exchange of K/V (else all-to-all over heads)
     fp8: bool = False  # the block's linear layers run in FP8 (``Sharding.fp8_linears``)
+    v_dim: int = 0  # a value head's width where it differs from ``head_dim`` (latent attention); 0: ``head_dim``
 
     @property
     def Ein(self) -> int:
@@ -144,7 +151,7 @@ class Dims:
         element, and under FP8 with the fused kernel also O in bf16, which the kernel's backward reads (the bf16
         graph counts O once, here; FP8 adds the projection's quantized copy beside it)."""
         extra = self.E if self.fp8 and self.flash else 0
-        return (self.Ein + extra) * self.rows * self.q_l
+        return (self.Ein + extra) * self.rows * self.o_l
 
     def linear(self, m: int, n: int, k: int, *, bias: int = 0, saved: int = 0, after_norm: bool = False) -> Attrs:
         """A block linear layer's GEMM ``[m, k] @ [k, n]`` (``gemm``), marked under FP8 with ``fp8``: its shape,
@@ -181,6 +188,21 @@ class Dims:
     def kv_l(self) -> int:
         """Key (and value) width on this rank."""
         return self.kv_heads_l * self.head_dim
+
+    @property
+    def vd(self) -> int:
+        """Width of one value head (``head_dim`` but under latent attention, whose value heads are narrower)."""
+        return self.v_dim or self.head_dim
+
+    @property
+    def val_l(self) -> int:
+        """Value width on this rank."""
+        return self.kv_heads_l * self.vd
+
+    @property
+    def o_l(self) -> int:
+        """Attention output width on this rank (the output projection's input)."""
+        return self.heads_l * self.vd
 
 
 def _divisors(n: int) -> str:
@@ -233,6 +255,7 @@ def dims(spec: ModelShape, sh: Sharding, *, shard_tokens: bool = False) -> Dims:
         c_axis=sh.cp_axis,
         c_ring=sh.cp_algorithm == "ring",
         fp8=sh.fp8_linears,
+        v_dim=spec.v_head_dim if spec.v_head_dim != spec.head_dim else 0,
     )
 
 
@@ -306,6 +329,11 @@ def residual_add(d: Dims) -> Attrs:
     return pointwise("elementwise", d.x, ADD_FLOPS, d.E, reads=2)
 
 
+def norm(d: Dims, *, rms: bool) -> Attrs:
+    """An RMSNorm (``rms``) or LayerNorm over the residual stream on this rank, keeping its input."""
+    return _norm(d, rms=rms)
+
+
 def _norm(d: Dims, *, rms: bool) -> Attrs:
     params = d.h if rms else 2 * d.h  # RMSNorm gain; LayerNorm gain and shift (replicated across ranks)
     flops = RMSNORM_FLOPS if rms else LAYERNORM_FLOPS
@@ -321,7 +349,13 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _flash_attention(d: Dims, *, qk_input: str) -> Node:
+def flash_attention(d: Dims, *, qk_input: str, v_input: str = "qkv") -> Node:
+    """The fused attention kernel over the rotated Q and K of ``qk_input`` and the V of ``v_input``
+    (``_flash_attention``)."""
+    return _flash_attention(d, qk_input=qk_input, v_input=v_input)
+
+
+def _flash_attention(d: Dims, *, qk_input: str, v_input: str = "qkv") -> Node:
     """The fused attention kernel (FlashAttention-2, Dao 2023): QK^T, causal softmax, (dropout) and attention over V
     in one kernel that keeps the fp32 log-sum-exp per row for backward (see the module docstring).
 
@@ -335,8 +369,10 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
     every block it received until the last step (``p2p_comm_buffers``), in backward two buffers of K, V and their
     gradients."""
     scores = d.b * d.heads_l * d.s * d.s // d.c  # this rank's share of the scores
-    matmul = 2 * scores * d.head_dim  # each of QK^T and attention over V, counted over every score
+    qk_flops = 2 * scores * d.head_dim  # QK^T, counted over every score
+    av_flops = 2 * scores * d.vd  # attention over V (as wide as QK^T but under latent attention)
     q, kv, rows = d.rows * d.q_l, d.rows * d.kv_l, d.b * d.heads_l * d.s // d.c
+    v, o = d.rows * d.val_l, d.rows * d.o_l
     lse = 4 * rows  # fp32 log-sum-exp per row and head (FlashAttention-2 Algorithm 1, line 13)
     # mha_bwd's fp32 workspace: dq_accum (b, s_rounded, heads, d_rounded) and softmax_d (b, heads, s_rounded); with
     # fewer key/value heads than query heads, dk and dv at the query heads' width (summed down afterwards)
@@ -347,12 +383,12 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
         workspace += 2 * d.E * q
     ring = d.c > 1 and d.c_ring
     if ring:
-        workspace += 2 * 2 * d.E * 2 * kv  # two receive buffers of [K V, dK dV]
+        workspace += 2 * 2 * d.E * (kv + v)  # two receive buffers of [K V, dK dV]
     attrs = op(
         "attention",
-        flops=2 * matmul,
-        bwd_flops=5 * matmul,  # five matmuls to the forward's two (FlashAttention-2 sec 3.1.2)
-        nbytes=d.E * (2 * q + 2 * kv) + lse,  # reads Q, K, V; writes O and the log-sum-exp
+        flops=qk_flops + av_flops,
+        bwd_flops=5 * (qk_flops + av_flops) // 2,  # five matmuls to the forward's two (FlashAttention-2 sec 3.1.2)
+        nbytes=d.E * (q + kv + v + o) + lse,  # reads Q, K, V; writes O and the log-sum-exp
         saved=lse,
         selective=True,
         workspace=workspace,
@@ -360,10 +396,10 @@ def _flash_attention(d: Dims, *, qk_input: str) -> Node:
     attrs["causal"] = True  # the decoder's causal mask: the kernel skips the blocks above the diagonal
     if ring:
         attrs.update(
-            cp_ring=d.c, group=d.c_axis, comm_bytes=d.c * d.E * 2 * kv, transient_bytes=(d.c - 1) * d.E * 2 * kv
+            cp_ring=d.c, group=d.c_axis, comm_bytes=d.c * d.E * (kv + v), transient_bytes=(d.c - 1) * d.E * (kv + v)
         )
     # torchtitan's per-op policy keeps a fused attention kernel's outputs: O and the log-sum-exp
-    return Node("attn", op_saved(attrs, kept=d.E * q + lse), (qk_input, "qkv"))
+    return Node("attn", op_saved(attrs, kept=d.E * o + lse), (qk_input, v_input))
 
 
 def _heads_swap(d: Dims, name: str, width: int) -> list[Node]:
@@ -385,7 +421,7 @@ def _attention(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
         return core
     first = core[0]
     core[0] = Node(first.name, first.attrs, tuple(PREV if i == qk_input else i for i in first.inputs))
-    return [*swaps, *core, *_heads_swap(d, "cp_out", d.q_l)]
+    return [*swaps, *core, *_heads_swap(d, "cp_out", d.o_l)]
 
 
 def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
@@ -395,7 +431,7 @@ def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
         return [_flash_attention(d, qk_input=qk_input)]
     scores = d.b * d.heads_l * d.s * d.s
     flops = 2 * scores * d.head_dim  # 2 b s^2 h / t per batched GEMM
-    q, kv = d.rows * d.q_l, d.rows * d.kv_l
+    q, kv, v, o = d.rows * d.q_l, d.rows * d.kv_l, d.rows * d.val_l, d.rows * d.o_l
     qk = op("bmm", flops=flops, nbytes=d.E * (q + kv + scores), selective=True)
     nodes = [
         Node("qk", {**qk, "causal": True}, (qk_input,)),
@@ -404,7 +440,7 @@ def _attention_core(d: Dims, *, dropout: bool, qk_input: str) -> list[Node]:
     if dropout:
         nodes.append(Node("attn_drop", _dropout(d, scores, selective=True)))
     probs = d.E * scores if dropout else 0  # without dropout AV reads the softmax output, already saved
-    av = op("bmm", flops=flops, nbytes=d.E * (scores + kv + q), saved=probs, selective=True)
+    av = op("bmm", flops=2 * scores * d.vd, nbytes=d.E * (scores + v + o), saved=probs, selective=True)
     return [*nodes, Node("av", {**av, "causal": True}, (PREV, "qkv"))]
 
 
@@ -430,7 +466,7 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
         Node("qkv", d.linear(d.rows, qkv, d.h, bias=qkv, saved=d.Ein * x + E * kept, after_norm=True)),
         *([_rope(d)] if rotary else []),
         *_attention(d, dropout=True, qk_input="rope" if rotary else "qkv"),
-        Node("proj", d.linear(d.rows, d.h, d.q_l, bias=d.h, saved=d.proj_saved)),
+        Node("proj", d.linear(d.rows, d.h, d.o_l, bias=d.h, saved=d.proj_saved)),
         *tp_exit(d, "attn_out"),
         Node("proj_drop", _dropout(d, x)),
         Node("res1", residual_add(d), (PREV, IN)),
@@ -447,7 +483,12 @@ def gpt_block(d: Dims, *, rotary: bool = False) -> list[Node]:
 
 def llama_block(d: Dims) -> list[Node]:
     """One Llama block (pre-RMSNorm, rotary, grouped-query attention, SwiGLU MLP), no biases, no dropout."""
-    E, x, mlp = d.E, d.x, d.rows * d.f_l
+    return [*llama_attention(d), *llama_mlp(d)]
+
+
+def llama_attention(d: Dims) -> list[Node]:
+    """A Llama block's first half: RMSNorm, QKV, rotary, attention, the output projection and the residual add."""
+    E, x = d.E, d.x
     qkv = d.q_l + 2 * d.kv_l
     return [
         Node("norm1", _norm(d, rms=True)),
@@ -463,21 +504,33 @@ def llama_block(d: Dims) -> list[Node]:
         ),
         _rope(d),
         *_attention(d, dropout=False, qk_input="rope"),
-        Node("proj", d.linear(d.rows, d.h, d.q_l, saved=d.proj_saved)),
+        Node("proj", d.linear(d.rows, d.h, d.o_l, saved=d.proj_saved)),
         *tp_exit(d, "attn_out"),
         Node("res1", residual_add(d), (PREV, IN)),
-        Node("norm2", _norm(d, rms=True)),
-        *tp_enter(d, "mlp_in", linear=True),
+    ]
+
+
+def llama_mlp(d: Dims, *, width: int | None = None, prefix: str = "", last: bool = True) -> list[Node]:
+    """A Llama block's second half: RMSNorm, the SwiGLU MLP of ``width`` columns on this rank (``f_l`` by default)
+    between its tensor-parallel collectives, and the residual add. With ``last`` False only the MLP's ops, from the
+    collective before its gate/up GEMM to the one after its down GEMM, named with ``prefix`` (a MoE block's shared
+    experts)."""
+    E, f_l = d.E, d.f_l if width is None else width
+    mlp = d.rows * f_l
+    ops = [
+        *tp_enter(d, prefix + "mlp_in", linear=True),
         # w1 and w3, mm 5 (kept) and 6 (rerun); w2, mm 7 (kept); wo, mm 4, reruns
         Node(
-            "gate_up",
-            op_saved(d.linear(d.rows, 2 * d.f_l, d.h, saved=d.Ein * x, after_norm=True), kept=E * mlp, rerun=0.5),
+            prefix + "gate_up",
+            op_saved(d.linear(d.rows, 2 * f_l, d.h, saved=d.Ein * d.x, after_norm=True), kept=E * mlp, rerun=0.5),
         ),
-        Node("swiglu", pointwise("elementwise", mlp, SWIGLU_FLOPS, E, reads=2, saved=2 * E * mlp)),
-        Node("down", op_saved(d.linear(d.rows, d.h, d.f_l, saved=d.Ein * mlp), kept=E * d.rows * d.h)),
-        *tp_exit(d, "mlp_out"),
-        Node("res2", residual_add(d), (PREV, "res1")),
+        Node(prefix + "swiglu", pointwise("elementwise", mlp, SWIGLU_FLOPS, E, reads=2, saved=2 * E * mlp)),
+        Node(prefix + "down", op_saved(d.linear(d.rows, d.h, f_l, saved=d.Ein * mlp), kept=E * d.rows * d.h)),
+        *tp_exit(d, prefix + "mlp_out"),
     ]
+    if not last:
+        return ops
+    return [Node("norm2", _norm(d, rms=True)), *ops, Node("res2", residual_add(d), (PREV, "res1"))]
 
 
 def _embedding(d: Dims, *, gpt: bool, positions: bool) -> list[Node]:
@@ -520,8 +573,14 @@ def add_transformer(graph: nx.DiGraph, spec: ModelShape, sh: Sharding, *, gpt: b
     block's input on this rank."""
     d = dims(spec, sh)
     block = gpt_block(d, rotary=not spec.learned_positions) if gpt else llama_block(d)
+    return stamp_model(graph, spec, d, [block] * spec.layers, gpt=gpt)
+
+
+def stamp_model(graph: nx.DiGraph, spec: ModelShape, d: Dims, blocks: list[list[Node]], *, gpt: bool) -> int:
+    """Stamp the embedding, ``blocks`` (one block template per layer; layers sharing a template share its list) and
+    the output head into ``graph``; return the bytes of one block's input on this rank."""
     last = stamp(graph, _embedding(d, gpt=gpt, positions=spec.learned_positions), -1, "in.", None)
-    for layer in range(spec.layers):
+    for layer, block in enumerate(blocks):
         last = stamp(graph, block, layer, f"L{layer}.", last)
     head = head_nodes(d, _norm(d, rms=not gpt), tied=spec.tied_embeddings, bias=False)
     stamp(graph, head, spec.layers, "out.", last)
@@ -536,8 +595,9 @@ def transformer_parameters(spec: ModelShape, *, gpt: bool) -> int:
     ``l(2h^2 + 2h h_kv + 3hf + 2h) + 2Vh + h``.
     """
     h, f, v = spec.hidden, spec.ffn_hidden, spec.vocab
-    qkv = h + 2 * spec.kv_heads * spec.head_dim
-    attention = h * qkv + h * h + ((qkv + h) if gpt else 0)  # QKV and out-proj weights (+ biases for GPT)
+    q = spec.heads * spec.head_dim  # h unless the model sets head_dim
+    qkv = q + 2 * spec.kv_heads * spec.head_dim
+    attention = h * qkv + q * h + ((qkv + h) if gpt else 0)  # QKV and out-proj weights (+ biases for GPT)
     mlp = (2 * h * f + f + h) if gpt else 3 * h * f  # fc1, fc2 (+ biases) or SwiGLU gate, up, down
     norms = 4 * h if gpt else 2 * h  # LayerNorm scale+shift, or RMSNorm scale, twice per block
     final_norm = 2 * h if gpt else h
