@@ -160,10 +160,6 @@ def sharding_of(s: Strategy) -> Sharding:
         etp=s.expert_tp,
         etp_axis="etp",
         fp8_linears=s.fp8,
-        # the experts split over tp as Megatron-LM's default expert_tensor_parallel_size = tensor_model_parallel_size
-        # (megatron/training/arguments.py:587-588 at d98e8a64), on the tp axis; ep = 1 until the strategy has the field
-        etp=degrees["tp"],
-        etp_axis="tp",
     )
 
 

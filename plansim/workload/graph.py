@@ -236,20 +236,14 @@ class Sharding:
     cp: int = 1
     cp_axis: str = "cp"
     cp_algorithm: str = "ring"
-    #: expert parallelism (mixture-of-experts models): the experts split ``ep`` ways over the ranks of ``ep_axis``, each
-    #: expert's weights ``etp`` ways over ``etp_axis`` (the mesh's expert axes, ``plansim.strategy.mesh.EXPERT_AXES``:
-    #: one pipeline stage's ranks regrouped); a model without experts reads neither
-    ep: int = 1
-    ep_axis: str = "ep"
-    etp: int = 1
-    etp_axis: str = "etp"
     #: the transformer blocks' linear layers run in FP8 (``dtype: fp8``): their GEMM ops carry ``fp8`` and keep their
     #: input for backward in FP8 (``plansim.workload.transformer.Dims.Ein``)
     fp8_linears: bool = False
     #: expert parallelism (mixture-of-experts models only): the routed experts split ``ep`` ways over the ranks of
     #: ``ep_axis`` (each holds ``experts / ep``), the tokens dispatched to them and combined back by all-to-alls on that
     #: group; ``etp``: tensor parallelism inside each expert, its FFN width split ``etp`` ways over ``etp_axis``
-    #: (Megatron-LM's expert tensor parallelism, ``--expert-tensor-parallel-size``)
+    #: (Megatron-LM's expert tensor parallelism, ``--expert-tensor-parallel-size``), both the mesh's expert axes
+    #: (``plansim.strategy.mesh.EXPERT_AXES``: one stage's ranks regrouped); a model without experts reads neither
     ep: int = 1
     ep_axis: str = "ep"
     etp: int = 1
