@@ -22,7 +22,7 @@ from plansim.step.memory import host_states, static_bytes
 from plansim.step.offload import OffloadTimes, host_tier, offload_times
 from plansim.step.optimizer import optimizer_step_s
 from plansim.step.result import host_no_fit_reason, overlap_figures, step_flops, step_result
-from plansim.strategy.mesh import mesh_of
+from plansim.strategy.mesh import comm_kind, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import GB
 from plansim.workload.traced import Workload
@@ -260,7 +260,7 @@ def assemble_result(frame: StepFrame) -> Result:
         flops=step_flops(frame.micro_batch_flops, frame.executed_flops, pipe.recompute_matmul_flops, s),
         memory=memory,
         comm={"dp": dpc.dp_bytes + emb_bytes, "pp": m * pipe.p2p_bytes, "zero": dpc.zero_bytes}
-        | {axis: m * n_bytes for axis, n_bytes in pipe.axis_bytes.items()},
+        | _by_kind(pipe.axis_bytes, m),
         cost_model=kernels.provenance,
         fits=fits,
         peak_memory_bytes=int(peaks[worst]),
@@ -287,3 +287,13 @@ def _no_fit_reason(
         f"stage {stage} needs {peak / GB:.1f} GB ({parts}) but {cluster.gpu.name} has "
         f"{cluster.gpu.memory_bytes / GB:.1f} GB"
     )
+
+
+def _by_kind(axis_bytes: dict[str, float], m: int) -> dict[str, float]:
+    """The layers' collectives' bytes per step by ``COMM_KINDS`` key (``strategy.mesh.comm_kind``: the expert axes'
+    tensor parallelism is ``tp``'s): ``m`` micro-batches of each axis's bytes."""
+    out: dict[str, float] = {}
+    for axis, n_bytes in axis_bytes.items():
+        kind = comm_kind(axis)
+        out[kind] = out[kind] + m * n_bytes if kind in out else m * n_bytes
+    return out

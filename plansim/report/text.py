@@ -22,9 +22,11 @@ _PART_NAMES = {
 }  # fmt: skip
 assert tuple(_PART_NAMES) == TIME_PARTS, "a time part without its column name"
 _PARTS_HEADER = "/".join(_PART_NAMES.values())
-#: The kinds the tables' comm column shows where no row has context-parallel traffic (the kinds of most runs: a
-#: column of zeros left out); with some, every kind (``_kinds``)
-_TABLE_KINDS = tuple(k for k in COMM_KINDS if k != "cp")
+#: The kinds a table's comm column shows only where some row has such traffic (context and expert parallelism: most
+#: runs have none, a column of zeros left out: ``_kinds``)
+_OPTIONAL_KINDS = ("cp", "ep")
+#: The kinds every table's comm column shows
+_TABLE_KINDS = tuple(k for k in COMM_KINDS if k not in _OPTIONAL_KINDS)
 
 
 def _figure_columns(kinds: Sequence[str]) -> tuple[str, ...]:
@@ -37,15 +39,23 @@ def _figure_columns(kinds: Sequence[str]) -> tuple[str, ...]:
 #: The figure columns every table of results ends with (``plan``, ``compare``); long headers on two lines; a table
 #: with context-parallel traffic names ``cp`` in its comm column too.
 FIGURE_COLUMNS = _figure_columns(_TABLE_KINDS)
+
+
 #: The figure columns a narrow terminal leaves out first (``report.fit``), as ``fit_table`` names them.
+def _shown(used: Sequence[str]) -> tuple[str, ...]:
+    """The comm column's kinds where the optional kinds ``used`` have traffic, in ``COMM_KINDS`` order."""
+    return tuple(k for k in COMM_KINDS if k not in _OPTIONAL_KINDS or k in used)
+
+
 OPTIONAL_COLUMNS = (
-    _PARTS_HEADER, f"comm per GPU {'/'.join(_TABLE_KINDS)}", f"comm per GPU {'/'.join(COMM_KINDS)}"
-)  # fmt: skip
+    _PARTS_HEADER,
+    *(f"comm per GPU {'/'.join(_shown(used))}" for used in ((), ("cp",), ("ep",), _OPTIONAL_KINDS)),
+)
 
 
 def _kinds(rows: Sequence[dict]) -> tuple[str, ...]:
-    """The communication kinds a table's rows show: every kind where some row has context-parallel traffic."""
-    return COMM_KINDS if any(row.get("comm_cp_bytes", 0) > 0 for row in rows) else _TABLE_KINDS
+    """The communication kinds a table's rows show: an optional kind (``_OPTIONAL_KINDS``) where some row has it."""
+    return _shown([k for k in _OPTIONAL_KINDS if any(row.get(f"comm_{k}_bytes", 0) > 0 for row in rows)])
 
 
 def _figure_cells(row: dict, step_mark: str, kinds: Sequence[str] = _TABLE_KINDS) -> list[str]:

@@ -34,7 +34,7 @@ from plansim.costs.remat_policies import REMAT_POLICIES, Recompute
 from plansim.costs.stragglers import collective_wait_s
 from plansim.step.comm import Comm
 from plansim.step.tp_overlap import TPOverlap
-from plansim.strategy.mesh import DeviceMesh
+from plansim.strategy.mesh import DeviceMesh, comm_kind
 from plansim.workload.graph import MATMUL_KINDS
 
 __all__ = [
@@ -296,7 +296,7 @@ def _regathered(graph: nx.DiGraph, name: str, mesh: DeviceMesh) -> Comm | None:
     for pred in graph.predecessors(name):
         c = graph.nodes[pred]
         if c["kind"] == "collective" and c["collective"] == "all_gather" and mesh.size(c["group"]) > 1:
-            return Comm("all_gather", "ring", c["group"], forward_bytes(c), c["group"])
+            return Comm("all_gather", "ring", c["group"], forward_bytes(c), comm_kind(c["group"]))
     return None
 
 
@@ -343,7 +343,7 @@ def layer_algorithm(collective: str) -> str:
 
 def _comm(op: Mapping[str, Any], collective: str, n_bytes: float | None = None) -> Comm:
     n = op["comm_bytes"] if n_bytes is None else n_bytes
-    return Comm(collective, layer_algorithm(collective), op["group"], n, op["group"])
+    return Comm(collective, layer_algorithm(collective), op["group"], n, comm_kind(op["group"]))
 
 
 def forward_bytes(op: Mapping[str, Any]) -> float:
@@ -406,7 +406,7 @@ def layer_programs(
         steps = _ring_steps(op, mesh)
         if steps:  # context parallelism's ring: its steps beside the exchange of keys and values
             step = kernels.forward(_ring_step(op, steps))
-            ring = Comm("all_gather", "ring", op["group"], op["comm_bytes"], op["group"])
+            ring = Comm("all_gather", "ring", op["group"], op["comm_bytes"], comm_kind(op["group"]))
             r.gather_into_gemm(ring, steps, step, backward=False)
             if op["selective_recompute"]:  # a selective rerun runs the ring again, beside the same steps
                 lp.selective_comm.append(Segment(comm=ring, hidden_s=(steps - 1) * step))
@@ -477,7 +477,9 @@ def layer_programs(
             launched = kernels.host_s * kernels.launches(op, "bwd") * steps
             r.host_bwd += launched
             r.host_bwd_input += launched
-            r.ring_bwd(Comm("all_gather", "ring", op["group"], 2 * op["comm_bytes"], op["group"]), steps * step)
+            r.ring_bwd(
+                Comm("all_gather", "ring", op["group"], 2 * op["comm_bytes"], comm_kind(op["group"])), steps * step
+            )
             r.var_bwd += (kernels.time_cv(op["kind"], "bwd") * steps * step) ** 2
             continue
         bwd = kernels.backward(op)

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AXIS_ORDER",
     "COMM_KINDS",
+    "COMM_KIND_OF",
     "DP_AXES",
     "DP_PARTS",
     "EXPERT_AXES",
@@ -69,6 +70,7 @@ __all__ = [
     "REPLICA_AXES",
     "STAGE_AXIS",
     "DeviceMesh",
+    "comm_kind",
     "degree_splits",
     "degrees_of",
     "expert_fold",
@@ -88,8 +90,9 @@ REPLICA_AXES = tuple(axis for axis in AXIS_ORDER if axis != "dp")
 #: ``Result.comm_bytes_per_gpu`` keys, in order: what one GPU sends along each axis, gradient reduction over the
 #: data-parallel axis first, then the axes of one replica (tensor-parallel collectives, pipeline sends), then ZeRO's
 #: parameter gathers (over the data-parallel axis, counted apart). The one list of the kinds: a new axis brings its
-#: own.
-COMM_KINDS = ("dp", *REPLICA_AXES, "zero")
+#: own (expert parallelism's ``ep``: the tokens' dispatch and combine all-to-alls; ``COMM_KIND_OF`` files the other
+#: expert axes' collectives under an existing kind).
+COMM_KINDS = ("dp", *REPLICA_AXES, "ep", "zero")
 
 #: Hybrid sharding's two data-parallel axes, fastest first, whose flattened pair is ``dp``.
 DP_PARTS = ("dp_shard", "dp_replicate")
@@ -117,6 +120,21 @@ EXPERT_GRAD_AXIS = "edp"
 #: (``EXPERT_GRAD_AXIS``); under hybrid sharding ``edp`` shards (it regroups one replica's ranks) and the replicas stay
 #: ``dp_replicate`` (torchtitan's sparse mesh ``dp_replicate, efsdp, ep, etp``: parallel_dims.py:154-158 at v0.2.2).
 EXPERT_GRAD_AXES = {"dp": EXPERT_GRAD_AXIS, "dp_shard": EXPERT_GRAD_AXIS, "dp_replicate": "dp_replicate"}
+
+#: The ``COMM_KINDS`` key a mesh axis's layer collectives file their bytes under where it is not the axis's own name:
+#: tensor parallelism inside the experts (``etp``: the routed tokens gathered and scattered around the experts) is
+#: tensor-parallel traffic.
+COMM_KIND_OF = {"etp": "tp"}
+
+
+def comm_kind(axis: str) -> str:
+    """The ``COMM_KINDS`` key the bytes of a layer's collective on ``axis`` are filed under.
+
+    >>> comm_kind("tp"), comm_kind("etp"), comm_kind("ep")
+    ('tp', 'tp', 'ep')
+    """
+    return COMM_KIND_OF.get(axis, axis)
+
 
 #: The flattened axis of every rank of one pipeline stage (tp, cp and dp: all axes but pp), Megatron-LM's amax
 #: reduction group (``parallel_state.get_amax_reduction_group``: FP8 delayed scaling, ``plansim.step.p2p``).
