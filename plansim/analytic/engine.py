@@ -27,6 +27,7 @@ from plansim.remat.plan import StageRemat, milp_stage_plans
 from plansim.result import Result
 from plansim.step.data_parallel import grad_copy_in_bytes
 from plansim.step.memory import activation_peak, offload_activations, offloaded_activations, with_grad_buffers
+from plansim.step.offload import offloaded_blocks
 from plansim.step.prepare import PreparedStep, tied_copy_params
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
@@ -93,6 +94,7 @@ def _stages_held(
     tied = tied_copy_params(model, s)
     chunks = model_chunks(model.layers, s.pp, s.virtual_stages, s.layer_split)
     per_param = grad_copy_in_bytes(s)
+    offloaded = offloaded_blocks(s) > 0  # blocks whose activations go to the host
     out = []
     for idx, layers in enumerate(stage_layout(model.layers, s.pp, s.virtual_stages, s.layer_split)):
         sums = priced.sums(layers, model)
@@ -101,8 +103,10 @@ def _stages_held(
         # what offloading reads of the stage's layers (whatever the strategy offloads: strategies that differ only
         # there share what is held); the offloaded blocks' activations off the GPU, into host memory
         offload = priced.offload_layers(layers, model.layers)
-        host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
-        own = tuple(offload_activations(s, c, model.layers) for c in own)
+        host_activations = 0.0
+        if offloaded:
+            host_activations = sum(offloaded_activations(s, c, model.layers) for c in own)
+            own = tuple(offload_activations(s, c, model.layers) for c in own)
         if any(per_param):
             extra = {model.layers: float(tied)} if idx == s.pp - 1 else {}
             held = {i: priced.costs[i].params + extra.get(i, 0.0) for c in own for i, _ in c}

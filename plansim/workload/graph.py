@@ -284,16 +284,19 @@ def stamp(graph: nx.DiGraph, block: Sequence[Node], layer: int, prefix: str, sou
     """
     _note_copy(graph, block, layer)
     prev = source
+    nodes, edges = [], []  # added in bulk, in the order the ops and their inputs come (a graph of a model is large)
     for node in block:
         nid = prefix + node.name
-        graph.add_node(nid, **node.attrs, layer=layer)
+        nodes.append((nid, {**node.attrs, "layer": layer}))
         for src in node.inputs or (PREV,):
             producer = prev if src == PREV else source if src == IN else prefix + src
             if producer is not None:
-                graph.add_edge(producer, nid)
+                edges.append((producer, nid))
         prev = nid
     if prev is None:
         raise ValueError("empty block")
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from(edges)
     return prev
 
 
