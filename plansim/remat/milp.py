@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -175,7 +177,7 @@ def _solve(
         solver, time_limit_s=time_limit_s, gap_abs=gap_abs, gap_rel=gap_rel, start=start, mip=not relax,
         presolve=presolve,
     )  # fmt: skip
-    with c_stdout_silenced():  # HiGHS prints a banner on fd 1 when its first model is made, output_flag or not
+    with c_stdout_silenced(), _variables_listed(prob):  # HiGHS prints a banner on fd 1 when its first model is made
         outcome = prob.solve(backend)
     code = int(getattr(outcome, "status", outcome))
     sol = getattr(prob, "sol_status", None)
@@ -183,6 +185,27 @@ def _solve(
         _SOLUTION_STATUS.get(int(sol), "no solution") if sol is not None else _STATUS_FALLBACK.get(code, "no solution")
     )
     return "infeasible" if code == -1 else status
+
+
+@contextmanager
+def _variables_listed(prob: Any) -> Iterator[None]:
+    """``prob.variables()`` listed once for the length of a solve: PuLP 3.x rescans every constraint and sorts the
+    columns on each call (``LpProblem.variables``), and its HiGHS interface calls it several times a solve over a
+    model that does not change once the solve has begun (the same list, in the same order)."""
+    scan = prob.variables
+    columns: list[Any] = []
+
+    def listed() -> list[Any]:
+        # on first call, within the solve: after PuLP's ``fixObjective`` adds its dummy column to an empty objective
+        if not columns:
+            columns.extend(scan())
+        return columns
+
+    prob.variables = listed  # an instance attribute over the method, removed after the solve
+    try:
+        yield
+    finally:
+        del prob.variables
 
 
 def _highs_bound(prob: Any) -> float | None:

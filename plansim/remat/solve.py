@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from plansim.errors import PlansimError
+from plansim.gc_pause import gc_paused
 from plansim.remat.baselines import BASELINES, FIXED, run_baseline
 from plansim.remat.deadline import Deadline
 from plansim.remat.graph import RematGraph
@@ -87,18 +88,19 @@ def solve_remat(
         return decided
     began = time.perf_counter()
     start: RematResult | None = None
-    if warm_start:
-        start = milp_start(graph, budget_bytes, in_flight, deadline, partial(_coarse_solve, solver=solver, gap=gap))
-    result = solve_milp(
-        graph,
-        budget_bytes,
-        in_flight=in_flight,
-        solver=solver,
-        gap=gap,
-        start=start,
-        relax=warm_start,
-        deadline=deadline,
-    )
+    with gc_paused():  # building a MILP makes tens of thousands of PuLP objects, none of them in a cycle
+        if warm_start:
+            start = milp_start(graph, budget_bytes, in_flight, deadline, partial(_coarse_solve, solver=solver, gap=gap))
+        result = solve_milp(
+            graph,
+            budget_bytes,
+            in_flight=in_flight,
+            solver=solver,
+            gap=gap,
+            start=start,
+            relax=warm_start,
+            deadline=deadline,
+        )
     if result.solver is None:  # pragma: no cover - solve_milp always reports
         return result
     if result.schedule is None and result.solver.status == "no solution":
