@@ -1,0 +1,80 @@
+"""Expert parallelism priced in both engines: the dispatch and combine all-to-alls (NCCL's grouped sends and
+receives, every peer at once: ``plansim.costs.collectives``' ``all_to_all/direct``, each transfer on the link it
+crosses), their bytes against the closed form, and the two engines within 2% on ep groups inside a node and across
+nodes."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+import plansim
+from plansim.hardware import Cluster, load_hardware
+from plansim.strategy.mesh import mesh_of
+from plansim.strategy.schema import Strategy
+
+MIXTRAL = "mixtral-8x7b"  # 32 MoE blocks, 8 experts, top-2, hidden 4096
+BASE = "micro_batch=1,global_batch=64,sequence_parallel=true,zero=1"
+
+#: (strategy on 64 H100s, whether its ep groups span two nodes)
+EP_CASES = [
+    (f"dp=8,tp=2,pp=4,ep=8,{BASE}", True),  # etp = tp = 2: ep groups of 8 every other rank, 4 per node
+    (f"dp=8,tp=2,pp=4,ep=8,etp=1,{BASE}", False),
+    (f"dp=8,tp=2,pp=4,ep=4,etp=1,{BASE}", False),
+    (f"dp=16,tp=1,pp=4,ep=8,{BASE}", False),
+]
+
+
+@cache
+def _cluster(gpus: int = 64) -> Cluster:
+    return load_hardware("dgx-h100", gpus=gpus)
+
+
+@cache
+def _run(strategy: str, engine: str) -> plansim.Result:
+    return plansim.simulate(MIXTRAL, _cluster(), strategy, seq_len=4096, engine=engine)
+
+
+@pytest.mark.parametrize(("strategy", "across"), EP_CASES)
+def test_engines_agree_on_expert_parallel_steps(strategy: str, across: bool) -> None:
+    s = Strategy.parse(strategy).resolved(_cluster())
+    mesh = mesh_of(s)
+    members = mesh.group("ep", 0)
+    assert (members[-1] // 8 != members[0] // 8) == across
+    analytic, des = _run(strategy, "analytic"), _run(strategy, "des")
+    assert des.step_time_s == pytest.approx(analytic.step_time_s, rel=0.02), strategy
+    assert des.comm_bytes_per_gpu["ep"] == pytest.approx(analytic.comm_bytes_per_gpu["ep"], rel=1e-9)
+
+
+@pytest.mark.parametrize(("strategy", "across"), EP_CASES)
+def test_all_to_all_bytes_per_gpu_are_the_closed_form(strategy: str, across: bool) -> None:
+    """Each rank sends (ep-1)/ep of its send buffer, tokens x top_k x hidden x bytes, in each of the four
+    all-to-alls of an MoE block's forward and backward (dispatch, combine, and their gradients), for every block of
+    its stage and every micro-batch. Its tokens: the micro-batch's sequence split over tp by sequence parallelism."""
+    s = Strategy.parse(strategy).resolved(_cluster())
+    tokens = 1 * 4096 // s.tp
+    per_call = tokens * 2 * 4096 * 2 * (s.ep - 1) / s.ep
+    blocks = 32 // s.pp
+    microbatches = 64 // s.dp
+    expected = 4 * blocks * microbatches * per_call
+    for engine in ("analytic", "des"):
+        assert _run(strategy, engine).comm_bytes_per_gpu["ep"] == pytest.approx(expected, rel=1e-12), engine
+
+
+def test_an_all_to_all_across_nodes_is_its_nic_share_not_the_rings_bus_bandwidth() -> None:
+    """The brief's case (issue 36): ep = 8 over two nodes, 4 members per node, so half of each rank's buffer leaves
+    through its own NIC (a GPU's NIC share), while the ring's bus bandwidth of the group is four NICs'. The layer's
+    pricer takes the NIC: (p - k)/p of the buffer at one NIC share, plus one inter-node latency."""
+    from plansim.step.prepare import comm_pricer
+
+    cluster = _cluster()
+    s = Strategy.parse(EP_CASES[0][0]).resolved(cluster)
+    n = 2.0**28
+    seconds, sent = comm_pricer(cluster, s)("ep", "all_to_all", n)
+    _, _, inter = mesh_of(s).split_links("ep", cluster)
+    assert inter is not None
+    node = cluster.node
+    assert inter.bandwidth_Bps == pytest.approx(node.nic_share_Bps * node.nics.efficiency)
+    assert seconds == pytest.approx(inter.latency_s + 0.5 * n / inter.bandwidth_Bps, rel=1e-12)
+    assert sent == pytest.approx(7 / 8 * n, rel=1e-12)
