@@ -78,3 +78,60 @@ def test_an_all_to_all_across_nodes_is_its_nic_share_not_the_rings_bus_bandwidth
     assert inter.bandwidth_Bps == pytest.approx(node.nic_share_Bps * node.nics.efficiency)
     assert seconds == pytest.approx(inter.latency_s + 0.5 * n / inter.bandwidth_Bps, rel=1e-12)
     assert sent == pytest.approx(7 / 8 * n, rel=1e-12)
+
+
+#: the network's rates and latencies an ep step's all-to-alls ride on (tests/test_monotone.py's scalings)
+NETWORK = [
+    "nics.bandwidth_Bps",
+    "nics.efficiency",
+    "nics.latency_s",
+    "intra_node.allreduce_busbw_Bps",
+    "intra_node.bandwidth_per_gpu_Bps",
+    "fabric.bandwidth_Bps",
+    "fabric.latency_s",
+]
+
+
+@pytest.mark.parametrize("field", NETWORK)
+@pytest.mark.parametrize("engine", ["analytic", "des"])
+def test_more_network_bandwidth_never_slows_an_expert_parallel_step(field: str, engine: str) -> None:
+    """Monotone physics (tests/test_monotone.py) on the brief's case, ep groups across two nodes: more of a network
+    rate, or less of its latency, never makes the step slower."""
+    from test_monotone import FIELDS
+
+    strategy = EP_CASES[0][0]
+    base = _run(strategy, engine).step_time_s
+    for factor in (1.25, 4.0):
+        better = plansim.simulate(MIXTRAL, FIELDS[field](_cluster(), factor), strategy, seq_len=4096, engine=engine)
+        assert better.step_time_s <= base * (1 + 1e-9), (field, factor, base, better.step_time_s)
+
+
+def test_qwen3_235b_from_its_config_runs_in_both_engines() -> None:
+    """Issue 36's run: Qwen3-235B-A22B from its config.json at sequence 4,096 on 256 H100s, tp 2, ep 32 (etp 1: the
+    default etp = tp would need tp x ep = 64 of a stage's 32 ranks), pp 8 interleaved 4; its 94 blocks over 32 model
+    chunks: 3 each but the first and the last chunk, 2."""
+    from pathlib import Path
+
+    split = "/".join(["2"] + ["3"] * 30 + ["2"])
+    strategy = (
+        f"tp=2,pp=8,ep=32,etp=1,schedule=interleaved,virtual_stages=4,layer_split={split},"
+        "micro_batch=1,global_batch=512,sequence_parallel=true,zero=1"
+    )
+    model = Path(__file__).parent / "data" / "hf_moe" / "qwen3-235b-a22b.json"
+    cluster = load_hardware("dgx-h100", gpus=256)
+    analytic, des = (plansim.simulate(model, cluster, strategy, seq_len=4096, engine=e) for e in ("analytic", "des"))
+    assert analytic.fits and des.fits
+    assert des.step_time_s == pytest.approx(analytic.step_time_s, rel=0.02)
+    assert analytic.comm_bytes_per_gpu["ep"] > 0
+
+
+def test_deepseek_v3_on_2048_h800s_runs() -> None:
+    """Issue 36's run: DeepSeek-V3 on 2,048 H800s (hardware_profiles/nodes/hgx-h800.yaml: NVLink at 200 GB/s per
+    direction per GPU) with pp 16 and ep 64 (edp 2), its 61 blocks split evenly, full recompute; the analytic engine
+    here (the discrete-event one takes seconds: the report gives both)."""
+    cluster = load_hardware("hgx-h800", gpus=2048)
+    assert cluster.node.intra_node.bandwidth_per_gpu_Bps == 200e9
+    assert cluster.gpu.peak_flops("bf16") == load_hardware("dgx-h100", gpus=8).gpu.peak_flops("bf16")
+    strategy = "tp=1,pp=16,ep=64,etp=1,micro_batch=1,global_batch=2048,zero=1,remat=full"
+    r = plansim.simulate("deepseek-v3", cluster, strategy, seq_len=4096)
+    assert r.fits and r.step_time_s > 0 and r.comm_bytes_per_gpu["ep"] > 0
