@@ -135,3 +135,30 @@ def test_deepseek_v3_on_2048_h800s_runs() -> None:
     strategy = "tp=1,pp=16,ep=64,etp=1,micro_batch=1,global_batch=2048,zero=1,remat=full"
     r = plansim.simulate("deepseek-v3", cluster, strategy, seq_len=4096)
     assert r.fits and r.step_time_s > 0 and r.comm_bytes_per_gpu["ep"] > 0
+
+
+@pytest.mark.parametrize(("zero", "etp", "ep"), [(1, 1, 8), (2, 1, 8), (1, 2, 4), (0, 1, 8), (1, 2, 1)])
+def test_expert_states_are_sharded_over_the_expert_data_parallel_group(zero: int, etp: int, ep: int) -> None:
+    """ZeRO shards the routed experts' states over edp, the rest over dp x cp (Megatron-LM's expert buffers over its
+    expert-data-parallel group): Mixtral on 16 H100s, tp 2, dp 8, so edp = 16 / (etp x ep). By hand from the rank's
+    op graph: optimizer states 12 B a parameter, fp32 gradients 4 B, each divided by its group where the stage
+    shards it."""
+    from plansim.step.prepare import sharding_of
+    from plansim.workload import load_model
+    from plansim.workload.build import build_sharded
+
+    strategy = f"dp=8,tp=2,ep={ep},etp={etp},micro_batch=1,global_batch=16,sequence_parallel=true,zero={zero}"
+    cluster = _cluster(16)
+    s = Strategy.parse(strategy).resolved(cluster)
+    graph = build_sharded(load_model(MIXTRAL).model_copy(update={"seq_len": 4096}), sharding_of(s))
+    params = sum(d.get("params", 0) for _, d in graph.nodes(data=True))
+    experts = sum(d.get("params", 0) for _, d in graph.nodes(data=True) if d.get("expert"))
+    assert experts == 32 * (8 // ep) * 3 * 4096 * 14336 // etp
+    edp = 16 // (etp * ep)
+    dense_shard, expert_shard = (8, edp) if zero >= 1 else (1, 1)
+    optimizer = 12 * ((params - experts) / dense_shard + experts / expert_shard)
+    grads = 4 * ((params - experts) / (8 if zero >= 2 else 1) + experts / (edp if zero >= 2 else 1))
+    for engine in ("analytic", "des"):
+        r = plansim.simulate(MIXTRAL, cluster, strategy, seq_len=4096, engine=engine)
+        assert r.memory_breakdown_bytes["optimizer"] == pytest.approx(optimizer, rel=1e-9), engine
+        assert r.memory_breakdown_bytes["gradients"] == pytest.approx(grads, rel=1e-9), engine
