@@ -231,8 +231,22 @@ def test_hierarchical_time_prices_each_tier(p: int, local: int) -> None:
 def test_broadcast_all_to_all_send_recv_times(p: int) -> None:
     assert _time("broadcast", "tree", p, M) == pytest.approx(math.ceil(math.log2(p)) * (A + M * B), rel=1e-12)
     assert _time("broadcast", "ring", p, M) == pytest.approx((p - 1) * (A + M * B), rel=1e-12)
-    assert _time("all_to_all", "direct", p, M) == pytest.approx((p - 1) * (A + M / p * B), rel=1e-12)
+    # NCCL's grouped sends and receives: every block at once, one latency, (p-1)/p of the buffer out
+    assert _time("all_to_all", "direct", p, M) == pytest.approx(A + (p - 1) / p * M * B, rel=1e-12)
     assert _time("send_recv", "direct", p, M) == pytest.approx(A + M * B, rel=1e-12)
+
+
+@pytest.mark.parametrize(("p", "local"), [(8, 4), (16, 8), (12, 8), (6, 2), (4, 8)])
+def test_all_to_all_placed_on_nodes_is_its_busiest_links_share(p: int, local: int) -> None:
+    """Placed on nodes, a rank of the smallest node sends what leaves its node through its NIC while the largest
+    node's ranks exchange theirs over NVLink, at once (brute force over the built step agrees)."""
+    nvlink, nic = 400e9, 50e9
+    largest, smallest = min(local, p), p % local or min(local, p)
+    expected = (A if p <= local else 2 * A) + max((largest - 1) / p * M / nvlink, (p - smallest) / p * M / nic)
+    got = collective_time("all_to_all", "direct", p, M, A, nvlink, inter=(2 * A, nic), local=local)
+    assert got == pytest.approx(expected, rel=1e-12)
+    (step,) = list(schedule("all_to_all", "direct", p).steps)
+    assert step.placed(None, local) == pytest.approx((p > local, (largest - 1) / p, (p - smallest) / p))
 
 
 @settings(max_examples=60, deadline=None)

@@ -37,6 +37,7 @@ def test_expected_profiles_exist():
         "a100-sxm4-40gb",
         "a100-sxm4-80gb",
         "h100-sxm5-80gb",
+        "h800-sxm5-80gb",
         "h200-sxm-141gb",
         "h200-nvl-141gb",
         "b200-sxm-180gb",
@@ -49,6 +50,7 @@ def test_expected_profiles_exist():
         "dgx-1",
         "dgx-a100",
         "dgx-h100",
+        "hgx-h800",
         "hgx-h200",
         "hgx-b200",
         "gb200-nvl72",
@@ -97,6 +99,7 @@ def test_dtype_support_by_generation():
     with_fp8 = {stem for stem in GPU_STEMS if load_gpu(stem).supports("fp8")}
     assert with_fp8 == {
         "h100-sxm5-80gb",
+        "h800-sxm5-80gb",
         "h200-sxm-141gb",
         "h200-nvl-141gb",
         "b200-sxm-180gb",

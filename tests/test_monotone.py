@@ -126,8 +126,8 @@ FIELDS: dict[str, Scale] = {
 MORE_NCCL_BUFFERS = {"nics.count", "nics.bandwidth_Bps"} | {f for f in FIELDS if f.startswith("nccl.")}
 
 #: (model, node, GPUs, strategy): tensor parallelism with its layer calls inside a node, data parallelism across nodes
-#: on NCCL's calls, ZeRO-3 per layer (FSDP), hybrid sharding, pipelines across nodes (sends, interleaving) and an
-#: NVLS node
+#: on NCCL's calls, ZeRO-3 per layer (FSDP), hybrid sharding, pipelines across nodes (sends, interleaving), an
+#: NVLS node and expert parallelism's all-to-alls across nodes
 CASES = [
     ("gpt3-1.3b", "dgx-a100", 16, "dp=2,tp=8,micro_batch=1,global_batch=64,sequence_parallel=true"),
     ("gpt3-1.3b", "dgx-a100", 16, "dp=16,tp=1,micro_batch=4,global_batch=64,zero=1"),
@@ -135,9 +135,11 @@ CASES = [
     ("gpt3-350m", "dgx-h100", 16, "dp=16,micro_batch=2,global_batch=32,zero=2,framework=fsdp,dp_shard=8"),
     ("gpt3-1.3b", "dgx-a100", 32, "dp=2,tp=4,pp=4,micro_batch=1,global_batch=32,schedule=interleaved,virtual_stages=2"),
     ("gpt3-350m", "dgx-1", 16, "dp=4,tp=2,pp=2,micro_batch=2,global_batch=32,dtype=fp16"),
+    # expert parallelism: ep groups of 8 every other rank over two nodes, the all-to-alls on NVLink and the NICs
+    ("mixtral-8x7b", "dgx-h100", 16, "dp=8,tp=2,ep=8,micro_batch=1,global_batch=16,sequence_parallel=true,zero=1"),
 ]
 #: a smaller set for the discrete-event engine
-DES_CASES = [CASES[0], CASES[2], CASES[5]]
+DES_CASES = [CASES[0], CASES[2], CASES[5], CASES[6]]
 
 
 @cache

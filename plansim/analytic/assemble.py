@@ -138,13 +138,15 @@ class StepFrame:
         """Each stage's peak: its model states and workspace (priced once per group of stages that hold alike, as
         ``Pipeline.memory_groups``), its activations and the allocator's rounding of them, its fixed buffers (CUDA
         context, NCCL; ``plansim.step.memory``)."""
-        groups: dict[tuple[int, tuple[float, ...], tuple[float, int]], int] = {}
+        groups: dict[tuple[int, tuple[float, ...], tuple[float, int], float], int] = {}
         static: list[dict[str, int]] = []
         group_of = []
         for st in held:
-            g = groups.setdefault((st.params, st.sums.layer_params, st.sums.fp8), len(static))
+            g = groups.setdefault((st.params, st.sums.layer_params, st.sums.fp8, st.sums.expert_params), len(static))
             if g == len(static):
-                static.append(static_bytes(cluster, s, st.params, st.sums.layer_params, st.sums.fp8))
+                static.append(
+                    static_bytes(cluster, s, st.params, st.sums.layer_params, st.sums.fp8, st.sums.expert_params)
+                )
             group_of.append(g)
         totals = [sum(x.values()) for x in static]
         fixed = shared.fixed(s)
@@ -152,7 +154,9 @@ class StepFrame:
             totals[g] + round(st.peak[0]) + round(st.peak[1] - st.peak[0]) + sum(fixed[i].values())
             for i, (g, st) in enumerate(zip(group_of, held, strict=True))
         ]
-        host = [host_states(s, st.params, st.host_activations) for st in held] if s.offload else []
+        host = (
+            [host_states(s, st.params, st.host_activations, st.sums.expert_params) for st in held] if s.offload else []
+        )
         return cls(model, cluster, s, micro_batch_flops, kernels, held, build, shared, executed_flops, static,
                    group_of, fixed, peaks, host)  # fmt: skip
 

@@ -39,6 +39,7 @@ from plansim.step.memory import (
     dp_all_reduces,
     fixed_bytes,
     pipeline_wraps,
+    stage_expert_params,
     stage_fp8,
     stage_params,
     static_bytes,
@@ -155,6 +156,8 @@ class StatesKey(StrategyProjection):
     dtype: str | None  # fp8: the FP8 weight copies and scaling state (``step.memory.fp8_bytes``)
     fp8_recipe: str | None
     fp8_param_gather: bool | None
+    ep: int  # the routed experts a rank holds, and with etp the expert-data-parallel group that shards their states
+    expert_tp: int
 
 
 @dataclass(frozen=True)
@@ -364,13 +367,19 @@ class AnalyticCache:
             return None
         key = StatesKey.of(s)
         if key not in self._states:
-            alike = (p.costs for k, p in self._priced.items() if k.sharding.tp == s.tp)  # per-layer params: tp's
+            sharding = sharding_of(s)
+            alike = (  # per-layer params: tp's, ep's and etp's
+                p.costs
+                for k, p in self._priced.items()
+                if (k.sharding.tp, k.sharding.ep, k.sharding.etp) == (sharding.tp, sharding.ep, sharding.etp)
+            )
             costs = next(alike, None) or self.priced(s).costs
             self._states[key] = max(
                 sum(
                     static_bytes(
                         self.cluster, s, stage_params(layers, costs, s, self.model, idx),
                         [costs[i].params for i in layers if i in costs], stage_fp8(layers, costs),
+                        stage_expert_params(layers, costs),
                     ).values()
                 )
                 for idx, layers in enumerate(stage_layout(self.model.layers, s.pp, s.virtual_stages, s.layer_split))

@@ -31,7 +31,7 @@ from plansim.step.layers import (
     rerun_host_s,
     rerun_sync_s,
 )
-from plansim.step.memory import stage_fp8
+from plansim.step.memory import stage_expert_params, stage_fp8
 from plansim.step.offload import OffloadLayer
 from plansim.step.p2p import OverlappedSends, amax_reduction_s, pipeline_sends, regather
 from plansim.step.prepare import comm_pricer, p2p_message_bytes
@@ -191,6 +191,7 @@ class StageSums:
         self.params = round(sum(costs[i].params for i in layers if i in costs))
         #: its FP8 linear layers' weight elements and count (``step.memory.stage_fp8``)
         self.fp8 = stage_fp8(layers, costs)
+        self.expert_params = stage_expert_params(layers, costs)  # of ``params``, the routed experts'
         # (is a block, its costs) in the order backward runs the layers; the forward passes in theirs (one tuple per
         # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)

@@ -64,6 +64,7 @@ from plansim.step.memory import (
     model_states,
     offload_activations,
     offloaded_activations,
+    stage_expert_params,
     stage_fp8,
     stage_params,
     with_grad_buffers,
@@ -639,9 +640,12 @@ class _StageLowering:
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
         self.prog.params = params
         if s.offload:
-            self.prog.host_memory = host_states(s, params, ctx.host_activations.get(self.stage, 0.0))
+            self.prog.host_memory = host_states(
+                s, params, ctx.host_activations.get(self.stage, 0.0), stage_expert_params(layers, ctx.programs)
+            )
         fp8 = stage_fp8(layers, ctx.programs)
-        self.prog.static_memory = model_states(ctx.cluster, s, params, fp8) | fixed_bytes(
+        experts = stage_expert_params(layers, ctx.programs)
+        self.prog.static_memory = model_states(ctx.cluster, s, params, fp8, experts) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )
 

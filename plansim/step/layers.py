@@ -112,6 +112,8 @@ class LayerProgram:
     wgrad_s: float = 0.0
     selective_s: float = 0.0
     params: float = 0.0
+    #: of ``params``, the routed experts' weights (ops with ``expert``): their ZeRO states shard over ``edp``
+    expert_params: float = 0.0
     #: the weight elements of its FP8 linear layers (``dtype: fp8``) and how many there are
     fp8_params: float = 0.0
     fp8_linears: int = 0
@@ -439,6 +441,8 @@ def layer_programs(
             r.var_fwd += (kernels.time_cv(op["kind"]) * fwd) ** 2
         r.host_fwd += kernels.host_s * launches
         lp.params += op["params"]
+        if op.get("expert"):
+            lp.expert_params += op["params"]
         if op.get("fp8"):  # an FP8 linear layer: its weight's elements (its FP8 copies, ``step.memory.fp8_bytes``)
             n, k = op["fp8"][1:3]
             lp.fp8_params += k * n
@@ -577,6 +581,7 @@ class LayerCost:
     fwd_matmul_flops: float = 0.0
     selective_matmul_flops: float = 0.0
     params: float = 0.0
+    expert_params: float = 0.0  # of ``params``, the routed experts' (``LayerProgram``)
     #: the weight elements of its FP8 linear layers and how many there are (``LayerProgram``)
     fp8_params: float = 0.0
     fp8_linears: int = 0
@@ -686,6 +691,7 @@ def layer_cost(lp: LayerProgram, price: CommPricer, rate: RateBeside = _full_spe
         fwd_matmul_flops=lp.fwd_matmul_flops,
         selective_matmul_flops=lp.selective_matmul_flops,
         params=lp.params,
+        expert_params=lp.expert_params,
         fp8_params=lp.fp8_params,
         fp8_linears=lp.fp8_linears,
         saved_bytes=lp.saved,

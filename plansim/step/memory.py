@@ -43,7 +43,7 @@ from plansim.step.offload import host_bytes, offloaded_blocks, on_gpu
 from plansim.step.prepare import tied_copy_params
 from plansim.step.tp_overlap import userbuffers_bytes
 from plansim.strategy.frameworks import ParamPrefetch, load_framework
-from plansim.strategy.mesh import GRAD_AXES, mesh_of
+from plansim.strategy.mesh import EXPERT_GRAD_AXES, GRAD_AXES, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
@@ -60,6 +60,7 @@ __all__ = [
     "communicators",
     "dp_all_reduces",
     "ends_saved",
+    "expert_shard_degree",
     "fixed_bytes",
     "fp8_bytes",
     "fp8_categories",
@@ -70,6 +71,7 @@ __all__ = [
     "offloaded_activations",
     "pass_profiles",
     "pipeline_wraps",
+    "stage_expert_params",
     "stage_fp8",
     "stage_params",
     "static_bytes",
@@ -93,6 +95,11 @@ class _HasFP8(Protocol):
     def fp8_linears(self) -> int: ...
 
 
+class _HasExperts(Protocol):
+    @property
+    def expert_params(self) -> float: ...
+
+
 #: The memory categories of FP8 training (``dtype: fp8``), in a Result only under it: the FP8 copies of the linear
 #: layers' weights and their scaling state (``fp8_bytes``).
 FP8_CATEGORIES = ("fp8_weights", "fp8_scaling")
@@ -110,6 +117,20 @@ _FP8_META_TENSORS = 5
 def fp8_categories(s: Strategy) -> tuple[str, ...]:
     """The FP8 memory categories a Result of ``s`` reports: ``FP8_CATEGORIES`` under ``dtype: fp8``, else none."""
     return FP8_CATEGORIES if s.fp8 else ()
+
+
+def stage_expert_params(layers: Sequence[int], costs: Mapping[int, _HasExperts]) -> float:
+    """The routed experts' parameters a stage holds on one rank (its layers' ``expert_params``)."""
+    return sum(costs[i].expert_params for i in layers if i in costs)
+
+
+def expert_shard_degree(s: Strategy) -> int:
+    """The ranks ZeRO shards the routed experts' states over: the expert-data-parallel group (``EXPERT_GRAD_AXES``:
+    ``edp``, which regroups one stage's, or under hybrid sharding one replica's, ranks), as Megatron-LM's DDP keeps
+    expert parameters in buffers of their own over its expert-data-parallel group
+    (``megatron/core/distributed/distributed_data_parallel.py:282-329`` at d98e8a64, ``intra_expt_dp_group``) and
+    its distributed optimizer shards each buffer over that buffer's group."""
+    return mesh_of(s).size(EXPERT_GRAD_AXES["dp_shard" if s.hybrid_shard else "dp"])
 
 
 def stage_fp8(layers: Sequence[int], costs: Mapping[int, _HasFP8]) -> tuple[float, int]:
@@ -266,13 +287,16 @@ def backward_workspace(blocks: Sequence[int], costs: Mapping[int, LayerCost]) ->
     return max((costs[i].bwd_workspace_bytes for i in blocks if i in costs), default=0.0)
 
 
-def model_states(cluster: Cluster, s: Strategy, params: float, fp8: tuple[float, int] = (0.0, 0)) -> dict[str, float]:
+def model_states(
+    cluster: Cluster, s: Strategy, params: float, fp8: tuple[float, int] = (0.0, 0), experts: float = 0.0
+) -> dict[str, float]:
     """What a rank holding ``params`` keeps on its GPU for the whole step, by memory category: its weights,
     gradients and optimizer states under the strategy's ZeRO stage, less what it offloads to the host
     (``step.offload.on_gpu``), and the device's workspace reserve; under ``dtype: fp8`` the FP8 weight copies and
     scaling state of its FP8 linear layers (``fp8``: ``fp8_bytes``). The DES holds these static and allocates
-    ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``)."""
-    states = _states(s, params)
+    ZeRO-3's gathered layers as they are gathered; the analytic engine adds those (``static_bytes``). ``experts``: of
+    ``params``, the routed experts', sharded over the expert-data-parallel group (``expert_shard_degree``)."""
+    states = _states(s, params, experts)
     return {
         **(on_gpu(s, states) if s.offload else states),
         "workspace": float(cluster.gpu.workspace_reserve_bytes),
@@ -280,18 +304,28 @@ def model_states(cluster: Cluster, s: Strategy, params: float, fp8: tuple[float,
     }
 
 
-def host_states(s: Strategy, params: float, activations: float) -> dict[str, float]:
-    """What a rank holding ``params`` keeps in host memory (``step.offload.host_bytes``), ``activations`` the
-    offloaded blocks' saved bytes of one micro-batch (``offloaded_activations``)."""
-    return host_bytes(s, _states(s, params), params, activations)
+def host_states(s: Strategy, params: float, activations: float, experts: float = 0.0) -> dict[str, float]:
+    """What a rank holding ``params`` (``experts`` of them routed experts') keeps in host memory
+    (``step.offload.host_bytes``), ``activations`` the offloaded blocks' saved bytes of one micro-batch
+    (``offloaded_activations``)."""
+    return host_bytes(s, _states(s, params, experts), params, activations)
 
 
-def _states(s: Strategy, params: float) -> dict[str, float]:
+def _states(s: Strategy, params: float, experts: float = 0.0) -> dict[str, float]:
     """The weights, gradients and optimizer states a rank holding ``params`` keeps under the strategy's ZeRO stage,
-    wherever they live."""
+    wherever they live: ``experts`` of them (the routed experts') sharded over the expert-data-parallel group, the
+    rest over the gradients' group (``shard_degree``)."""
+    shard = expert_shard_degree(s) if experts else s.shard_degree
+    if shard == s.shard_degree:  # one group shards them all (a dense model; ep = 1 with etp = tp)
+        return _sharded_states(s, params, s.shard_degree)
+    dense, expert = _sharded_states(s, params - experts, s.shard_degree), _sharded_states(s, experts, shard)
+    return {k: dense[k] + expert[k] for k in dense}
+
+
+def _sharded_states(s: Strategy, params: float, shard: int) -> dict[str, float]:
     states = model_state_bytes(
         params,
-        s.shard_degree,
+        shard,
         1 if weights_kept_through_step(s) else s.zero,  # weights and gradients whole through the step
         mixed_precision=s.mixed_precision,
         fp32_grad_accum=s.grads_fp32,
@@ -355,14 +389,20 @@ def gathered_at_once(prefetch: ParamPrefetch, layer_params: tuple[float, ...]) -
 
 
 def static_bytes(
-    cluster: Cluster, s: Strategy, params: float, layer_params: Sequence[float], fp8: tuple[float, int] = (0.0, 0)
+    cluster: Cluster,
+    s: Strategy,
+    params: float,
+    layer_params: Sequence[float],
+    fp8: tuple[float, int] = (0.0, 0),
+    experts: float = 0.0,
 ) -> dict[str, int]:
     """``model_states`` in whole bytes, ZeRO-3's weights with the gathered layers in flight (the one in use and those
     the framework prefetches, ``FrameworkRules.param_prefetch``, as the DES's gathers hold them: ``gathered_at_once``
     of ``layer_params``, the stage's layers' parameters in forward order); FSDP's SHARD_GRAD_OP keeps every layer it
     gathered in forward until that layer's backward, so at the end of forward, where the activations peak too, the
-    stage's weights are all gathered."""
-    states = model_states(cluster, s, params, fp8)
+    stage's weights are all gathered. ``experts``: of ``params``, the routed experts' (``model_states``); ASSUMPTION:
+    a gathered layer counts its experts too, as where their group shards them (edp > 1)."""
+    states = model_states(cluster, s, params, fp8, experts)
     gathering = gathers_per_layer(s) and s.shard_degree > 1
     held = params
     if s.zero >= 3:

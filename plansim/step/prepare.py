@@ -191,6 +191,7 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
     as NCCL's own model picks): ``(axis, collective, message bytes) -> (seconds, bytes this rank sends)``."""
     mesh = mesh_of(s)
     links: dict[str, Link] = {}
+    spans: dict[str, tuple[int, Link, Link] | tuple[()]] = {}
 
     def price(axis: str, collective: str, n_bytes: float) -> tuple[float, float]:
         p = mesh.size(axis)
@@ -201,7 +202,17 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
             link = links[axis] = mesh.link(axis, cluster)
         algorithm = layer_algorithm(collective)
         if algorithm != "ring":  # outside NCCL's tuning model: the schedule's alpha-beta time on the group's link
-            seconds = collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
+            placed = spans.get(axis)
+            if placed is None:
+                placed = spans[axis] = _placed_links(cluster, mesh, axis, collective, algorithm)
+            if placed:  # across nodes, each transfer on the link it crosses (an all-to-all's: NVLink or the NIC)
+                local, intra, inter = placed
+                seconds = collective_time(
+                    collective, algorithm, p, n_bytes, intra.latency_s, intra.bandwidth_Bps,
+                    inter=(inter.latency_s, inter.bandwidth_Bps), local=local,
+                )  # fmt: skip
+            else:
+                seconds = collective_time(collective, algorithm, p, n_bytes, link.latency_s, link.bandwidth_Bps)
             return seconds, bytes_sent_per_rank(collective, algorithm, p, n_bytes)
         nodes = p // mesh.local_size(axis, cluster.gpus_per_node)
         call = layer_call(cluster, collective, p, nodes, n_bytes, link.bandwidth_Bps)
@@ -212,6 +223,18 @@ def comm_pricer(cluster: Cluster, s: Strategy) -> CommPricer:
         return call.sent_factor * n_bytes / link.bandwidth_Bps + call.overhead_s, call.sent_factor * n_bytes
 
     return price
+
+
+def _placed_links(
+    cluster: Cluster, mesh: DeviceMesh, axis: str, collective: str, algorithm: str
+) -> tuple[int, Link, Link] | tuple[()]:
+    """(ranks per node, the node-local link, one rank's inter-node link: its NIC share) of a layer's collective on
+    ``axis`` whose algorithm prices each transfer on the link it crosses (its entry ``reads_local``: an all-to-all)
+    where the group spans nodes; ``()`` where it does not (one node: the group's link prices it, as before)."""
+    if not algorithm_entry(collective, algorithm).reads_local:
+        return ()
+    local, intra, inter = mesh.split_links(axis, cluster)
+    return () if inter is None else (local, intra, inter)
 
 
 def ring_call_s(

@@ -158,21 +158,31 @@ def broadcast_ring(p: int, local: int | None) -> Schedule:
 
 
 def all_to_all_direct(p: int, local: int | None) -> Schedule:
-    """In step ``k`` (1..p-1) rank ``i`` sends block ``(i+k) % p`` of its send buffer to that rank, which stores it
-    as block ``i``; a rank's own block stays where it is. Out of place: sends read the untouched send buffer."""
-    ranks = locked(np.arange(p, dtype=np.int64))
+    """Rank ``i`` sends block ``j`` of its send buffer to rank ``j``, which stores it as block ``i``; a rank's own
+    block stays where it is. Out of place: sends read the untouched send buffer. One step: NCCL runs an all-to-all
+    as one group of ``p - 1`` sends and ``p - 1`` receives (nccl-tests' alltoall, ``ncclGroupStart``, a
+    ``ncclSend``/``ncclRecv`` per peer, ``ncclGroupEnd``; torch's ``all_to_all_single`` the same), and NCCL
+    schedules every send and receive of a group into one kernel over its channels (``scheduleP2pTasksToPlan``,
+    NVIDIA/nccl 5067397c ``src/enqueue.cc:1140-1200``, peers in the order of ``init.cc:930-952``), so all blocks
+    move at once: one latency, each rank's ``(p-1)/p`` of its buffer out and as much in (nccl-tests' alltoall bus
+    bandwidth, ``algbw x (p-1)/p``). Placed ``local`` ranks per node, a rank on a node of ``k`` sends ``(k-1)/p``
+    over its node's links and ``(p-k)/p`` through its NIC, at once: the busiest is on the largest node inside and
+    the smallest across (the last node holds the ``p % local`` left over)."""
+    ranks = np.arange(p, dtype=np.int64)
 
-    def build(i: int) -> Step:
-        peer = locked((ranks + i + 1) % p)
-        return Step(ranks, peer, locked(peer / p), locked((peer + 1) / p), dst_lo=locked(ranks / p))
+    def build(_: int) -> Step:
+        src = np.tile(ranks, p - 1)
+        peer = (src + np.repeat(np.arange(1, p, dtype=np.int64), p)) % p
+        return Step(locked(src), locked(peer), locked(peer / p), locked((peer + 1) / p), dst_lo=locked(src / p))
 
-    per_step = full(p, 1 / p)  # one block of n/p out and one in per step (built when read: p-1 steps of p)
-    return Schedule(
-        "all_to_all/direct",
-        p,
-        Steps([StepRun(p - 1, build, per_step, per_step, transfers=p, uniform=p & (p - 1) == 0)]),
-        out_of_place=True,
-    )
+    def placed(local: int) -> Placed:
+        largest = min(local, p)
+        smallest = p % local or largest
+        return p > local, float(largest - 1) / p, float(p - smallest) / p
+
+    per_step = full(p, (p - 1) / p)  # p - 1 blocks of n/p out and as many in
+    run = StepRun(1, build, per_step, per_step, transfers=p * (p - 1), placed=placed)
+    return Schedule("all_to_all/direct", p, Steps([run]), out_of_place=True)
 
 
 def send_recv_direct(p: int, local: int | None) -> Schedule:

@@ -150,7 +150,8 @@ COLLECTIVES: dict[str, dict[str, Algorithm]] = {
         "butterfly": _butterfly(alg.reduce_scatter_butterfly),
     },
     "broadcast": {"tree": Algorithm(alg.broadcast_tree), "ring": Algorithm(alg.broadcast_ring)},
-    "all_to_all": {"direct": Algorithm(alg.all_to_all_direct)},
+    # NCCL's grouped sends and receives, all peers at once: each transfer on the link it crosses
+    "all_to_all": {"direct": Algorithm(alg.all_to_all_direct, reads_local=True)},
     "send_recv": {"direct": Algorithm(alg.send_recv_direct)},
 }
 
