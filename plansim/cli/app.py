@@ -285,6 +285,13 @@ def plan(
     cp_algorithm: Annotated[
         str | None, typer.Option("--cp-algorithm", help="context parallelism's form: ring or all_to_all")
     ] = None,
+    ep: Annotated[
+        int | None,
+        typer.Option("--ep", help="fix expert parallelism's degree (default: searched for mixture-of-experts models)"),
+    ] = None,
+    etp: Annotated[
+        int | None, typer.Option("--etp", help="fix tensor parallelism inside the experts (default: searched)")
+    ] = None,
     max_pp: Annotated[int | None, typer.Option("--max-pp", help="at most this many pipeline stages")] = None,
     zero: Annotated[int | None, typer.Option("--zero", help="fix the ZeRO stage (0-3)")] = None,
     micro_batch: Annotated[int | None, typer.Option("--micro-batch", help="fix the micro-batch size")] = None,
@@ -385,7 +392,8 @@ def plan(
     algorithms = None if dp_algorithms is None else tuple(a.strip() for a in dp_algorithms.split(",") if a.strip())
     room, room_bytes = (THIN_MARGIN, None) if headroom is None else headroom_of(headroom)
     constraints = Constraints(
-        tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, max_pp=max_pp, zero=zero, micro_batch=micro_batch,
+        tp=tp, pp=pp, cp=cp, cp_algorithm=cp_algorithm, ep=ep, etp=etp, max_pp=max_pp, zero=zero,
+        micro_batch=micro_batch,
         schedule=schedule, remat=searched,
         allow_cross_node_tp=allow_cross_node_tp, framework=framework, tp_comm_overlap=tp_comm_overlap,
         dp_algorithms=algorithms, dtype=dtype, offload=offload, headroom=room, headroom_bytes=room_bytes,

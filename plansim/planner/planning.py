@@ -380,12 +380,23 @@ def _uses_offload(s: Strategy) -> bool:
     return bool(s.offload)
 
 
-#: What the explanation says each bought (issue 35: "the explanation says what cp, fp8 or offload bought"), by name.
+def _ep_title(s: Strategy) -> str:
+    etp = f", etp={s.etp}" if s.etp is not None else ""
+    return f"Expert parallelism (ep={s.ep}{etp})"
+
+
+def _uses_ep(s: Strategy) -> bool:
+    return s.ep > 1
+
+
+#: What the explanation says each bought (issue 35: "the explanation says what cp, fp8 or offload bought"; issue 36,
+#: expert parallelism), by name.
 #: Module-level functions throughout: the search's groups travel to its worker processes.
 _FEATURES: dict[str, _Feature] = {
     "cp": _Feature(_cp_title, _uses_cp),
     "fp8": _Feature(_fp8_title, _uses_fp8),
     "offload": _Feature(_offload_title, _uses_offload),
+    "ep": _Feature(_ep_title, _uses_ep),
 }
 
 

@@ -72,6 +72,11 @@ class Constraints:
     cp: int | None = None
     #: context parallelism's form (``ring``, ``all_to_all``); None: each framework's default
     cp_algorithm: str | None = None
+    #: expert parallelism's degree (a mixture-of-experts model's experts split over ``ep`` ranks); None searches every
+    #: divisor of the experts the framework runs there (``_experts``); a model without experts has ep = 1
+    ep: int | None = None
+    #: tensor parallelism inside the experts; None searches the framework's default and 1 (``_experts``)
+    etp: int | None = None
     max_pp: int | None = None
     micro_batch: int | None = None
     max_micro_batch: int | None = None
@@ -309,8 +314,8 @@ def headroom_of(text: str) -> tuple[float, float | None]:
 
 
 #: Constraint fields that are parallel degrees or batch sizes -> their range in ``plansim.limits``.
-_DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "max_pp": "pp", "micro_batch": "micro_batch",
-            "max_micro_batch": "micro_batch"}  # fmt: skip
+_DEGREES = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "max_pp": "pp",
+            "micro_batch": "micro_batch", "max_micro_batch": "micro_batch"}  # fmt: skip
 
 
 def divisors(n: int) -> list[int]:
@@ -358,14 +363,16 @@ def _candidates(
         if not cp_runs:
             continue
         grads = grad_group_size({"dp": dp, "cp": cp})
+        experts = _experts(model, tp, cp, dp, c, framework)
         for schedule, v in _run_by(framework, pp, schedules):
             for zero, shard in _zero_shards(grads, dp, tp, cp, pp, c, framework, cluster):
                 for sp, overlap in _sp_values(tp, cp, c, framework, model):
                     for remat in c.remats(framework):
-                        for (offload, layers), algorithm, dtype in itertools.product(
+                        for (offload, layers), algorithm, dtype, (ep, etp) in itertools.product(
                             _offloads(c, framework, zero, pp, remat, model.layers, grads),
                             _algorithms(grads, zero, c, framework),
                             _beside(dtypes, overlap),
+                            experts,
                         ):
                             yield Strategy(
                                 dp=dp,
@@ -373,6 +380,8 @@ def _candidates(
                                 pp=pp,
                                 cp=cp,
                                 cp_algorithm=cp_runs[0],
+                                ep=ep,
+                                etp=etp,
                                 micro_batch=mb,
                                 global_batch=global_batch,
                                 schedule=schedule,
@@ -448,7 +457,7 @@ def search_work(model: ModelSpec, cluster: Cluster, global_batch: int, c: Constr
             )
             sp = sum(len(_beside(dtypes, overlap)) for _, overlap in _sp_values(tp, cp, c, framework, model))
             runs = _run_by(framework, pp, schedules)
-            count = len(runs) * per_schedule * sp
+            count = len(runs) * per_schedule * sp * len(_experts(model, tp, cp, dp, c, framework))
             total += count
             blocks += count * -(-model.layers // pp)
             m = global_batch // (dp * mb)
@@ -498,6 +507,34 @@ def _cp_algorithms(model: ModelSpec, tp: int, cp: int, c: Constraints, framework
     if wanted == "all_to_all" and heads_swap_problems(model, span({"tp": tp, "cp": cp}, ("tp", "cp"))):
         return []
     return [wanted]
+
+
+def _experts(
+    model: ModelSpec, tp: int, cp: int, dp: int, c: Constraints, framework: str
+) -> list[tuple[int, int | None]]:
+    """(ep, etp) pairs searched for a placement under ``framework`` (``etp`` None: the framework's default,
+    ``Strategy.expert_tp``): ``(1, None)`` for a model without experts; for a mixture-of-experts model ``c.ep`` or
+    every divisor of its experts, each with ``c.etp`` or the default and 1, kept where the framework runs them (its
+    ``expert_parallel`` rule: ep at all, beside cp, which etp) and etp x ep divides the tp x cp x dp ranks the expert
+    layers regroup (``strategy.mesh.expert_fold``; hybrid sharding's narrower group is the checks' business)."""
+    experts = getattr(model, "experts", 0) or 0
+    if not experts:
+        return [(1, None)] if c.ep in (None, 1) and c.etp in (None, tp) else []
+    rule = load_framework(framework).rules.expert_parallel.value
+    ranks = span({"tp": tp, "cp": cp, "dp": dp}, ("tp", "cp", "dp"))
+    out: list[tuple[int, int | None]] = []
+    for ep in divisors(experts) if c.ep is None else [c.ep]:
+        if experts % ep or (ep > 1 and (not rule.ep or (cp > 1 and not rule.with_cp))):
+            continue
+        default = rule.default_etp(tp, ep)
+        allowed = rule.etp_values(tp, ep)
+        for etp in [c.etp] if c.etp is not None else list(dict.fromkeys((default, 1))):
+            if (allowed is not None and etp not in allowed) or (ep == 1 and etp != tp and allowed is None):
+                continue
+            if ranks % (etp * ep):
+                continue
+            out.append((ep, None if etp == default else etp))
+    return out
 
 
 def _placements(
@@ -601,7 +638,9 @@ def _sp_values(tp: int, cp: int, c: Constraints, framework: str, model: ModelSpe
     parallelism only where the framework combines the two (its ``context_parallel`` rule)."""
     rules = load_framework(framework).rules
     pipelined = rules.tp_comm_overlap.value
-    values = [(False, False)]
+    # a mixture-of-experts model with tp > 1 trains only with sequence parallelism where its MoE layer says so
+    moe_needs_sp = tp > 1 and bool(getattr(model, "experts", 0)) and rules.expert_parallel.value.needs_sequence_parallel
+    values = [] if moe_needs_sp else [(False, False)]
     if tp > 1 and (cp == 1 or rules.context_parallel.value.with_sequence_parallel):
         values += [(True, False)]
         if pipelined is not None and family_of(model).transformer:
