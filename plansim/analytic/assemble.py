@@ -41,7 +41,11 @@ def _time_breakdown(
     m = s.num_microbatches
     bottleneck = pipe.bottleneck
     dp = shared.data_parallel(s)
-    besides = (None, None, None) if dp[0] is None else dp_besides(cluster, s, dp[0], interference_of(cluster, kernels))
+    besides = (
+        (None, None, None, None, None)
+        if dp[0] is None
+        else dp_besides(cluster, s, dp[0], interference_of(cluster, kernels))
+    )
     comms = shared.dp_comms(s, dp, pipe.dp_groups, besides)
     # the worst stage's exposed tail; every stage's interference, since each stage's reduction slows its last
     # micro-batch's backward and those passes follow one another on the pipeline's drain (stage p-1 first); and

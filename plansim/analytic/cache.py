@@ -178,6 +178,8 @@ class DataParallelKey(StrategyProjection):
     overlap_grad_reduce: bool
     framework: str  # its rules: whether sharded gradients are reduced every micro-batch
     overlap_param_gather: bool
+    ep: int  # with etp: whether the experts' gradients go apart, over the expert-data-parallel group (its size, stride)
+    expert_tp: int
     #: bytes per parameter its all-gathers move (1 under fp8_param_gather: ``step.data_parallel.gathered_weight_bytes``)
     weight_bytes: int = read_with(gathered_weight_bytes)
 

@@ -39,9 +39,9 @@ Sent = tuple[float, float]  # (seconds, bytes this rank sends)
 
 DpMessage = tuple[GroupCollective, float]  # a collective of the data-parallel plan and its message bytes
 DpPricer = Callable[[GroupCollective, float], Sent]
-#: What the data-parallel plan's reduction, gather and replicas' all-reduce take from compute beside them (None: the
-#: plan has no such collective)
-DpBesides = tuple["Beside | None", "Beside | None", "Beside | None"]
+#: What the data-parallel plan's reduction, gather and replicas' all-reduce, and the experts' reduction and gather
+#: (``DataParallelPlan.experts``), take from compute beside them (None: the plan has no such collective)
+DpBesides = tuple["Beside | None", "Beside | None", "Beside | None", "Beside | None", "Beside | None"]
 
 
 def price_collective(
@@ -111,7 +111,7 @@ def data_parallel_comm(
     stage: StageCost,
     backward_s: float,
     fwd_s: float,
-    besides: DpBesides = (None, None, None),
+    besides: DpBesides = (None, None, None, None, None),
     memo: DpMemo | None = None,
 ) -> DataParallelComm:
     """The closed form of ``plan`` (``plansim.step.data_parallel``) for one stage: its gradient reductions and weight
@@ -154,8 +154,12 @@ def data_parallel_comm(
     if plan.gather_after_step and plan.gather_overlapped:  # under the next step's first forward, bucket by bucket
         lead = rated.lead(s, plan, stage, fwd_s)
         ag_sent = lead.gather_sent
-    elif plan.gather_after_step:
-        t_ag, ag_sent = price(plan.gather, stage.params * plan.weight_bytes)  # exposed: nothing beside it
+    elif plan.gather_after_step:  # exposed: nothing beside it; the experts' weights over their own group after
+        experts = sum(x.expert_params for x in stage.backward_layers) if plan.experts is not None else 0.0
+        t_ag, ag_sent = price(plan.gather, (stage.params - experts) * plan.weight_bytes)
+        if plan.experts is not None and plan.experts.gather is not None and experts > 0:
+            t_e, e_sent = price(plan.experts.gather, experts * plan.weight_bytes)
+            t_ag, ag_sent = t_ag + t_e, ag_sent + e_sent
     layers = stage.backward_layers or (LayerPass(backward_s, 0.0, stage.params),)
     sizes = stage.backward_chunks if len(stage.backward_chunks) > 1 else (len(layers),)
     if not plan.reduce_every_microbatch:  # the last micro-batch's backward, chunk by chunk with interleaving
@@ -163,7 +167,16 @@ def data_parallel_comm(
     else:
         sizes = (len(layers),)
     chunks = _chunk_ends(plan, stage.first_stage, sizes)
-    r = bucketed_reduction(plan, layers, reduce, chunks, then, rated.launches(plan, layers, chunks))
+    expert_set = None
+    if plan.experts is not None:
+        e_then = None
+        if plan.replicate is not None:
+            replicated, ranks = rated.replicate, plan.experts.ranks
+            e_then = lambda n_bytes: replicated(n_bytes / ranks)  # noqa: E731
+        e_reduce = rated.expert_reduce if plan.experts.reduce is not None else None
+        expert_set = (e_reduce, e_then, rated.launches(plan, layers, chunks, True))
+    launches = rated.launches(plan, layers, chunks)
+    r = bucketed_reduction(plan, layers, reduce, chunks, then, launches, expert_set)
     exposed, r_sent, lost, overlapped = r.exposed_s, r.reduce_sent, r.interference_s, r.overlapped_s
     reductions = m if plan.reduce_every_microbatch else 1
     out = DataParallelComm(
@@ -248,18 +261,25 @@ class _Rated:
         self.reduce = _rated(price, plan.reduce, besides[0], {})
         self.gather = _rated(price, plan.gather, besides[1], {})
         self.replicate = _rated(price, plan.replicate, besides[2], {})
+        experts = plan.experts
+        self.expert_reduce = _rated(price, experts.reduce if experts is not None else None, besides[3], {})
         #: (the stage's forward passes by identity, its params, chunks, place, forward time) -> (those passes, lead)
         self._leads: dict[tuple[Any, ...], tuple[tuple[LayerPass, ...], Overlapped]] = {}
-        #: (each backward pass's parameters, the chunks' last passes and bucket sizes) -> the gradient buckets
+        #: (each backward pass's parameters in the set, the chunks' last passes and bucket sizes) -> its buckets
         self._launches: dict[tuple[tuple[float, ...], tuple[tuple[int, float], ...]], dict[int, float]] = {}
 
     def launches(
-        self, plan: DataParallelPlan, layers: Sequence[LayerPass], chunks: Sequence[tuple[int, float]]
+        self,
+        plan: DataParallelPlan,
+        layers: Sequence[LayerPass],
+        chunks: Sequence[tuple[int, float]],
+        expert: bool = False,
     ) -> dict[int, float]:
-        """``bucket_launches`` of a backward walk (the pass after which each bucket is launched -> its bytes),
-        memoized: it reads the plan's buckets and gradient bytes (the data-parallel key) and the passes' parameters
-        only, which remat and the micro-batch size do not change."""
-        key = (tuple(x.params for x in layers), tuple(chunks))
+        """``bucket_launches`` of a backward walk (the pass after which each bucket is launched -> its bytes) for
+        one set of buckets (``expert``: the experts', ``DataParallelPlan.groups``), memoized: it reads the plan's
+        buckets and gradient bytes (the data-parallel key) and the passes' parameters in the set only, which remat
+        and the micro-batch size do not change."""
+        key = (tuple(plan.grad_share(x.params, x.expert_params, expert) for x in layers), tuple(chunks))
         hit = self._launches.get(key)
         if hit is None:
             hit = self._launches[key] = dict(bucket_launches(plan, [p * plan.grad_bytes for p in key[0]], chunks))
@@ -306,7 +326,14 @@ def dp_besides(cluster: Cluster, s: Strategy, plan: DataParallelPlan, model: Int
     def of(c: GroupCollective | None) -> Beside | None:
         return None if c is None else beside(cluster, mesh, model, c.axis, c.collective, c.algorithm, "nccl")
 
-    return of(plan.reduce), of(plan.gather), of(plan.replicate)
+    experts = plan.experts
+    return (
+        of(plan.reduce),
+        of(plan.gather),
+        of(plan.replicate),
+        of(experts.reduce if experts is not None else None),
+        of(experts.gather if experts is not None else None),
+    )
 
 
 def embedding_sync(cluster: Cluster, s: Strategy, model: Workload) -> tuple[float, float]:

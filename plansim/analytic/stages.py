@@ -196,7 +196,7 @@ class StageSums:
         # layer list: ``data_parallel.DpMemo`` keys a stage's overlapped gathers on its identity)
         self.backward = tuple((0 <= i < model.layers, costs[i]) for i in reversed(layers) if i in costs)
         self.forward = tuple(
-            LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params)
+            LayerPass(c.fwd_s, c.comm_fwd_s + c.sync_fwd_s + c.interference_fwd_s, c.params, c.expert_params)
             for _, c in self.backward[::-1]
         )
         self.layer_params = tuple(x.params for x in self.forward)  # in the stage's forward order
@@ -349,7 +349,7 @@ def _backward_layers(
             blocking += rerun_blocking_s / blocks
         elif c is sums.backward[0][1]:  # the output layer (or, without one, the stage's first layer in backward)
             layer_params += params - sums.params
-        out.append(LayerPass(work, blocking, layer_params))
+        out.append(LayerPass(work, blocking, layer_params, c.expert_params))
     hit = sums.backward_passes[key] = tuple(out)
     return hit
 

@@ -143,8 +143,8 @@ class _StageLowering:
         self.joins: list[tuple[int, int]] = []
         self.last_dp = -1
         self.after_dp = -1  # a micro-batch's last gradient bucket, which the next compute task waits for
-        self.bucket: list[float] = [0.0]
-        self.bucket_dep = -1
+        self.bucket: list[float] = [0.0, 0.0]  # held per set of buckets (DataParallelPlan.groups: dense, experts)
+        self.bucket_dep = [-1, -1]
         self.reduce_held: str | None = None  # the reduce input of the pass's last copy, freed by the next one
         self.gathers: dict[tuple[int, int, str], int] = {}
         self.ahead: dict[tuple[int, int], list[int]] = {}  # (first, last layer of a pass) -> layers ahead per position
@@ -158,11 +158,12 @@ class _StageLowering:
         # complete (a bucket never spans two chunks: step.data_parallel.bucket_launches)
         self.chunk_layers = [[x for x in c if x in ctx.programs] for c in ctx.chunks[stage :: self.s.pp]]
         self.chunk_of = {x: c for c, layers in enumerate(self.chunk_layers) for x in layers}
-        self.chunk_done: dict[int, int] = {}
-        for c, layers in enumerate(self.chunk_layers):
-            with_params = [x for x in layers if self._layer_params(x) > 0]
-            if with_params and len(self.chunk_layers) > 1:
-                self.chunk_done[with_params[0]] = c
+        self.chunk_done: tuple[dict[int, int], dict[int, int]] = ({}, {})  # per set of buckets
+        for expert in self.plan.groups() if self.plan is not None else ():
+            for c, layers in enumerate(self.chunk_layers):
+                with_params = [x for x in layers if self._grad_params(x, expert) > 0]
+                if with_params and len(self.chunk_layers) > 1:
+                    self.chunk_done[expert][with_params[0]] = c
         # An overlapped ZeRO-1/2 gather (Megatron-LM's --overlap-param-gather): the weights' buckets, gathered under
         # the step's first forward, each waited for by its first layer (step.data_parallel.weight_gathers)
         self.weights: list[WeightGather] = []
@@ -205,6 +206,12 @@ class _StageLowering:
         """A layer's parameters on this stage (the output layer's with the tied embeddings' copy)."""
         lp = self.ctx.programs[layer]
         return lp.params + (self.tied_params if layer == self.ctx.model.layers else 0)
+
+    def _grad_params(self, layer: int, expert: bool) -> float:
+        """A layer's parameters on this stage whose gradients fill the ``expert`` set of buckets
+        (``DataParallelPlan.grad_share``)."""
+        assert self.plan is not None
+        return self.plan.grad_share(self._layer_params(layer), self.ctx.programs[layer].expert_params, expert)
 
     def _weights_gather(self, k: int, deps: tuple[tuple[int, int], ...]) -> None:
         """Issue the overlapped gather of weight bucket ``k`` on the dp stream."""
@@ -564,37 +571,54 @@ class _StageLowering:
         plan = self.plan
         if plan is None or params <= 0:
             return
-        n_bytes = params * plan.grad_bytes
         if plan.per_layer:
-            self._reduce(f"rs{mb}.L{layer}", n_bytes, task, mb)
+            self._reduce(f"rs{mb}.L{layer}", params * plan.grad_bytes, task, mb)
             return
         if not plan.reduce_every_microbatch and mb != s.num_microbatches - 1:
             return
-        self.bucket[0] += n_bytes
-        self.bucket_dep = task
         chunk = self.chunk_of.get(layer, 0)
         size = plan.chunk_bucket_bytes(self.stage == 0, chunk)
-        if plan.bucket_full(self.bucket[0], size) or (plan.overlap and self.chunk_done.get(layer) == chunk):
-            self._flush_bucket(mb)
+        for expert in plan.groups():  # each set of buckets fills with its share of the layer's gradients
+            n_bytes = plan.grad_share(params, lp.expert_params, expert) * plan.grad_bytes
+            if n_bytes <= 0:
+                continue
+            self.bucket[expert] += n_bytes
+            self.bucket_dep[expert] = task
+            done = plan.overlap and self.chunk_done[expert].get(layer) == chunk
+            if plan.bucket_full(self.bucket[expert], size) or done:
+                self._flush_bucket(mb, expert)
 
-    def _flush_bucket(self, mb: int) -> None:
-        if self.bucket[0] <= 0:
+    def _flush_bucket(self, mb: int, expert: bool | None = None) -> None:
+        """Launch what a set of buckets holds (``expert``; by default every set, in ``DataParallelPlan.groups``'
+        order)."""
+        if self.plan is None:
             return
-        assert self.plan is not None, "a bucket fills only with data parallelism"
-        self._reduce(f"reduce{mb}.{self.last_dp + 1}", self.bucket[0], self.bucket_dep, mb)
-        self.bucket[0] = 0.0
+        for group in self.plan.groups() if expert is None else (expert,):
+            if self.bucket[group] <= 0:
+                continue
+            self._reduce(f"reduce{mb}.{self.last_dp + 1}", self.bucket[group], self.bucket_dep[group], mb, group)
+            self.bucket[group] = 0.0
 
-    def _reduce(self, name: str, n_bytes: float, ready: int, mb: int) -> None:
-        """A gradient reduction of ``n_bytes`` once compute task ``ready`` has produced them; under hybrid sharding
-        the all-reduce of its output among the shard's replicas follows it on the dp stream (PyTorch FSDP's HSDP
-        reduction)."""
-        assert self.plan is not None, "a reduction runs only with data parallelism"
-        comm = _dp_comm(self.plan.reduce, n_bytes, "dp")
-        self._dp(Task(name, "dp", "grad_reduce", comm=comm, deps=((self.stage, ready),), microbatch=mb))
-        if self.plan.replicate is not None:
-            comm = _dp_comm(self.plan.replicate, n_bytes / self.plan.shard_ranks, "dp")
-            self._dp(Task(f"{name}.ar", "dp", "grad_reduce", comm=comm, deps=((self.stage, self.last_dp),),
-                          microbatch=mb))  # fmt: skip
+    def _reduce(self, name: str, n_bytes: float, ready: int, mb: int, expert: bool = False) -> None:
+        """A gradient reduction of ``n_bytes`` once compute task ``ready`` has produced them (``expert``: the routed
+        experts' bucket, over their own group, ``DataParallelPlan.experts``: nothing where it is one rank); under
+        hybrid sharding the all-reduce of its output among the shard's replicas follows it on the dp stream (PyTorch
+        FSDP's HSDP reduction)."""
+        plan = self.plan
+        assert plan is not None, "a reduction runs only with data parallelism"
+        reduce: GroupCollective | None = plan.reduce
+        ranks = plan.shard_ranks
+        if expert:
+            assert plan.experts is not None
+            reduce, ranks = plan.experts.reduce, plan.experts.ranks
+        deps = ((self.stage, ready),)
+        if reduce is not None:
+            comm = _dp_comm(reduce, n_bytes, "dp")
+            self._dp(Task(name, "dp", "grad_reduce", comm=comm, deps=deps, microbatch=mb))
+            deps = ((self.stage, self.last_dp),)
+        if plan.replicate is not None:
+            comm = _dp_comm(plan.replicate, n_bytes / ranks, "dp")
+            self._dp(Task(f"{name}.ar", "dp", "grad_reduce", comm=comm, deps=deps, microbatch=mb))
 
     def end_of_microbatch_backward(self, mb: int) -> None:
         """After a micro-batch's whole backward (ZeRO-2 runs with pp = 1): flush its last bucket, and the next
@@ -635,16 +659,22 @@ class _StageLowering:
         )
         if s.offload:  # the host link's exposed transfers and the CPU's Adam, after the GPU's part of the step
             opt = self._offload(model, params, opt)
-        if self.plan is not None and self.plan.gather_after_step and not self.plan.gather_overlapped:
-            comm = _dp_comm(self.plan.gather, params * self.plan.weight_bytes, "zero")
+        experts = stage_expert_params(layers, ctx.programs)
+        plan = self.plan
+        if plan is not None and plan.gather_after_step and not plan.gather_overlapped:
+            dense = params - experts if plan.experts is not None else params
+            comm = _dp_comm(plan.gather, dense * plan.weight_bytes, "zero")
             self._dp(Task("weights_all_gather", "dp", "param_gather", comm=comm, deps=((self.stage, opt),)))
+            if plan.experts is not None and plan.experts.gather is not None and experts > 0:
+                comm = _dp_comm(plan.experts.gather, experts * plan.weight_bytes, "zero")
+                self._dp(Task("expert_weights_all_gather", "dp", "param_gather", comm=comm,
+                              deps=((self.stage, opt),)))  # fmt: skip
         self.prog.params = params
         if s.offload:
             self.prog.host_memory = host_states(
                 s, params, ctx.host_activations.get(self.stage, 0.0), stage_expert_params(layers, ctx.programs)
             )
         fp8 = stage_fp8(layers, ctx.programs)
-        experts = stage_expert_params(layers, ctx.programs)
         self.prog.static_memory = model_states(ctx.cluster, s, params, fp8, experts) | fixed_bytes(
             ctx.cluster, s, self.stage, tied_copy_params(model, s) > 0, ctx.layer_input
         )

@@ -32,19 +32,21 @@ from plansim.costs.collectives import algorithm_entry
 from plansim.hardware import Cluster
 from plansim.step.prepare import shard_algorithm, tied_copy_params
 from plansim.strategy.frameworks import FrameworkRules, ParamPrefetch, load_framework
-from plansim.strategy.mesh import GRAD_AXES, mesh_of
+from plansim.strategy.mesh import EXPERT_GRAD_AXES, GRAD_AXES, mesh_of
 from plansim.strategy.schema import Strategy
 from plansim.units import dtype_bytes
 from plansim.workload.traced import Workload
 
 __all__ = [
     "DataParallelPlan",
+    "ExpertGroup",
     "GroupCollective",
     "LayerPass",
     "Overlapped",
     "bucket_launches",
     "bucketed_reduction",
     "data_parallel_plan",
+    "experts_apart",
     "gathered_weight_bytes",
     "gathers_per_layer",
     "grad_copy_in_bytes",
@@ -69,6 +71,23 @@ class GroupCollective:
 
 
 @dataclass(frozen=True)
+class ExpertGroup:
+    """The routed experts' gradients in buckets of their own, reduced (and under ZeRO-1/2 their weights gathered
+    after the optimizer step) over the expert-data-parallel group of ``ranks`` (``EXPERT_GRAD_AXES``: ``edp``, or
+    under hybrid sharding one replica's ``edp``, each reduction then all-reduced among the replicas as the dense
+    buckets' are, ``DataParallelPlan.replicate``). Megatron-LM keeps expert parameters in buffers apart, each
+    bucketed as the dense ones are, over ``intra_expt_dp_group`` (NVIDIA/Megatron-LM d98e8a64,
+    ``megatron/core/distributed/distributed_data_parallel.py:283-290, 313-330``), their bucket groups partitioned
+    and synchronised alike (``:349-355``, ``start_grad_sync`` and ``finish_grad_sync`` walk ``bucket_groups +
+    expert_parallel_bucket_groups``, ``:664, 677``). ``reduce``/``gather``: None where ``ranks`` is 1 (nothing to
+    reduce or gather)."""
+
+    ranks: int
+    reduce: GroupCollective | None
+    gather: GroupCollective | None
+
+
+@dataclass(frozen=True)
 class DataParallelPlan:
     """The data-parallel and ZeRO traffic of one step (``dp`` > 1).
 
@@ -82,6 +101,9 @@ class DataParallelPlan:
     ``dp_shard`` group and each reduction is followed by ``replicate``, an all-reduce of its output (1/``shard`` of
     the bytes) over the ``dp_replicate`` group; ``shard``: the ranks the states are sharded over (``dp`` without).
     ``prefetch``: how far ahead of a pass ZeRO-3's per-layer gathers are issued (the framework's rule).
+    ``experts``: where the routed experts' parameters are kept apart (``experts_apart``), their buckets over the
+    expert-data-parallel group (``ExpertGroup``); the gradients above are then the rest's, every layer's
+    ``LayerPass.expert_params`` going to the experts' buckets instead. None: every gradient in one set of buckets.
     ``bucket_bytes`` and ``overlap``: gradient buckets launched as backward fills them (else one reduction after
     backward); a bucket never spans two model chunks (each chunk has buffers of its own), and where the framework
     buckets only the first pipeline stage's first model chunk (``first_chunk_buckets_only``) every other chunk is
@@ -105,6 +127,21 @@ class DataParallelPlan:
     replicate: GroupCollective | None = None
     shard: int = 0
     prefetch: ParamPrefetch = field(default_factory=lambda: ParamPrefetch(layers=1))
+    experts: ExpertGroup | None = None
+
+    def groups(self) -> tuple[bool, ...]:
+        """The sets of buckets a backward fills, in the order a layer's are issued: the dense one (False), then,
+        where kept apart, the experts' (True). ASSUMPTION: where both fill a bucket at the same layer the dense
+        bucket is issued first; both run on the one dp stream in issue order (one stream beside compute, as
+        ``_Streams`` has it; Megatron-LM issues each bucket group's collective once its gradients are ready)."""
+        return (False,) if self.experts is None else (False, True)
+
+    def grad_share(self, params: float, expert_params: float, expert: bool) -> float:
+        """Of a layer's ``params`` (``expert_params`` of them the routed experts'), those whose gradients fill the
+        ``expert`` set of buckets (``groups``)."""
+        if self.experts is None:
+            return params
+        return expert_params if expert else params - expert_params
 
     @property
     def shard_ranks(self) -> int:
@@ -132,11 +169,12 @@ class LayerPass:
     at full rate (a backward's recompute included), which a collective beside it slows
     (``plansim.costs.interference``), ``blocking_s`` of blocking collectives and their waits, which it does not, and
     the layer's ``params`` (whose weights ZeRO-3 gathers before the pass; whose gradients are complete once its
-    backward ends)."""
+    backward ends), ``expert_params`` of them the routed experts' (``DataParallelPlan.experts``)."""
 
     work_s: float
     blocking_s: float
     params: float
+    expert_params: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -389,6 +427,7 @@ def bucketed_reduction(
     chunks: Sequence[tuple[int, float]] = (),
     then: Pricer | None = None,
     launches: Mapping[int, float] | None = None,
+    experts: tuple[Pricer | None, Pricer | None, Mapping[int, float] | None] | None = None,
 ) -> Overlapped:
     """One backward (``layers`` in the order it runs them) and its gradient buckets on the dp stream, timed as the
     discrete-event engine runs them: a bucket is launched once backward has produced all its gradients (Li et al.
@@ -398,7 +437,10 @@ def bucketed_reduction(
     bucket of that many bytes; ``chunks``: the model chunks' last layers and bucket sizes (``bucket_launches``);
     ``then``: the price of a collective following each reduction on the stream (hybrid sharding's all-reduce among
     replicas); ``launches``: the buckets as ``bucket_launches`` gives them for ``layers`` and ``chunks`` (the layer
-    index after which each is launched -> its bytes), by default computed here.
+    index after which each is launched -> its bytes), by default computed here. Where the plan keeps the experts'
+    gradients apart (``DataParallelPlan.experts``) ``launches`` holds the rest's and ``experts`` gives the experts'
+    buckets as (their reduction's price or None, the price of what follows it or None, their launches or None:
+    computed here), issued after the rest's bucket launched at the same layer (``DataParallelPlan.groups``).
     Exposed is what the last bucket ends after backward does: backward's end waits for every bucket (PyTorch DDP's
     ``Reducer::finalize_backward``, FSDP's ``_post_backward_final_callback``, Megatron-LM's ``finish_grad_sync``).
 
@@ -408,24 +450,35 @@ def bucketed_reduction(
     >>> r.exposed_s, r.overlapped_s, r.interference_s  # bucket 1 runs 2-5 s, layer 2 ends at 5.5 s, bucket 2 at 8.5 s
     (3.0, 3.0, 1.5)
     """
-    if launches is None:
-        launches = dict(bucket_launches(plan, [x.params * plan.grad_bytes for x in layers], chunks))
-    priced: dict[float, tuple[float, float, float]] = {}
+    sets: list[tuple[Mapping[int, float], Pricer | None, Pricer | None]] = []
+    for expert in plan.groups():
+        given = launches
+        pricers: tuple[Pricer | None, Pricer | None] = (price, then)
+        if expert:
+            assert experts is not None, "the experts' pricers where the plan keeps them apart"
+            pricers, given = experts[:2], experts[2]
+        if given is None:
+            grads = [plan.grad_share(x.params, x.expert_params, expert) * plan.grad_bytes for x in layers]
+            given = dict(bucket_launches(plan, grads, chunks))
+        sets.append((given, *pricers))
+    priced: list[dict[float, tuple[float, float, float]]] = [{}, {}]
     streams, sent, work = _Streams(), 0.0, 0.0
     for i, layer in enumerate(layers):
         work += layer.work_s  # layers between launches with nothing blocking run as one span of work
-        n_bytes = launches.get(i)
-        if layer.blocking_s > 0 or n_bytes is not None or i == len(layers) - 1:
+        n_sets = [(k, n_bytes) for k, (given, _, _) in enumerate(sets) if (n_bytes := given.get(i)) is not None]
+        if layer.blocking_s > 0 or n_sets or i == len(layers) - 1:
             streams.compute(work, layer.blocking_s)
             work = 0.0
-        if n_bytes is not None:
-            if n_bytes not in priced:
-                priced[n_bytes] = price(n_bytes)
-            seconds, n_sent, rate = priced[n_bytes]
-            streams.collective(seconds, streams.t, rate)
-            sent += n_sent
-            if then is not None:
-                seconds, n_sent, rate = then(n_bytes)
+        for k, n_bytes in n_sets:
+            _, first, follow = sets[k]
+            if first is not None:
+                if n_bytes not in priced[k]:
+                    priced[k][n_bytes] = first(n_bytes)
+                seconds, n_sent, rate = priced[k][n_bytes]
+                streams.collective(seconds, streams.t, rate)
+                sent += n_sent
+            if follow is not None:
+                seconds, n_sent, rate = follow(n_bytes)
                 streams.collective(seconds, streams.t, rate)
                 sent += n_sent
     return streams.result(sent, 0.0)
@@ -496,10 +549,12 @@ def per_layer_overlap(
     return streams.result(sent["r"], sent["g"])
 
 
-def _on_dp(cluster: Cluster, s: Strategy, collective: str, algorithm: str, axis: str = "dp") -> GroupCollective:
+def _on_dp(
+    cluster: Cluster, s: Strategy, collective: str, algorithm: str, axis: str = "dp", expert: bool = False
+) -> GroupCollective:
     """A collective over the data-parallel ``axis``'s gradient group (``GRAD_AXES``: with the context-parallel
-    ranks)."""
-    axis = GRAD_AXES[axis]
+    ranks; ``expert``: the routed experts' group, ``EXPERT_GRAD_AXES``)."""
+    axis = (EXPERT_GRAD_AXES if expert else GRAD_AXES)[axis]
     local = None
     if algorithm_entry(collective, algorithm).reads_local:
         local = mesh_of(s).local_size(axis, cluster.gpus_per_node)
@@ -510,6 +565,16 @@ def grad_ranks(s: Strategy) -> int:
     """The ranks ``s``'s gradients are reduced over: the data-parallel ranks of every context-parallel rank
     (``GRAD_AXES``; ``dp`` without context parallelism)."""
     return mesh_of(s).size(GRAD_AXES["dp"])
+
+
+def experts_apart(s: Strategy) -> bool:
+    """Whether the routed experts' gradients are reduced over a group of their own (``ExpertGroup``): where the
+    experts are regrouped, ep > 1 or etp other than tp. Megatron-LM marks expert parameters ``allreduce=False``
+    (kept in expert buffers over the expert-data-parallel group) only then (``use_expert_pgs``,
+    ``megatron/core/extensions/transformer_engine.py:1235-1240, 1740-1745`` at d98e8a64); otherwise they sit in the
+    dense buffers over dp x cp, the same ranks. ASSUMPTION: DeepSpeed's and torchtitan's alike (torchtitan puts the
+    experts on the tp mesh without ep, ``models/llama4/infra/parallelize.py:558-562`` at v0.2.2)."""
+    return s.ep > 1 or s.expert_tp != s.tp
 
 
 def _framework_rules(s: Strategy) -> FrameworkRules:
@@ -594,6 +659,19 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         if s.hybrid_shard:  # HSDP: the shard's reduced gradients all-reduced among its replicas
             replicate = _on_dp(cluster, s, "all_reduce", s.dp_algorithm, "dp_replicate")
     kept = weights_kept_through_step(s)  # torchtitan's FSDP with pipelining: ZeRO-1's traffic, one layer per bucket
+    per_layer = gathers_per_layer(s)
+    overlapped = kept or (s.zero in (1, 2) and not per_layer and bool(s.overlap_param_gather))
+    experts = None
+    # Not yet: ZeRO-3's per-layer gathers and ZeRO-1/2's overlapped weight gathers keep the experts with the rest
+    # (over dp x cp, docs/strategies.md)
+    if experts_apart(s) and not per_layer and not overlapped:
+        ranks = mesh_of(s).size(EXPERT_GRAD_AXES[axis])
+        on = ranks > 1
+        experts = ExpertGroup(
+            ranks,
+            _on_dp(cluster, s, reduce.collective, reduce.algorithm, axis, True) if on else None,
+            _on_dp(cluster, s, "all_gather", sharded, axis, True) if on and s.zero >= 1 else None,
+        )
     return DataParallelPlan(
         dp=dp,
         reduce=reduce,
@@ -601,7 +679,7 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         reduce_every_microbatch=(
             s.zero >= 2 and not kept and _framework_rules(s).sharded_grads_reduced_every_microbatch.value
         ),
-        per_layer=gathers_per_layer(s),
+        per_layer=per_layer,
         regather_backward=s.zero >= 3,
         gather_after_step=kept or (s.zero in (1, 2) and not gathers_per_layer(s)),
         grad_bytes=s.grad_bytes,
@@ -610,11 +688,12 @@ def data_parallel_plan(cluster: Cluster, s: Strategy) -> DataParallelPlan | None
         # the REDUCE_GRAD action after the stage's last backward: one reduction here, where torch issues one per layer
         # back to back (the same bytes, fewer launches)
         overlap=s.overlap_grad_reduce and not kept,
-        gather_overlapped=kept or (s.zero in (1, 2) and not gathers_per_layer(s) and bool(s.overlap_param_gather)),
+        gather_overlapped=overlapped,
         first_chunk_buckets_only=_framework_rules(s).grad_buckets_first_chunk_only.value,
         replicate=replicate,
         shard=s.shard_degree if s.hybrid_shard else 0,
         prefetch=param_prefetch(s),
+        experts=experts,
     )
 
 
