@@ -531,7 +531,7 @@ def _experts(
         for etp in [c.etp] if c.etp is not None else list(dict.fromkeys((default, 1))):
             if (allowed is not None and etp not in allowed) or (ep == 1 and etp != tp and allowed is None):
                 continue
-            if ranks % (etp * ep):
+            if ranks % span({"etp": etp, "ep": ep}, ("etp", "ep")):  # the ranks one expert layer splits over
                 continue
             out.append((ep, None if etp == default else etp))
     return out
