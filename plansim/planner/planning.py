@@ -164,6 +164,7 @@ def plan(
     phase: Callable[[str], None] | None = None,
     robust: bool = False,
     seq_len: int | None = None,
+    moe_imbalance: float | None = None,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
     ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
@@ -175,7 +176,9 @@ def plan(
     candidate of another family (``PlanResult.robust``, ``planner.robust``).
 
     ``seq_len`` prices the model at that many tokens per sequence instead of its own (``plansim.api.run_model``):
-    every candidate, the finalists' re-simulation and the time to train on ``tokens`` read it.
+    every candidate, the finalists' re-simulation and the time to train on ``tokens`` read it. ``moe_imbalance``
+    sets a mixture of experts' routing imbalance the same way (``plansim.api.simulate``); with ``robust`` it is an
+    uncertain input too (``plansim.uncertainty.MODEL_INPUTS``), the search pricing it at the worse end of its range.
 
     ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The search's work is counted
     before any candidate is priced (``space.search_work``): above ``PLANSIM_MAX_CANDIDATES`` candidates,
@@ -214,7 +217,7 @@ def plan(
     if price_per_gpu_hour is not None:
         price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
     callback(progress, "progress")
-    spec = run_model(model, seq_len)
+    spec = run_model(model, seq_len, moe_imbalance=moe_imbalance)
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
