@@ -304,7 +304,7 @@ class ModelSpec(BaseModel):
         unused = [key for key in UNUSED if not FAMILIES[self.family].uses(key)]
         if self.heads and self.head_dim == self.hidden // self.heads:
             unused.append("head_dim")  # the default: a file need not say it
-        if self.moe_imbalance == 1.0:
+        if self.moe_imbalance == 1.0 and "moe_imbalance" not in unused:
             unused.append("moe_imbalance")  # balanced, the default
         for key in unused:
             del data[key]
