@@ -162,3 +162,34 @@ def test_sampling_needs_an_imbalance_and_the_discrete_event_engine() -> None:
         simulate(small(), HARDWARE, STRATEGY, gpus=8, moe_imbalance=1.3, moe_imbalance_spread=0.5)
     with pytest.raises(PlansimError, match="moe-imbalance-spread"):
         simulate(small(), HARDWARE, STRATEGY, gpus=8, engine="des", moe_imbalance=1.3, moe_imbalance_spread=-1)
+
+
+def test_robust_planning_prices_the_worst_imbalance_and_reports_its_sensitivity() -> None:
+    from plansim.planner import Constraints, plan
+    from plansim.planner.robust import Rival, robust_report
+    from plansim.uncertainty import IMBALANCE_HIGH, model_ranges
+
+    assert model_ranges(load_model("llama3-8b")) == {}  # a dense model has no such input
+    r = plan(small(), HARDWARE, gpus=8, global_batch=16, des=False, robust=True, moe_imbalance=1.2, jobs=1,
+             constraints=Constraints(remat=("full",), zero=1, ep=8))  # fmt: skip
+    assert r.robust is not None and r.robust.worst["moe_imbalance"] == IMBALANCE_HIGH
+    assert r.robust.nominal["moe_imbalance"] == 1.2
+    sens = next(s for s in r.robust.sensitivities if s.name == "moe_imbalance")
+    assert (sens.low, sens.high) == (1.0, IMBALANCE_HIGH) and sens.at_high_s > sens.at_low_s
+    assert "routing imbalance 1.5x" in r.robust.sentences()[0]
+    # the break-even imbalance: an ep=8 plan against one without expert parallelism, which the imbalance leaves be
+    cluster_model = small()
+    from plansim.hardware import load_hardware
+    from plansim.strategy.schema import Strategy
+
+    cluster = load_hardware(HARDWARE, gpus=8)
+    ep8 = Strategy.model_validate(dict(dp=8, ep=8, micro_batch=1, global_batch=16, zero=1))
+    tp8 = Strategy.model_validate(dict(dp=1, tp=8, sequence_parallel=True, micro_batch=1, global_batch=16, zero=1))
+    report = robust_report(cluster_model, cluster, ep8, [Rival("tp8", tp8)])
+    even = next(s for s in report.sensitivities if s.name == "moe_imbalance").break_evens[0]
+    if not even.already:  # ep8 is faster balanced: it stops being so at a finite imbalance, where the two tie
+        assert even.above is not None and even.above > 1.0
+        at = with_moe_imbalance(small(), even.above)
+        a = simulate(at, cluster, ep8).step_time_s
+        b = simulate(at, cluster, tp8).step_time_s
+        assert a == pytest.approx(b, rel=0.01)

@@ -39,7 +39,7 @@ from plansim.planner.space import Constraints, candidates, divisors, search_work
 from plansim.result import Result
 from plansim.strategy.checks import fp8_problems
 from plansim.strategy.schema import Strategy
-from plansim.uncertainty import perturbed, worst_corners
+from plansim.uncertainty import model_worst, perturbed, with_model_inputs, worst_corners
 from plansim.units import GB
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems
@@ -232,6 +232,9 @@ def plan(
             "host link (hardware_profiles/nodes, host:): leave --offload out or use a node with a host section"
         )
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
+    given = spec  # the robust report's nominal model
+    if robust:  # the model's uncertain inputs (a mixture of experts' imbalance) at their worse end, in every corner
+        spec = with_model_inputs(spec, model_worst(spec))
     work = search_work(spec, cluster, global_batch, c)
     subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
     narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
@@ -276,7 +279,7 @@ def plan(
     if robust:
         if phase:
             phase("break-even values for the winner")
-        result.robust = _robust(spec, cluster, result)
+        result.robust = _robust(given, cluster, result)
         # every figure before the robust sentences is a worst case: said first, not left to the end
         result.explanation = (
             "Worst cases over the profiles' uncertainty ranges throughout. "
