@@ -232,9 +232,7 @@ def simulate(
         gpus = whole(gpus, "gpus", "--gpus")
     options = _what_ifs(stragglers, link_factors, failed_links, jitter, seed)
     if moe_imbalance_spread is not None:
-        options["moe_imbalance_spread"] = number(
-            moe_imbalance_spread, "moe_imbalance_spread", "--moe-imbalance-spread"
-        )
+        options["moe_imbalance_spread"] = number(moe_imbalance_spread, "moe_imbalance_spread", "--moe-imbalance-spread")
     if mode is not None:
         options["mode"] = mode
     if framework is not None:

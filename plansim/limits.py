@@ -123,7 +123,10 @@ LIMITS: dict[str, Limit] = {
         integer=False,
     ),
     "moe_imbalance_spread": Limit(
-        0, 4, "", "a log-normal's standard deviation of the log; 4 already puts 1 in 10^4 draws 10^7 times the mean",
+        0,
+        4,
+        "",
+        "a log-normal's standard deviation of the log; 4 already puts 1 in 10^4 draws 10^7 times the mean",
         integer=False,
     ),
     "q_lora_rank": Limit(0, 2**18, "", "DeepSeek-V3's query latent is 1,536 wide; 0: full-rank queries"),

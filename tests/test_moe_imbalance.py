@@ -37,7 +37,14 @@ def run(x: float, engine: str, strategy: str = STRATEGY) -> Result:
 
 
 def figures(r: Result) -> tuple[object, ...]:
-    return r.step_time_s, r.peak_memory_bytes, r.mfu, r.hfu, tuple(r.time_breakdown_s.items()), tuple(r.comm_bytes_per_gpu.items())
+    return (
+        r.step_time_s,
+        r.peak_memory_bytes,
+        r.mfu,
+        r.hfu,
+        tuple(r.time_breakdown_s.items()),
+        tuple(r.comm_bytes_per_gpu.items()),
+    )
 
 
 @pytest.mark.parametrize("engine", ["analytic", "des"])

@@ -950,9 +950,7 @@ def _sampled_imbalance(
     for low_prog, high_prog in zip(base.stages, at_mean.stages, strict=True):
         if len(low_prog.tasks) != len(high_prog.tasks):
             raise AssertionError("the lowerings at two imbalances differ in their tasks")
-        prog = StageProgram(
-            high_prog.stage, [], high_prog.static_memory, high_prog.params, high_prog.host_memory
-        )
+        prog = StageProgram(high_prog.stage, [], high_prog.static_memory, high_prog.params, high_prog.host_memory)
         for lo, hi in zip(low_prog.tasks, high_prog.tasks, strict=True):
             if lo == hi:
                 prog.tasks.append(hi)

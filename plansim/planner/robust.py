@@ -106,7 +106,9 @@ class RobustReport:
     def sentences(self) -> list[str]:
         """The report in words: the worst case ranked by, and per rival where the winner stops winning."""
         ranged = {s.name for s in self.sensitivities if s.low != s.high}
-        shown = ", ".join(f"{input_named(n).label} {input_named(n).show(v)}" for n, v in self.worst.items() if n in ranged)
+        shown = ", ".join(
+            f"{input_named(n).label} {input_named(n).show(v)}" for n, v in self.worst.items() if n in ranged
+        )
         fixed = [input_named(n).label for n in self.worst if n not in ranged]
         held = f"; the profiles give no range for {' or '.join(fixed)}" if fixed else ""
         where = f"over the profiles' ranges ({shown}{held})" if ranged else "(the profiles give no ranges)"

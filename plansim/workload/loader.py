@@ -223,6 +223,14 @@ def with_seq_len(model: Workload, seq_len: int | None, option: str = "--seq-len"
     return model.model_copy(update={"seq_len": n})
 
 
+@overload
+def with_moe_imbalance(model: ModelSpec, imbalance: object, option: str = ...) -> ModelSpec: ...
+
+
+@overload
+def with_moe_imbalance(model: TracedModel, imbalance: object, option: str = ...) -> TracedModel: ...
+
+
 def with_moe_imbalance(model: Workload, imbalance: object, option: str = "--moe-imbalance") -> Workload:
     """``model`` with its router's ``moe_imbalance`` set: a copy of its spec (``model`` itself when ``imbalance`` is
     None or its own). The one place a run's imbalance reaches the model (``plansim.api.run_model``), as
