@@ -14,7 +14,7 @@ from plansim.result import Result
 from plansim.strategy.mesh import REPLICA_AXES
 from plansim.strategy.schema import Strategy, StrategyInput, read_strategy
 from plansim.strategy.traced import with_traced_defaults
-from plansim.workload import ModelSpec, TracedModel, load_model, with_seq_len
+from plansim.workload import ModelSpec, TracedModel, load_model, with_moe_imbalance, with_seq_len
 from plansim.workload.traced import Workload
 
 __all__ = ["ENGINES", "as_cluster", "as_model", "as_strategy", "as_strategy_input", "run_model", "simulate"]
@@ -69,11 +69,15 @@ def as_model(model: object) -> ModelSpec | TracedModel:
     return load_model(name_or_path(model, "model (--model)", "a preset name, a model file or a ModelSpec"))
 
 
-def run_model(model: object, seq_len: object = None, given: Sequence[StrategyInput] = ()) -> ModelSpec | TracedModel:
+def run_model(
+    model: object, seq_len: object = None, given: Sequence[StrategyInput] = (), moe_imbalance: object = None
+) -> ModelSpec | TracedModel:
     """The model a run prices: loaded (``as_model``) at the run's sequence length, ``seq_len`` (``--seq-len``) or
     else the one the strategies ``given`` hold (``seq_len:`` in their files or texts), else the model's own
     (``plansim.workload.with_seq_len``: the one place the length reaches the model). A length given twice must be
-    the same: two that differ are refused in one line, as neither can be the one meant.
+    the same: two that differ are refused in one line, as neither can be the one meant. ``moe_imbalance``
+    (``--moe-imbalance``) sets a mixture of experts' routing imbalance the same way
+    (``plansim.workload.with_moe_imbalance``; refused for a model without routed experts).
 
     >>> run_model("llama2-7b", 8192).seq_len
     8192
@@ -95,7 +99,7 @@ make them agree
     for n, said, _ in lengths[1:]:
         if n != lengths[0][0]:
             raise PlansimError(f"{lengths[0][1]} and {said} differ: give the run's length once, or make them agree")
-    spec = as_model(model)
+    spec = with_moe_imbalance(as_model(model), moe_imbalance)
     if not lengths:
         return spec
     n, _, option = lengths[0]
@@ -156,6 +160,8 @@ def simulate(
     seed: int | None = None,
     seq_len: int | None = None,
     framework: str | None = None,
+    moe_imbalance: float | None = None,
+    moe_imbalance_spread: float | None = None,
 ) -> Result:
     """Predict one training step.
 
@@ -192,6 +198,14 @@ def simulate(
         another length, a model without sequences (``cnn``), or beyond a learned position table's rows.
     framework : str, optional
         Run the strategy as this framework does (``frameworks/``: its ``framework`` field replaced).
+    moe_imbalance : float, optional
+        A mixture of experts' routing imbalance, >= 1: the routed tokens the busiest expert-parallel rank receives
+        over the mean (default the model's, 1.0: balanced), which the step runs at the pace of
+        (``plansim.workload.moe``). Refused for a model without routed experts.
+    moe_imbalance_spread : float, optional
+        ``des`` only: sample the imbalance per micro-batch and pipeline stage (seeded by ``seed``), its excess over
+        1 log-normal with this standard deviation of the log and mean ``moe_imbalance - 1``
+        (``plansim.des.engine.WhatIf``).
 
     Raises
     ------
@@ -217,6 +231,8 @@ def simulate(
     if gpus is not None:
         gpus = whole(gpus, "gpus", "--gpus")
     options = _what_ifs(stragglers, link_factors, failed_links, jitter, seed)
+    if moe_imbalance_spread is not None:
+        options["moe_imbalance_spread"] = number(moe_imbalance_spread, "moe_imbalance_spread", "--moe-imbalance-spread")
     if mode is not None:
         options["mode"] = mode
     if framework is not None:
@@ -224,7 +240,7 @@ def simulate(
 
         load_framework(framework)  # one line naming the known ones if it is not
     given = as_strategy_input(strategy)
-    spec = run_model(model, seq_len, [given])
+    spec = run_model(model, seq_len, [given], moe_imbalance)
     strat = given.strategy if framework is None else given.strategy.model_copy(update={"framework": framework})
     strat = with_traced_defaults(strat, spec)
     if gpus is None and strat.dp is not None and not isinstance(hardware, Cluster):

@@ -114,6 +114,21 @@ LIMITS: dict[str, Limit] = {
     "capacity_factor": Limit(
         0, 64, "", "published capacity factors are 1-2 (GShard, Switch); 0: dropless", integer=False
     ),
+    "moe_imbalance": Limit(
+        1,
+        2**14,
+        "",
+        "1: balanced; the busiest of ep ranks receives at least the mean and at most every routed token, ep times "
+        "the mean (ep <= experts <= 2^14): a value above ep prices as ep",
+        integer=False,
+    ),
+    "moe_imbalance_spread": Limit(
+        0,
+        4,
+        "",
+        "a log-normal's standard deviation of the log; 4 already puts 1 in 10^4 draws 10^7 times the mean",
+        integer=False,
+    ),
     "q_lora_rank": Limit(0, 2**18, "", "DeepSeek-V3's query latent is 1,536 wide; 0: full-rank queries"),
     "kv_lora_rank": Limit(0, 2**18, "", "DeepSeek-V3's key/value latent is 512 wide; 0: no latent attention"),
     "rope_head_dim": Limit(0, 2**12, "", "DeepSeek-V3 rotates 64 of each head's 192 query/key columns"),

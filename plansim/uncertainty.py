@@ -13,6 +13,10 @@ sections, from the spread of the cited micro-benchmark sources):
 - ``gpu_to_gpu_cv`` (GPU profile): the chip-to-chip coefficient of variation, whose slowest GPU the step waits for
   (``plansim.costs.stragglers``).
 
+One more input is the model's, not the profiles': a mixture of experts' routing imbalance (``moe_imbalance``,
+``MODEL_INPUTS``), from balanced to ``IMBALANCE_HIGH`` (or the model's own value where higher). A higher value slows
+the step (``tests/test_moe_imbalance.py``), so its worse end is pinned in every worst corner.
+
 An input that a measured kernel profile (``hardware_profiles/measured/``) prices instead of the GPU profile (its GEMM
 table, its overlap section) is left out: the measurement replaces the published spread. A profile without a range
 for an input holds it at the profile's value. Every input moves the step time one way (``worse``: lower or higher
@@ -37,15 +41,25 @@ from plansim.hardware.schema import GPUSpec, OverlapMeasurement
 
 if TYPE_CHECKING:
     from plansim.costs.kernels import KernelTable
+    from plansim.workload import ModelSpec
 
 __all__ = [
+    "IMBALANCE_HIGH",
     "INPUTS",
+    "MODEL_INPUTS",
+    "ModelInput",
     "UncertainInput",
     "corners",
+    "input_named",
+    "model_nominal",
+    "model_ranges",
+    "model_search_bounds",
+    "model_worst",
     "nominal",
     "perturbed",
     "ranges",
     "search_bounds",
+    "with_model_inputs",
     "worst",
     "worst_corners",
 ]
@@ -295,3 +309,87 @@ def _perturbed(cluster: Cluster, values: tuple[tuple[str, float], ...]) -> Clust
         if value != u.value(out):
             out = u.apply(out, value)
     return out
+
+
+# --- the model's uncertain inputs ------------------------------------------------------------------------------------
+
+#: The top of the routing imbalance's range. ASSUMPTION: no published distribution of the busiest expert-parallel
+#: rank's load was found; 1.5 lies within the capacity factors of 1-2 that GShard and Switch size expert buffers with
+#: so that few tokens are dropped (Lepikhin et al. 2021 sec 2.2; Fedus et al. 2022 sec 2.2), loads their authors
+#: expected a busy expert to reach. The nominal value is the model's (``--moe-imbalance``).
+IMBALANCE_HIGH = 1.5
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """An uncertain input of the model (not of a profile): as ``UncertainInput``, read and set on a ``ModelSpec``."""
+
+    name: str
+    label: str
+    worse: int
+    monotone: bool
+    bounds: tuple[float, float]
+    show: Callable[[float], str]
+    value: Callable[[ModelSpec], float]
+    apply: Callable[[ModelSpec, float], ModelSpec]
+    model_range: Callable[[ModelSpec], tuple[float, float]]
+    applies: Callable[[ModelSpec], bool]
+
+
+def _imbalance_apply(m: ModelSpec, v: float) -> ModelSpec:
+    from plansim.workload import with_moe_imbalance
+
+    return with_moe_imbalance(m, v, "moe_imbalance")
+
+
+#: The model's uncertain inputs: a mixture of experts' routing imbalance (``plansim.workload.moe.Routing``).
+MODEL_INPUTS: dict[str, ModelInput] = {
+    u.name: u
+    for u in (
+        ModelInput(
+            "moe_imbalance", "routing imbalance", +1, True, (1.0, 4.0), _times,
+            lambda m: m.moe_imbalance, _imbalance_apply,
+            lambda m: (1.0, max(IMBALANCE_HIGH, m.moe_imbalance)), lambda m: m.moe_layers > 0,
+        ),
+    )
+}  # fmt: skip
+
+
+def model_nominal(model: ModelSpec) -> dict[str, float]:
+    """Each model input that applies to ``model`` at its value."""
+    return {name: u.value(model) for name, u in MODEL_INPUTS.items() if u.applies(model)}
+
+
+def model_ranges(model: ModelSpec) -> dict[str, tuple[float, float]]:
+    """Each model input that applies to ``model`` and its [low, high] range."""
+    return {name: MODEL_INPUTS[name].model_range(model) for name in model_nominal(model)}
+
+
+def model_worst(model: ModelSpec) -> dict[str, float]:
+    """Each model input at its worse end (every one is monotone)."""
+    return {n: (high if MODEL_INPUTS[n].worse > 0 else low) for n, (low, high) in model_ranges(model).items()}
+
+
+def model_search_bounds(model: ModelSpec, name: str) -> tuple[float, float]:
+    """The values model input ``name`` may take in a break-even search: its ``bounds`` widened to hold its range."""
+    u = MODEL_INPUTS[name]
+    low, high = u.model_range(model)
+    return min(u.bounds[0], low), max(u.bounds[1], high)
+
+
+def with_model_inputs(model: ModelSpec, values: Mapping[str, float]) -> ModelSpec:
+    """``model`` with each named model input set (names of ``INPUTS``, the profiles', are skipped).
+
+    >>> from plansim.workload import load_model
+    >>> with_model_inputs(load_model("mixtral-8x7b"), {"moe_imbalance": 1.5, "gemm_efficiency": 0.7}).moe_imbalance
+    1.5
+    """
+    for name, value in values.items():
+        if name in MODEL_INPUTS:
+            model = MODEL_INPUTS[name].apply(model, value)
+    return model
+
+
+def input_named(name: str) -> UncertainInput | ModelInput:
+    """An uncertain input by name: a profile's (``INPUTS``) or the model's (``MODEL_INPUTS``)."""
+    return INPUTS[name] if name in INPUTS else MODEL_INPUTS[name]

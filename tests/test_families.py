@@ -50,7 +50,7 @@ KEY_RULES = {
 #: The ``moe`` family's own keys: the other families refuse them all.
 MOE_KEYS = {"experts": REQ, "experts_per_token": REQ, "expert_ffn_hidden": REQ, "shared_ffn_hidden": 0,
             "dense_layers": 0, "capacity_factor": 0.0, "q_lora_rank": 0, "kv_lora_rank": 0, "rope_head_dim": 0,
-            "v_head_dim": None}  # fmt: skip
+            "v_head_dim": None, "moe_imbalance": 1.0}  # fmt: skip
 KEY_RULES.update({key: {"gpt": NO, "llama": NO, "mlp": NO, "cnn": NO, "moe": rule} for key, rule in MOE_KEYS.items()})
 
 
@@ -84,7 +84,7 @@ def test_key_rules_are_enforced_with_the_same_messages(family: str) -> None:
              "learned_positions": False, "image_size": 64, "stage_blocks": [3, 4, 6, 3], "head_dim": 16,
              "experts": 4, "experts_per_token": 2, "expert_ffn_hidden": 32, "shared_ffn_hidden": 32,
              "dense_layers": 1, "capacity_factor": 1.25, "q_lora_rank": 8, "kv_lora_rank": 8, "rope_head_dim": 4,
-             "v_head_dim": 16}  # fmt: skip
+             "v_head_dim": 16, "moe_imbalance": 1.3}  # fmt: skip
     needed = {k: given[k] for k, rule in KEY_RULES.items() if rule[family] == REQ}
     validated(ModelSpec, {**base, **needed}, "m.yaml")
     for key, rule in KEY_RULES.items():

@@ -39,6 +39,13 @@ SEQ_LEN_HELP = (
 )
 
 
+#: ``--moe-imbalance`` on simulate, plan and compare.
+MOE_IMBALANCE_HELP = (
+    "mixture of experts: routed tokens the busiest expert-parallel rank receives over the mean (1.0: balanced, the "
+    "default; the step runs at that rank's pace)"
+)
+
+
 def _version(value: bool) -> None:
     """``plansim --version``: the installed package's version (its metadata), then exit."""
     if value:
@@ -217,6 +224,15 @@ def simulate(
         typer.Option("--framework", help="run the strategy as this framework does (megatron, deepspeed, fsdp)"),
     ] = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
+    moe_imbalance: Annotated[float | None, typer.Option("--moe-imbalance", help=MOE_IMBALANCE_HELP)] = None,
+    moe_imbalance_spread: Annotated[
+        float | None,
+        typer.Option(
+            "--moe-imbalance-spread",
+            help="des: sample the imbalance per micro-batch (seeded by --seed), its excess over 1 log-normal with "
+            "this sigma and mean --moe-imbalance minus 1",
+        ),
+    ] = None,
 ) -> None:
     """Predict one training step of MODEL on HARDWARE under STRATEGY."""
     from plansim.api import simulate as run
@@ -241,6 +257,8 @@ def simulate(
         seed=seed,
         seq_len=seq_len,
         framework=framework,
+        moe_imbalance=moe_imbalance,
+        moe_imbalance_spread=moe_imbalance_spread,
     )
     if trace is not None:
         try:
@@ -373,6 +391,7 @@ def plan(
         ),
     ] = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
+    moe_imbalance: Annotated[float | None, typer.Option("--moe-imbalance", help=MOE_IMBALANCE_HELP)] = None,
 ) -> None:
     """Search every parallel strategy for --model on --gpus GPUs at --global-batch: rank, explain, write."""
     from plansim.costs.remat_policies import REMAT_POLICIES
@@ -404,7 +423,7 @@ def plan(
             model, hardware, gpus=gpus, global_batch=global_batch, constraints=constraints, objective=objective,
             top_k=top, des=not no_des, milp=policies is None or "milp" in policies,
             jobs=jobs, tokens=tokens, price_per_gpu_hour=price, progress=bar.counter(), phase=bar.phase,
-            robust=robust, seq_len=seq_len,
+            robust=robust, seq_len=seq_len, moe_imbalance=moe_imbalance,
         )  # fmt: skip
     if result.winner is None:
         raise PlansimError(result.explanation)
@@ -490,6 +509,7 @@ def compare(
         typer.Option("--framework", help="run each strategy under this framework (repeat to set them side by side)"),
     ] = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help=SEQ_LEN_HELP)] = None,
+    moe_imbalance: Annotated[float | None, typer.Option("--moe-imbalance", help=MOE_IMBALANCE_HELP)] = None,
 ) -> None:
     """Simulate several strategies and/or hardware profiles for one model; table, charts and scaling curves."""
     from plansim.comparison.compare import compare as run_compare
@@ -512,7 +532,7 @@ def compare(
         lambda step: run_compare(
             model, strategy, hardware or ["dgx-a100"], gpus=gpus, engine=engine, scaling_gpus=counts,
             scaling_engine=scaling_engine, scaling_batch=scaling_batch, objective=objective, progress=step,
-            frameworks=framework or (), seq_len=seq_len,
+            frameworks=framework or (), seq_len=seq_len, moe_imbalance=moe_imbalance,
         ),
     )  # fmt: skip
     _report(result, out, fmt, write_comparison, comparison_summary, print_comparison)

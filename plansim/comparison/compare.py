@@ -248,6 +248,7 @@ def compare(
     progress: Callable[[str], None] | None = None,
     frameworks: Sequence[str] = (),
     seq_len: int | None = None,
+    moe_imbalance: float | None = None,
 ) -> Comparison:
     """Simulate every strategy on every hardware profile for ``model`` (and each at ``scaling_gpus``).
 
@@ -258,7 +259,8 @@ def compare(
     ``progress(label)`` is called before each simulation. One string is one strategy (or node type).
     ``seq_len`` prices the model at that many tokens per sequence instead of its own (``plansim.api.run_model``); a
     strategy's file or text may give ``seq_len`` instead. Every run of a comparison is at one length: lengths that
-    differ (``seq_len`` and a file's, or two files') are refused.
+    differ (``seq_len`` and a file's, or two files') are refused. ``moe_imbalance`` sets a mixture of experts'
+    routing imbalance (``plansim.api.simulate``) for every run.
 
     Raises ``PlansimError`` with the CLI's one-line message for any bad argument, before the first simulation.
 
@@ -289,7 +291,7 @@ def compare(
     scaling_gpus = [whole(g, "gpus", "--scaling") for g in scaling]
     callback(progress, "progress")
     given = [as_strategy_input(s) for s in strategies]
-    spec = run_model(model, seq_len, given)
+    spec = run_model(model, seq_len, given, moe_imbalance)
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: compare takes a ModelSpec (a preset, a model file), not a traced module")
     parsed = [(g.strategy, _name(s)) for g, s in zip(given, strategies, strict=True)]

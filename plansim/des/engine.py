@@ -35,7 +35,7 @@ import time
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache, partial
 from heapq import heappop, heappush
 from typing import Any
@@ -85,6 +85,8 @@ class WhatIf:
     deviation of the log of a random factor on every kernel time (log-normal with mean 1), drawn with ``seed``; it
     replaces the expected wait of each blocking collective for its slowest member (``Task.wait_s``), which the run
     charges otherwise, by the sampled one (the wait for the job's slowest GPU, a property of the chips, stays).
+    ``moe_imbalance_spread``: a mixture of experts' routing imbalance sampled per micro-batch and pipeline stage
+    (``_sampled_imbalance``), drawn with ``seed``, in place of the model's fixed ``moe_imbalance``, its mean.
     """
 
     stragglers: Mapping[int, float] = field(default_factory=dict)
@@ -92,6 +94,7 @@ class WhatIf:
     failed_links: tuple[str, ...] = ()
     jitter: float = 0.0
     seed: int = 0
+    moe_imbalance_spread: float = 0.0
 
     def check(self, cluster: Cluster) -> None:
         """Raise ``PlansimError`` for a straggler rank outside the cluster or a non-positive factor."""
@@ -108,6 +111,11 @@ class WhatIf:
             raise PlansimError(f"jitter must be >= 0 and finite (a standard deviation, e.g. 0.05), got {self.jitter}")
         if self.seed < 0:
             raise PlansimError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.moe_imbalance_spread < math.inf:
+            raise PlansimError(
+                f"moe_imbalance_spread must be >= 0 and finite (a standard deviation, e.g. 0.5), got "
+                f"{self.moe_imbalance_spread}"
+            )
 
 
 @dataclass(frozen=True)
@@ -884,10 +892,86 @@ def simulate_des(
         wall = time.perf_counter()
         s = strategy.resolved(cluster)
         graph = sized_lowering(model, cluster, s, mode)  # refused here when above the work bound
+        if what_if.moe_imbalance_spread:
+            graph = _sampled_imbalance(model, cluster, s, mode, graph, what_if)
         engine = _Engine(graph, cluster, mode, what_if)
         engine.run()
         wall = time.perf_counter() - wall
         return _result(model, cluster, s, graph, engine, wall)
+
+
+#: The random stream of the sampled imbalance, apart from the jitter's (``WhatIf.seed`` seeds both).
+_IMBALANCE_STREAM = 36
+
+
+def _sampled_imbalance(
+    model: ModelSpec, cluster: Cluster, s: Strategy, mode: str, at_mean: TaskGraph, what_if: WhatIf
+) -> TaskGraph:
+    """``at_mean`` (the step lowered at the model's ``moe_imbalance`` ``m``) with each micro-batch's imbalance on
+    each pipeline stage drawn: ``x = 1 + (m - 1) L``, ``L`` log-normal with mean 1 and ``moe_imbalance_spread`` the
+    standard deviation of its log. A micro-batch's forward and backward share its draw (the same tokens take the
+    same routes both ways); stages draw apart (their layers route apart). Every task the imbalance changes (the
+    busiest rank's expert GEMMs, its all-to-all bytes, the activations they keep) is set between its balanced value
+    (the step lowered at 1) and its value at ``m``: ``v(x) = v(1) + (x - 1) / (m - 1) (v(m) - v(1))``, so each
+    task's expected value is its value at ``m`` and, where the step adds its tasks up, the expected step is the
+    fixed pricing's at ``m`` (``tests/test_moe_imbalance.py``); a pipeline's waits make the slowest micro-batches
+    cost more than the mean.
+
+    Why log-normal on the excess: the imbalance stays at least 1 (the busiest rank receives at least the mean) and
+    its variation is multiplicative and skewed to the right. ASSUMPTION, not a fit: no published per-micro-batch
+    distribution of the busiest rank's load was found; the spread is the user's. An ideal random router's imbalance
+    (the max over ep ranks of a multinomial of ``T k`` rows) is within a few percent of 1 at training's token
+    counts, so it cannot stand for a learned router's skew, which is what costs.
+    """
+    from plansim.workload import with_moe_imbalance
+
+    mean = model.moe_imbalance
+    if mean == 1.0:
+        raise PlansimError(
+            f"moe_imbalance_spread {what_if.moe_imbalance_spread:g} varies the routing imbalance around its mean, but "
+            f"'{model.name}' is balanced (moe_imbalance 1.0, or a model without routed experts): give "
+            "--moe-imbalance above 1, or leave --moe-imbalance-spread out"
+        )
+    base = sized_lowering(with_moe_imbalance(model, 1.0), cluster, s, mode)
+    rng = np.random.default_rng([what_if.seed, _IMBALANCE_STREAM])
+    sigma = what_if.moe_imbalance_spread
+    weights: dict[tuple[int, int], float] = {}  # (stage, micro-batch) -> (x - 1) / (m - 1)
+
+    def weight(stage: int, microbatch: int) -> float:
+        w = weights.get((stage, microbatch))
+        if w is None:
+            w = weights[(stage, microbatch)] = math.exp(sigma * float(rng.standard_normal()) - sigma * sigma / 2)
+        return w
+
+    def between(low: float, high: float, w: float) -> float:
+        return low + w * (high - low)
+
+    stages = []
+    for low_prog, high_prog in zip(base.stages, at_mean.stages, strict=True):
+        if len(low_prog.tasks) != len(high_prog.tasks):
+            raise AssertionError("the lowerings at two imbalances differ in their tasks")
+        prog = StageProgram(high_prog.stage, [], high_prog.static_memory, high_prog.params, high_prog.host_memory)
+        for lo, hi in zip(low_prog.tasks, high_prog.tasks, strict=True):
+            if lo == hi:
+                prog.tasks.append(hi)
+                continue
+            w = weight(prog.stage, hi.microbatch)
+            comm = hi.comm
+            if comm is not None and lo.comm is not None and comm.n_bytes != lo.comm.n_bytes:
+                comm = replace(comm, n_bytes=between(lo.comm.n_bytes, comm.n_bytes, w))
+            held = {name: n_bytes for name, n_bytes, _ in lo.alloc}  # a block rounded to nothing is not allocated
+            alloc = tuple((name, between(held.get(name, 0.0), b, w), cat) for name, b, cat in hi.alloc)
+            prog.tasks.append(
+                replace(
+                    hi,
+                    duration_s=between(lo.duration_s, hi.duration_s, w),
+                    host_s=between(lo.host_s, hi.host_s, w),
+                    comm=comm,
+                    alloc=alloc,
+                )
+            )
+        stages.append(prog)
+    return TaskGraph(stages, at_mean.mesh, at_mean.num_microbatches, at_mean.model_flops, at_mean.hardware_flops)
 
 
 def _result(

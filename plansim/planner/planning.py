@@ -39,7 +39,7 @@ from plansim.planner.space import Constraints, candidates, divisors, search_work
 from plansim.result import Result
 from plansim.strategy.checks import fp8_problems
 from plansim.strategy.schema import Strategy
-from plansim.uncertainty import perturbed, worst_corners
+from plansim.uncertainty import model_worst, perturbed, with_model_inputs, worst_corners
 from plansim.units import GB
 from plansim.workload import ModelSpec
 from plansim.workload.families import axis_problems
@@ -164,6 +164,7 @@ def plan(
     phase: Callable[[str], None] | None = None,
     robust: bool = False,
     seq_len: int | None = None,
+    moe_imbalance: float | None = None,
 ) -> PlanResult:
     """Find the best way to train ``model`` on ``gpus`` GPUs of ``hardware`` at ``global_batch`` sequences per step.
     ``progress(done, total)`` is called while candidates are priced and finalists re-simulated, ``phase(label)`` as
@@ -175,7 +176,9 @@ def plan(
     candidate of another family (``PlanResult.robust``, ``planner.robust``).
 
     ``seq_len`` prices the model at that many tokens per sequence instead of its own (``plansim.api.run_model``):
-    every candidate, the finalists' re-simulation and the time to train on ``tokens`` read it.
+    every candidate, the finalists' re-simulation and the time to train on ``tokens`` read it. ``moe_imbalance``
+    sets a mixture of experts' routing imbalance the same way (``plansim.api.simulate``); with ``robust`` it is an
+    uncertain input too (``plansim.uncertainty.MODEL_INPUTS``), the search pricing it at the worse end of its range.
 
     ``constraints`` is a ``Constraints`` or a mapping of its fields (``{"tp": 2}``). The search's work is counted
     before any candidate is priced (``space.search_work``): above ``PLANSIM_MAX_CANDIDATES`` candidates,
@@ -214,7 +217,7 @@ def plan(
     if price_per_gpu_hour is not None:
         price_per_gpu_hour = number(price_per_gpu_hour, "price_per_gpu_hour", "--price-per-gpu-hour")
     callback(progress, "progress")
-    spec = run_model(model, seq_len)
+    spec = run_model(model, seq_len, moe_imbalance=moe_imbalance)
     if not isinstance(spec, ModelSpec):
         raise PlansimError("model: the planner takes a ModelSpec (a preset, a model file), not a traced module")
     cluster = as_cluster(hardware, gpus)
@@ -229,6 +232,9 @@ def plan(
             "host link (hardware_profiles/nodes, host:): leave --offload out or use a node with a host section"
         )
     corners = [perturbed(cluster, v) for v in worst_corners(cluster)] if robust else []
+    given = spec  # the robust report's nominal model
+    if robust:  # the model's uncertain inputs (a mixture of experts' imbalance) at their worse end, in every corner
+        spec = with_model_inputs(spec, model_worst(spec))
     work = search_work(spec, cluster, global_batch, c)
     subject = f"plan of {spec.name} on {cluster.num_gpus} GPUs at --global-batch {global_batch}"
     narrow = "narrow it (--tp, --pp, --max-pp, --micro-batch, --zero, --schedule, fewer --remat policies)"
@@ -273,7 +279,7 @@ def plan(
     if robust:
         if phase:
             phase("break-even values for the winner")
-        result.robust = _robust(spec, cluster, result)
+        result.robust = _robust(given, cluster, result)
         # every figure before the robust sentences is a worst case: said first, not left to the end
         result.explanation = (
             "Worst cases over the profiles' uncertainty ranges throughout. "

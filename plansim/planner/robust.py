@@ -1,4 +1,5 @@
-"""How robust the winner is: for each uncertain input (``plansim.uncertainty``), the winner's step time at the ends
+"""How robust the winner is: for each uncertain input (``plansim.uncertainty``: the profiles', and the model's
+routing imbalance for a mixture of experts), the winner's step time at the ends
 of the input's range (the tornado chart), and the break-even value at which a rival would price as fast: the
 runner-up, and the best candidate of another family (with or without ZeRO-3, pipelining, tensor parallelism).
 
@@ -19,7 +20,20 @@ from plansim.analytic import AnalyticCache, simulate_analytic
 from plansim.describe import RATIO_FROM, describe, times
 from plansim.hardware import Cluster
 from plansim.strategy.schema import Strategy
-from plansim.uncertainty import INPUTS, nominal, perturbed, ranges, search_bounds, worst_corners
+from plansim.uncertainty import (
+    MODEL_INPUTS,
+    input_named,
+    model_nominal,
+    model_ranges,
+    model_search_bounds,
+    model_worst,
+    nominal,
+    perturbed,
+    ranges,
+    search_bounds,
+    with_model_inputs,
+    worst_corners,
+)
 from plansim.workload import ModelSpec
 
 __all__ = ["TIE", "BreakEven", "Rival", "RobustReport", "Sensitivity", "family_rival", "robust_report"]
@@ -92,8 +106,10 @@ class RobustReport:
     def sentences(self) -> list[str]:
         """The report in words: the worst case ranked by, and per rival where the winner stops winning."""
         ranged = {s.name for s in self.sensitivities if s.low != s.high}
-        shown = ", ".join(f"{INPUTS[n].label} {INPUTS[n].show(v)}" for n, v in self.worst.items() if n in ranged)
-        fixed = [INPUTS[n].label for n in self.worst if n not in ranged]
+        shown = ", ".join(
+            f"{input_named(n).label} {input_named(n).show(v)}" for n, v in self.worst.items() if n in ranged
+        )
+        fixed = [input_named(n).label for n in self.worst if n not in ranged]
         held = f"; the profiles give no range for {' or '.join(fixed)}" if fixed else ""
         where = f"over the profiles' ranges ({shown}{held})" if ranged else "(the profiles give no ranges)"
         out = [
@@ -118,7 +134,7 @@ class RobustReport:
             )
         clauses, steady = [], []
         for s, b in evens:
-            u = INPUTS[s.name]
+            u = input_named(s.name)
             parts = []
             for value, gap, words in ((b.below, b.gap_below, "falls below"), (b.above, b.gap_above, "rises above")):
                 if value is None:
@@ -188,12 +204,19 @@ class _Pricer:
         key = tuple(sorted(values.items()))
         hit = self._times.get((s, key))
         if hit is None:
-            c = perturbed(self.cluster, values)
+            c = perturbed(self.cluster, {n: v for n, v in values.items() if n not in MODEL_INPUTS})
+            model = with_model_inputs(self.model, values)
             cache = self._caches.get(key)
             if cache is None:
-                cache = self._caches[key] = AnalyticCache(self.model, c)
-            hit = self._times[(s, key)] = simulate_analytic(self.model, c, s, cache=cache).step_time_s
+                cache = self._caches[key] = AnalyticCache(model, c)
+            hit = self._times[(s, key)] = simulate_analytic(model, c, s, cache=cache).step_time_s
         return hit
+
+    def search_bounds(self, name: str) -> tuple[float, float]:
+        """The values input ``name`` may take in a break-even search."""
+        if name in MODEL_INPUTS:
+            return model_search_bounds(self.model, name)
+        return search_bounds(self.cluster, name)
 
 
 def plan_family(s: Strategy) -> tuple[bool, bool, bool]:
@@ -227,8 +250,8 @@ def robust_report(
 ) -> RobustReport:
     """The winner's ``RobustReport`` on ``cluster`` (at the profiles' values) against ``rivals``."""
     pricer = _Pricer(model, cluster)
-    base = nominal(cluster)
-    box = ranges(cluster)
+    base = nominal(cluster) | model_nominal(model)
+    box = ranges(cluster) | model_ranges(model)
     sensitivities = []
     for name, (low, high) in box.items():
         value = base[name]
@@ -237,10 +260,13 @@ def robust_report(
         evens = tuple(_break_even(pricer, winner, r, name, value) for r in rivals)
         sensitivities.append(
             Sensitivity(
-                name, INPUTS[name].label, value, low, high, at_low, at_high, evens, search_bounds(cluster, name)
+                name, input_named(name).label, value, low, high, at_low, at_high, evens, pricer.search_bounds(name)
             )
         )
-    corner = max(worst_corners(cluster), key=lambda values: pricer.step_time(winner, values))
+    pinned = model_worst(model)  # the model's inputs are monotone: at their worse end in every corner
+    corner = max(
+        ({**values, **pinned} for values in worst_corners(cluster)), key=lambda values: pricer.step_time(winner, values)
+    )
     return RobustReport(
         base, corner, pricer.step_time(winner, {}), pricer.step_time(winner, corner), tuple(rivals),
         tuple(pricer.step_time(r.strategy, {}) for r in rivals), tuple(sensitivities),
@@ -255,7 +281,7 @@ def _break_even(pricer: _Pricer, winner: Strategy, rival: Rival, name: str, valu
     at_value = gap(value)
     if at_value >= 0:
         return BreakEven(rival.role, None, None, at_value, at_value, already=True)
-    low, high = search_bounds(pricer.cluster, name)
+    low, high = pricer.search_bounds(name)
     below, gap_below = _crossing(gap, value, at_value, low)
     above, gap_above = _crossing(gap, value, at_value, high)
     return BreakEven(rival.role, below, above, gap_below, gap_above)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from plansim.report.figures import bar_figure, legend_right, save_figure
-from plansim.uncertainty import INPUTS
+from plansim.uncertainty import input_named
 
 __all__ = ["tornado_chart", "tornado_figure"]
 
@@ -23,7 +23,7 @@ def tornado_figure(report: Any, title: str) -> Any:
     fig, (ax,) = bar_figure(max(len(rows), 1))
     centre = report.winner_nominal_s
     for y, s in enumerate(rows):
-        u = INPUTS[s.name]
+        u = input_named(s.name)
         ends = (
             (s.low, s.at_low_s, "C0", "range's low end", y + 0.2),
             (s.high, s.at_high_s, "C1", "range's high end", y - 0.2),
@@ -35,7 +35,7 @@ def tornado_figure(report: Any, title: str) -> Any:
                     u.show(end), (at, row), xytext=(3 if at >= centre else -3, 0), textcoords="offset points",
                     ha="left" if at >= centre else "right", va="center", fontsize=7,
                 )  # fmt: skip
-    ax.set_yticks(range(len(rows)), [f"{s.label} ({INPUTS[s.name].show(s.value)})" for s in rows])
+    ax.set_yticks(range(len(rows)), [f"{s.label} ({input_named(s.name).show(s.value)})" for s in rows])
     ax.axvline(centre, color="black", lw=1.0, label="winner at the profiles' values")
     for k, (rival, seconds) in enumerate(zip(report.rivals, report.rival_nominal_s, strict=True)):
         ax.axvline(seconds, color=f"C{3 + k}", ls="--", lw=1.2, label=f"{rival.role} at the profiles' values")

@@ -11,7 +11,7 @@ True
 from plansim.workload.build import build_graph
 from plansim.workload.graph import MATMUL_KINDS, graph_totals, layer_nodes, model_flops
 from plansim.workload.hf_config import from_hf_config
-from plansim.workload.loader import list_models, load_model, with_seq_len
+from plansim.workload.loader import list_models, load_model, with_moe_imbalance, with_seq_len
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel, trace_module
 
@@ -27,5 +27,6 @@ __all__ = [
     "load_model",
     "model_flops",
     "trace_module",
+    "with_moe_imbalance",
     "with_seq_len",
 ]

@@ -343,9 +343,20 @@ def causal_share(op: Mapping[str, Any]) -> float:
     return CAUSAL_SHARE if op.get("causal", False) else 1.0
 
 
+def mean_share(op: Mapping[str, Any]) -> float:
+    """The share of an op's FLOPs a rank of the mean load runs: an expert GEMM of the busiest expert-parallel rank
+    under routing imbalance carries ``mean_share`` = mean rows / its rows (``plansim.workload.moe.Routing``), so the
+    model FLOPs MFU divides by stay the balanced model's; 1 for every other op.
+
+    >>> mean_share({"kind": "matmul", "mean_share": 0.5}), mean_share({"kind": "matmul"})
+    (0.5, 1.0)
+    """
+    return op.get("mean_share", 1.0)
+
+
 def model_flops(graph: nx.DiGraph) -> float:
     """Model FLOPs of one micro-batch on this rank: 3x the forward FLOPs of the matmul-like ops, the attention
-    core's over the scores a causal mask keeps (``causal_share``).
+    core's over the scores a causal mask keeps (``causal_share``), an expert GEMM's at the mean load (``mean_share``).
 
     This is Megatron-LM's ``num_floating_point_operations`` (NVIDIA/Megatron-LM d98e8a64,
     megatron/training/training.py:1146-1169: forward plus a backward of twice the forward, GEMMs only, no
@@ -361,7 +372,9 @@ def model_flops(graph: nx.DiGraph) -> float:
     True
     """
     return 3 * sum(
-        data["flops"] * causal_share(data) for _, data in graph.nodes(data=True) if data["kind"] in MATMUL_KINDS
+        data["flops"] * causal_share(data) * mean_share(data)
+        for _, data in graph.nodes(data=True)
+        if data["kind"] in MATMUL_KINDS
     )
 
 

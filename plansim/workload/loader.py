@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from plansim.errors import PlansimError, shown, shown_path
 from plansim.files.yamlfile import is_dir, looks_like_path, read_mapping, validated
-from plansim.limits import whole
+from plansim.limits import number, whole
 from plansim.workload.families import FAMILIES
 from plansim.workload.spec import ModelSpec
 from plansim.workload.torch_trace import TracedModel
@@ -20,7 +20,7 @@ from plansim.workload.torch_trace import TracedModel
 if TYPE_CHECKING:
     from plansim.workload.traced import Workload
 
-__all__ = ["list_models", "load_model", "preset_dir", "with_seq_len"]
+__all__ = ["list_models", "load_model", "preset_dir", "with_moe_imbalance", "with_seq_len"]
 
 
 def preset_dir() -> Path:
@@ -221,3 +221,45 @@ def with_seq_len(model: Workload, seq_len: int | None, option: str = "--seq-len"
             f"{(n - model.seq_len) * model.hidden:,} more parameters)"
         )
     return model.model_copy(update={"seq_len": n})
+
+
+@overload
+def with_moe_imbalance(model: ModelSpec, imbalance: object, option: str = ...) -> ModelSpec: ...
+
+
+@overload
+def with_moe_imbalance(model: TracedModel, imbalance: object, option: str = ...) -> TracedModel: ...
+
+
+def with_moe_imbalance(model: Workload, imbalance: object, option: str = "--moe-imbalance") -> Workload:
+    """``model`` with its router's ``moe_imbalance`` set: a copy of its spec (``model`` itself when ``imbalance`` is
+    None or its own). The one place a run's imbalance reaches the model (``plansim.api.run_model``), as
+    ``with_seq_len`` is for the length; what it costs is the MoE layer's (``plansim.workload.moe.Routing``).
+
+    Raises
+    ------
+    PlansimError
+        One line naming ``option``: a value outside ``plansim.limits`` (below 1: the busiest rank receives at least
+        the mean) or a model without routed experts.
+
+    Examples
+    --------
+    >>> with_moe_imbalance(load_model("mixtral-8x7b"), 1.3).moe_imbalance
+    1.3
+    >>> with_moe_imbalance(load_model("llama2-7b"), 1.3)
+    Traceback (most recent call last):
+    ...
+    plansim.errors.PlansimError: --moe-imbalance 1.3: 'llama2-7b' is a llama model, without routed experts to \
+balance: leave --moe-imbalance out
+    """
+    if imbalance is None:
+        return model
+    x = number(imbalance, "moe_imbalance", option)
+    if isinstance(model, TracedModel) or not FAMILIES[model.family].uses("moe_imbalance"):
+        kind = "a traced module" if isinstance(model, TracedModel) else f"a {model.family} model"
+        raise PlansimError(
+            f"{option} {shown(x)}: '{model.name}' is {kind}, without routed experts to balance: leave {option} out"
+        )
+    if x == model.moe_imbalance:
+        return model
+    return model.model_copy(update={"moe_imbalance": x})

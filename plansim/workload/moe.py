@@ -26,6 +26,25 @@ megatron/core/transformer/moe/token_dispatcher.py) issue around them:
   experts the reverse: unsort, reduce-scatter over ``etp`` (829-833), the combine all-to-all (864-870) and the
   un-permutation.
 
+Routing imbalance (``moe_imbalance`` ``x >= 1``, the model's: the routed rows the busiest expert-parallel rank
+receives over the mean ``S``). Each rank sends its own ``S`` rows, but the experts they go to are uneven, and every
+rank waits at the combine all-to-all (and at the next layer's dispatch) for the busiest; so the step runs at the
+busiest rank's pace, and the op graph is that rank's: it receives ``ceil(x S)`` rows, which its dispatch and combine
+all-to-alls carry (priced as a buffer of that size: the busiest rank's receive -- its send in the combine -- is the
+transfer the others wait for; a uniform buffer overstates what the other ranks put on shared links), its ``etp``
+gather and reduce-scatter, its sort and unsort, its expert GEMMs (``R = etp ceil(x S)``) and the activations they
+save (GShard, Lepikhin et al. 2021 sec 2.2: the busiest expert sets the step's time and memory unless a capacity
+caps it; DeepSeek-V3 technical report, 2024, sec 2.1.2: load imbalance across expert-parallel devices lowers
+computational efficiency). The permutation before the dispatch and the un-permutation after the combine run over the
+rank's own tokens and stay at ``S``. Megatron-LM's dropless dispatcher sizes each rank's buffers from the counts
+actually routed to it (``MoEAlltoAllTokenDispatcher.preprocess``: ``output_splits``, the tokens the rank receives,
+token_dispatcher.py:584-590 at d98e8a64, used as the all-to-all's receive sizes at 705-711), so the dropless busiest
+rank runs all ``x S`` rows. A capacity factor ``c``
+pads every expert's buffer to ``c`` times its share and drops the tokens beyond it: the busiest rank's rows stay
+``S`` (capacity), and ``dropped = 1 - c/x`` of its tokens are lost when ``x > c``. One of ``ep`` ranks receives at
+most every routed row, so ``x`` is capped at ``ep``: at ``ep = 1`` the rank runs every expert and the imbalance
+moves work between its own experts only (their grouped GEMM's per-expert sizes, not modelled), changing nothing.
+
 Megatron-LM refuses MoE with tensor parallelism but without sequence parallelism in training
 (megatron/core/transformer/moe/moe_layer.py:636-640), and so does the builder. The shared experts are a dense MLP
 split over ``tp`` with their own gather and reduce-scatter (megatron/core/transformer/moe/shared_experts.py:574-575).
@@ -91,8 +110,10 @@ __all__ = ["Routing", "add_moe", "block_parameters", "latent_attention", "moe_ml
 
 class Routing:
     """What one rank's MoE layer runs (see the module docstring): ``tokens`` ``T``, ``send`` ``S`` (the rows it
-    routes, its all-to-all send buffer), ``rows`` ``R`` (the rows its local experts run), ``local`` experts, their
-    FFN width ``width`` on this rank, and whether the routing is the identity (one expert, top-1, no capacity)."""
+    routes, its all-to-all send buffer), ``receive`` (the rows the busiest expert-parallel rank receives: ``S``
+    balanced), ``rows`` ``R`` (the rows its local experts run), ``local`` experts, their FFN width ``width`` on this
+    rank, whether the routing is the identity (one expert, top-1, no capacity), the ``imbalance`` in force and the
+    fraction of the busiest rank's tokens ``dropped`` over capacity."""
 
     def __init__(self, spec: ModelShape, sh: Sharding, d: Dims) -> None:
         E, k, ep, etp = spec.experts, spec.experts_per_token, sh.ep, sh.etp
@@ -113,7 +134,17 @@ class Routing:
         self.width = spec.expert_ffn_hidden // etp
         factor = spec.capacity_factor
         self.send = E * math.ceil(factor * self.tokens * k / E) if factor else self.tokens * k
-        self.rows = etp * self.send
+        # the routing imbalance: the busiest of the ep ranks, whose pace the all-to-alls hold every rank to, receives
+        # ``x`` times the mean ``S``; at most every rank's rows (``ep`` times), so none at ep = 1
+        x = min(spec.moe_imbalance, ep)
+        self.imbalance = x
+        if factor:  # padded to capacity: the busiest experts take ``c`` times their share, the rest is dropped
+            self.receive = self.send
+            self.dropped = max(0.0, 1.0 - factor / x)
+        else:  # dropless: the busiest rank runs every row routed to it
+            self.receive = self.send if x == 1.0 else math.ceil(x * self.send)
+            self.dropped = 0.0
+        self.rows = etp * self.receive
         self.identity = self.local == 1 and k == 1 and ep == 1 and not factor
         self.ep, self.etp, self.k, self.etp_axis = ep, etp, k, sh.etp_axis
 
@@ -138,6 +169,8 @@ def _expert_gemm(d: Dims, r: Routing, n: int, k: int, *, saved: int, kept: int, 
         )
         attrs["grouped"] = r.local
     attrs["expert"] = True
+    if r.receive != r.send:  # the busiest rank's rows: MFU counts the mean rank's (workload.graph.mean_share)
+        attrs["mean_share"] = r.send / r.receive
     return op_saved(attrs, kept=kept, rerun=rerun)
 
 
@@ -171,8 +204,8 @@ def moe_mlp(d: Dims, spec: ModelShape, sh: Sharding) -> list[Node]:
             nodes.append(Node("permute", _copy(d, r.etp * T * h, routed_in)))
     else:  # the all-to-all dispatcher
         nodes.append(Node("permute", _copy(d, T * h, r.send * h)))
-        nodes.append(Node("dispatch", collective("all_to_all", "all_to_all", E * r.send * h, sh.ep_axis)))
-        nodes += _etp_collective(d, r, "dispatch_gather", r.send * h, gather=True)
+        nodes.append(Node("dispatch", collective("all_to_all", "all_to_all", E * r.receive * h, sh.ep_axis)))
+        nodes += _etp_collective(d, r, "dispatch_gather", r.receive * h, gather=True)
         if r.local > 1:
             nodes.append(Node("sort", _copy(d, routed_in, routed_in)))
     f_e = r.rows * r.width
@@ -191,8 +224,8 @@ def moe_mlp(d: Dims, spec: ModelShape, sh: Sharding) -> list[Node]:
     else:
         if r.local > 1:
             nodes.append(Node("unsort", _copy(d, routed_in, routed_in)))
-        nodes += _etp_collective(d, r, "combine_scatter", r.send * h, gather=False)
-        nodes.append(Node("combine", collective("all_to_all", "all_to_all", E * r.send * h, sh.ep_axis)))
+        nodes += _etp_collective(d, r, "combine_scatter", r.receive * h, gather=False)
+        nodes.append(Node("combine", collective("all_to_all", "all_to_all", E * r.receive * h, sh.ep_axis)))
         nodes.append(Node("unpermute", _copy(d, r.send * h, T * h, flops=2 * r.send * h, saved=E * r.send * h)))
     if spec.shared_ffn_hidden:
         nodes.append(Node("shared_add", residual_add(d), (PREV, "shared_down" if d.t == 1 else "shared_mlp_out")))

@@ -44,6 +44,10 @@ key                       meaning
                           every expert's buffer is padded to ``c`` times its balanced share of the routed tokens
                           (GShard, Lepikhin et al. 2021 sec 2.2; Megatron-LM's ``moe_expert_capacity_factor`` with
                           ``moe_pad_expert_input_to_capacity``), which its GEMMs and all-to-alls then carry
+``moe_imbalance``         ``moe`` only: the routed tokens the busiest expert-parallel rank receives over the mean,
+                          >= 1 (default 1.0: balanced); the router's property, as ``seq_len`` is the data's, and
+                          set for a run by ``--moe-imbalance`` (``plansim.workload.loader.with_moe_imbalance``);
+                          what it costs: ``plansim.workload.moe.Routing``
 ``q_lora_rank``           ``moe`` only, multi-head latent attention (DeepSeek-V2/V3): the query's low-rank width
                           (0, default: full-rank queries)
 ``kv_lora_rank``          ``moe`` only: the key/value latent width; 0 (default) is ordinary grouped-query
@@ -117,6 +121,7 @@ class ModelSpec(BaseModel):
     shared_ffn_hidden: int = field("shared_ffn_hidden", default=None, validate_default=True)
     dense_layers: int = field("dense_layers", default=None, validate_default=True)
     capacity_factor: float = field("capacity_factor", default=None, validate_default=True)
+    moe_imbalance: float = field("moe_imbalance", default=None, validate_default=True)
     q_lora_rank: int = field("q_lora_rank", default=None, validate_default=True)
     kv_lora_rank: int = field("kv_lora_rank", default=None, validate_default=True)
     rope_head_dim: int = field("rope_head_dim", default=None, validate_default=True)
@@ -299,6 +304,8 @@ class ModelSpec(BaseModel):
         unused = [key for key in UNUSED if not FAMILIES[self.family].uses(key)]
         if self.heads and self.head_dim == self.hidden // self.heads:
             unused.append("head_dim")  # the default: a file need not say it
+        if self.moe_imbalance == 1.0 and "moe_imbalance" not in unused:
+            unused.append("moe_imbalance")  # balanced, the default
         for key in unused:
             del data[key]
         if "stage_blocks" in data:
