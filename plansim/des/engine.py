@@ -51,7 +51,7 @@ from plansim.costs.nccl_groups import LayerCall, layer_call, ring_overhead_s, ti
 from plansim.des.memory import MemoryTracker
 from plansim.des.network import FlowNetwork, LinkId, Route
 from plansim.des.routing import Fabric
-from plansim.des.size import sized_lowering
+from plansim.des.size import checked_lowering, sized_lowering
 from plansim.des.taskgraph import NO_KERNEL, StageProgram, TaskGraph
 from plansim.des.timeline import Span, Timeline
 from plansim.errors import PlansimError
@@ -266,6 +266,10 @@ class _Engine:
         self._apply_stragglers()
         for dev in self.devices.values():
             dev.peers = [self.devices[st * self.width + dev.offset] for st in range(len(graph.stages))]
+        # what a collective's phases depend on beyond the collective and its members (``phases``): the cluster, the
+        # links' what-ifs (the routes), the mode and the mesh (the simulated ranks and the copies they stand for)
+        self.context = (cluster, tuple(sorted(what_if.link_factors.items())), tuple(what_if.failed_links), mode,
+                        self.mesh)  # fmt: skip
         self._ready: deque[_Stream] = deque()  # streams whose next task may start now
         self._draining = False
         self._dirty: list[_Device] = []  # devices whose compute rate changed or whose compute task started
@@ -628,11 +632,23 @@ class _Engine:
         key = (comm.collective, "nvls" if nvls else comm.algorithm, comm.local, members, comm.axis, type(comm.peers))
         cached = self.phase_cache.get(key)
         if cached is None:
-            if nvls:
+            shared = _SHARED_PHASES.get((self.context, key))
+            if shared is not None:  # built by an earlier run of this process: only the routes are this network's
+                cached = [
+                    _Phase(w, factor, latency, injected, self.net.route(w)) for w, factor, latency, injected in shared
+                ]
+            elif nvls:
                 assert call is not None
-                cached = self.phase_cache[key] = [self._nvls_phase(comm, members, call.sent_factor)]
+                cached = [self._nvls_phase(comm, members, call.sent_factor)]
             else:
-                cached = self.phase_cache[key] = self._build_phases(comm, members)
+                cached = self._build_phases(comm, members)
+            if shared is None:
+                if len(_SHARED_PHASES) >= _SHARED_PHASES_MAX:
+                    _SHARED_PHASES.clear()
+                _SHARED_PHASES[self.context, key] = [
+                    (ph.weights, ph.bytes_factor, ph.latency_s, ph.injected) for ph in cached
+                ]
+            self.phase_cache[key] = cached
         return cached
 
     def _nvls_phase(self, comm: Comm, members: tuple[int, ...], factor: float) -> _Phase:
@@ -738,6 +754,14 @@ class _Engine:
             )
             i = j
         return phases
+
+
+#: Collectives' phases without their routes (link weights, bytes factor, latency, injected flows), shared by the runs
+#: of one process on one context (``_Engine.context``): a plan's finalists simulate the same groups on the same
+#: cluster, and building a group's phases walks every transfer of its schedule. Read-only once stored; cleared when
+#: ``_SHARED_PHASES_MAX`` entries are held (a large ring's weights name thousands of links).
+_SHARED_PHASES: dict[tuple[Any, ...], list[tuple[dict[LinkId, float], float, float, float]]] = {}
+_SHARED_PHASES_MAX = 1024
 
 
 def _bottleneck(weights: Mapping[LinkId, float], capacity: Mapping[LinkId, float]) -> float:
@@ -882,8 +906,12 @@ def simulate_des(
     *,
     mode: str = "symmetric",
     what_if: WhatIf | None = None,
+    presized: bool = False,
 ) -> Result:
-    """Simulate one training step event by event; the Result's ``timeline`` holds spans, memory and link traffic."""
+    """Simulate one training step event by event; the Result's ``timeline`` holds spans, memory and link traffic.
+    ``presized``: the caller has bounded the run's work already (the planner's finalists, by ``des.size.des_ceiling``),
+    so it is lowered at once, not first at fewer micro-batches (``des.size.sized_lowering``); its own work is still
+    checked once built."""
     if mode not in MODES:
         raise PlansimError(f"mode '{mode}' is unknown: choose one of {', '.join(MODES)}")
     what_if = what_if or WhatIf()
@@ -891,7 +919,8 @@ def simulate_des(
     with gc_paused():
         wall = time.perf_counter()
         s = strategy.resolved(cluster)
-        graph = sized_lowering(model, cluster, s, mode)  # refused here when above the work bound
+        # refused here when above the work bound
+        graph = checked_lowering(model, cluster, s, mode) if presized else sized_lowering(model, cluster, s, mode)
         if what_if.moe_imbalance_spread:
             graph = _sampled_imbalance(model, cluster, s, mode, graph, what_if)
         engine = _Engine(graph, cluster, mode, what_if)

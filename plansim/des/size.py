@@ -23,7 +23,7 @@ from plansim.step.comm import WholeGroup
 from plansim.strategy.schema import Strategy
 from plansim.workload.traced import Workload
 
-__all__ = ["des_ceiling", "des_estimate", "des_work", "sized_lowering"]
+__all__ = ["checked_lowering", "des_ceiling", "des_estimate", "des_work", "sized_lowering"]
 
 
 def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
@@ -37,20 +37,20 @@ def sized_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) ->
     m = s.num_microbatches
     k = s.pp
     if m <= 2 * k:
-        return _checked(model, cluster, s, mode)
+        return checked_lowering(model, cluster, s, mode)
     try:
         small = des_work(lower(model, cluster, _with_microbatches(s, k)), cluster, mode)
         if small * m / k <= work_bound("des_tasks"):
-            return _checked(model, cluster, s, mode)
+            return checked_lowering(model, cluster, s, mode)
         double = des_work(lower(model, cluster, _with_microbatches(s, 2 * k)), cluster, mode)
     except PlansimError:  # a check that only the smaller batch fails: count the strategy itself
-        return _checked(model, cluster, s, mode)
+        return checked_lowering(model, cluster, s, mode)
     per_microbatch = (double - small) / k
     _refuse(model, cluster, s, mode, round(small + per_microbatch * (m - k)))
     return lower(model, cluster, s)
 
 
-def _checked(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
+def checked_lowering(model: Workload, cluster: Cluster, s: Strategy, mode: str) -> TaskGraph:
     """``lower(model, cluster, s)``, refused once built when its run is above the work bound."""
     graph = lower(model, cluster, s)
     _refuse(model, cluster, s, mode, des_work(graph, cluster, mode))

@@ -840,21 +840,22 @@ def _most_blocks(model: ModelSpec, s: Strategy) -> int:
     return max(sum(sizes[stage :: s.pp]) for stage in range(s.pp))
 
 
-def des_result(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
-    """One strategy through the discrete-event engine (symmetric mode), as the finalists are re-simulated."""
+def des_result(model: ModelSpec, cluster: Cluster, s: Strategy, presized: bool = False) -> Result:
+    """One strategy through the discrete-event engine (symmetric mode), as the finalists are re-simulated;
+    ``presized``: its work is known to be within the bound (``_des_all``: its ceiling), so it is lowered at once."""
     from plansim.des.engine import simulate_des
 
-    return simulate_des(model, cluster, s)
+    return simulate_des(model, cluster, s, presized=presized)
 
 
-def des_figures(model: ModelSpec, cluster: Cluster, s: Strategy) -> Result:
+def des_figures(model: ModelSpec, cluster: Cluster, s: Strategy, presized: bool = False) -> Result:
     """A finalist's discrete-event result without its timeline: a large step's spans run to millions of objects,
     which ten finalists would hold in memory and a worker process would pickle back (``des_result`` on the chosen
     strategy gives the timeline)."""
-    return dataclasses.replace(des_result(model, cluster, s), timeline=None)
+    return dataclasses.replace(des_result(model, cluster, s, presized), timeline=None)
 
 
-def _des(job: tuple[ModelSpec, Cluster, Strategy]) -> Result:
+def _des(job: tuple[ModelSpec, Cluster, Strategy, bool]) -> Result:
     return des_figures(*job)
 
 
@@ -914,8 +915,13 @@ def _des_all(
     each), so that the time left can be estimated from the rate."""
     if not des:
         return [None] * len(chosen)
-    work = [(model, p.cluster or cluster, p.strategy) for p in chosen]
-    sizes = [max(1, w) for w in weights] if len(weights) == len(work) else [1] * len(work)
+    from plansim.limits import work_bound
+
+    # a finalist whose work (its ceiling, ``_refuse_des_work``) is within the run's bound is lowered once
+    known = len(weights) == len(chosen)
+    most = work_bound("des_tasks")
+    work = [(model, p.cluster or cluster, p.strategy, known and 0 < weights[k] <= most) for k, p in enumerate(chosen)]
+    sizes = [max(1, w) for w in weights] if known else [1] * len(work)
     total = sum(sizes)
     out: list[Result | None] = [None] * len(work)
     done = 0
