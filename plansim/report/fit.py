@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -122,6 +123,16 @@ def _fold_headers(table: Table, console: Console) -> None:
         column.header = "\n".join(textwrap.wrap(" ".join(words), width=max(widest, *map(len, words))))
 
 
+def _unfold_if_it_fits(table: Table, console: Console, headers: dict[int, Any], width: int) -> None:
+    """The headers as given again where the table, once columns were left out, fits ``width`` with them unfolded."""
+    folded = [(column, column.header) for column in table.columns]
+    for column, _ in folded:
+        column.header = headers.get(id(column), column.header)
+    if _natural(table, console) > width:
+        for column, header in folded:
+            column.header = header
+
+
 def _natural(table: Table, console: Console) -> int:
     return Measurement.get(console, console.options.update(width=10**6), table).maximum
 
@@ -153,8 +164,10 @@ def fit_table(
         lambda: _abbreviate_cells(target, fitted),
         *(partial(_drop, table, by_name, name, fitted) for name in late),
     ]
+    headers = {id(column): column.header for column in table.columns}  # as given, before any fold
     for step in steps:
         if _natural(table, console) <= width:
+            _unfold_if_it_fits(table, console, headers, width)
             return fitted
         step()
     excess = _natural(table, console) - width
