@@ -498,7 +498,9 @@ def _price_all(
         chunks = [(model, clusters, robust, list(space[i : i + size]), i, bounds) for i in range(0, len(space), size)]
         found, pricing = _Found(), _Pricing(model, clusters, robust)
         done = 0
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # unpickling the workers' results makes thousands of objects: with the collector running that took 30 times
+        # as long (0.95 s against 0.03 s for the README plan's four chunks)
+        with gc_paused(), ProcessPoolExecutor(max_workers=jobs) as pool:
             for part, n in zip(pool.map(_price_chunk, chunks), (len(ch[3]) for ch in chunks), strict=True):
                 found.priced += part.priced
                 found.pruned += part.pruned
