@@ -33,7 +33,7 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from plansim.errors import PlansimError
 from plansim.hardware import Cluster
@@ -47,7 +47,6 @@ __all__ = [
     "IMBALANCE_HIGH",
     "INPUTS",
     "MODEL_INPUTS",
-    "ModelInput",
     "UncertainInput",
     "corners",
     "input_named",
@@ -65,12 +64,17 @@ __all__ = [
 ]
 
 
+#: What an uncertain input is read from and set on: a cluster (the profiles' inputs) or a model (the model's).
+Subject = TypeVar("Subject")
+
+
 @dataclass(frozen=True)
-class UncertainInput:
-    """One uncertain input: its key in the profiles' ``uncertainty`` sections, its words, which way slows the step
-    (``worse``: -1 lower values, +1 higher) and whether always (``monotone``; else the worst case tries both ends),
-    the widest values a break-even search may try (``bounds``), how a value reads (``show``), and how to read and
-    set it on a cluster."""
+class UncertainInput(Generic[Subject]):
+    """One uncertain input: its key in the profiles' ``uncertainty`` sections (or the model's field), its words, which
+    way slows the step (``worse``: -1 lower values, +1 higher) and whether always (``monotone``; else the worst case
+    tries both ends), the widest values a break-even search may try (``bounds``), how a value reads (``show``), and
+    how to read it, set it, give its [low, high] range (None: none given) and say whether it applies, on its subject
+    (a ``Cluster`` or a ``ModelSpec``)."""
 
     name: str
     label: str
@@ -78,10 +82,10 @@ class UncertainInput:
     monotone: bool
     bounds: tuple[float, float]
     show: Callable[[float], str]
-    value: Callable[[Cluster], float]
-    apply: Callable[[Cluster, float], Cluster]
-    profile_range: Callable[[Cluster], tuple[float, float] | None]
-    applies: Callable[[Cluster], bool]
+    value: Callable[[Subject], float]
+    apply: Callable[[Subject, float], Subject]
+    given_range: Callable[[Subject], tuple[float, float] | None]
+    applies: Callable[[Subject], bool]
 
 
 def _percent(x: float) -> str:
@@ -212,7 +216,7 @@ def _table(gpu_name: str) -> KernelTable | None:
 
 
 #: Every uncertain input, in the order reports list them.
-INPUTS: dict[str, UncertainInput] = {
+INPUTS: dict[str, UncertainInput[Cluster]] = {
     u.name: u
     for u in (
         UncertainInput(
@@ -245,7 +249,7 @@ def ranges(cluster: Cluster) -> dict[str, tuple[float, float]]:
     profile gives no range)."""
     out = {}
     for name, value in nominal(cluster).items():
-        given = INPUTS[name].profile_range(cluster)
+        given = INPUTS[name].given_range(cluster)
         out[name] = (float(given[0]), float(given[1])) if given is not None else (value, value)
     return out
 
@@ -281,7 +285,7 @@ def search_bounds(cluster: Cluster, name: str) -> tuple[float, float]:
     range (a profile may go beyond them)."""
     u = INPUTS[name]
     value = u.value(cluster)
-    given = u.profile_range(cluster) or (value, value)
+    given = u.given_range(cluster) or (value, value)
     return min(u.bounds[0], given[0], value), max(u.bounds[1], given[1], value)
 
 
@@ -320,22 +324,6 @@ def _perturbed(cluster: Cluster, values: tuple[tuple[str, float], ...]) -> Clust
 IMBALANCE_HIGH = 1.5
 
 
-@dataclass(frozen=True)
-class ModelInput:
-    """An uncertain input of the model (not of a profile): as ``UncertainInput``, read and set on a ``ModelSpec``."""
-
-    name: str
-    label: str
-    worse: int
-    monotone: bool
-    bounds: tuple[float, float]
-    show: Callable[[float], str]
-    value: Callable[[ModelSpec], float]
-    apply: Callable[[ModelSpec, float], ModelSpec]
-    model_range: Callable[[ModelSpec], tuple[float, float]]
-    applies: Callable[[ModelSpec], bool]
-
-
 def _imbalance_apply(m: ModelSpec, v: float) -> ModelSpec:
     from plansim.workload import with_moe_imbalance
 
@@ -343,10 +331,10 @@ def _imbalance_apply(m: ModelSpec, v: float) -> ModelSpec:
 
 
 #: The model's uncertain inputs: a mixture of experts' routing imbalance (``plansim.workload.moe.Routing``).
-MODEL_INPUTS: dict[str, ModelInput] = {
+MODEL_INPUTS: dict[str, UncertainInput[ModelSpec]] = {
     u.name: u
     for u in (
-        ModelInput(
+        UncertainInput(
             "moe_imbalance", "routing imbalance", +1, True, (1.0, 4.0), _times,
             lambda m: m.moe_imbalance, _imbalance_apply,
             lambda m: (1.0, max(IMBALANCE_HIGH, m.moe_imbalance)), lambda m: m.moe_layers > 0,
@@ -362,7 +350,14 @@ def model_nominal(model: ModelSpec) -> dict[str, float]:
 
 def model_ranges(model: ModelSpec) -> dict[str, tuple[float, float]]:
     """Each model input that applies to ``model`` and its [low, high] range."""
-    return {name: MODEL_INPUTS[name].model_range(model) for name in model_nominal(model)}
+    return {name: _model_range(model, name) for name in model_nominal(model)}
+
+
+def _model_range(model: ModelSpec, name: str) -> tuple[float, float]:
+    """Model input ``name``'s range on ``model`` (every model input gives one)."""
+    given = MODEL_INPUTS[name].given_range(model)
+    assert given is not None, f"model input {name} gives its range"
+    return given
 
 
 def model_worst(model: ModelSpec) -> dict[str, float]:
@@ -373,7 +368,7 @@ def model_worst(model: ModelSpec) -> dict[str, float]:
 def model_search_bounds(model: ModelSpec, name: str) -> tuple[float, float]:
     """The values model input ``name`` may take in a break-even search: its ``bounds`` widened to hold its range."""
     u = MODEL_INPUTS[name]
-    low, high = u.model_range(model)
+    low, high = _model_range(model, name)
     return min(u.bounds[0], low), max(u.bounds[1], high)
 
 
@@ -390,6 +385,6 @@ def with_model_inputs(model: ModelSpec, values: Mapping[str, float]) -> ModelSpe
     return model
 
 
-def input_named(name: str) -> UncertainInput | ModelInput:
+def input_named(name: str) -> UncertainInput[Cluster] | UncertainInput[ModelSpec]:
     """An uncertain input by name: a profile's (``INPUTS``) or the model's (``MODEL_INPUTS``)."""
     return INPUTS[name] if name in INPUTS else MODEL_INPUTS[name]
